@@ -1,0 +1,161 @@
+// Package algos holds Diana's rate-limiting algorithms, each stated once as a pure transition
+//
+//	Decide(state, request) -> (new state, Decision)
+//
+// on a small state, in integer microseconds. The same arithmetic runs in process memory, in
+// proxy-wasm shared data and, through the twin Lua script in scripts/, inside Redis.
+//
+// Rules every algorithm follows:
+//   - all arithmetic is on int64 and every intermediate value stays below 2^53 in magnitude, so the
+//     Lua twin, whose numbers are doubles, computes exactly the same values; constructors reject
+//     parameters that could break that bound, naming the parameter;
+//   - the state changes only when a request is admitted (or in ways that make no difference to any
+//     later decision, such as dropping expired entries); a denial consumes nothing;
+//   - a clock that goes backwards never adds capacity;
+//   - divisions are floor divisions of non-negative numbers, which Lua's math.floor(a/b) computes
+//     exactly for operands below 2^53.
+//
+// The package does no I/O, starts no goroutines and uses no reflection: it compiles under TinyGo.
+package algos
+
+import "errors"
+
+// MaxSafe is the largest magnitude an intermediate value may reach: 2^53, the limit of exact
+// integers in a Redis Lua number.
+const MaxSafe = 1 << 53
+
+// Microseconds in common units.
+const (
+	Millisecond int64 = 1000
+	Second            = 1000 * Millisecond
+	Minute            = 60 * Second
+	Hour              = 60 * Minute
+	Day               = 24 * Hour
+)
+
+// Request is one request against one limit.
+type Request struct {
+	Now     int64 // µs; any epoch, the same for every request on a key
+	Cost    int64 // units the request takes, ≥ 0; 0 asks without taking (a peek)
+	MaxWait int64 // µs the request may be delayed instead of denied; 0 rejects at once
+	Partial bool  // grant as many units as are available, up to Cost (batching)
+	ID      int64 // concurrency: the lease to take or to release
+	Release bool  // concurrency: give back lease ID instead of taking one
+}
+
+// Decision is the outcome of a Request. Durations are in µs.
+type Decision struct {
+	Allowed    bool
+	Limit      int64 // what the RateLimit-Limit header advertises
+	Remaining  int64 // units available to the next request, ≥ 0
+	ResetAfter int64 // until the limit is fully available again
+	RetryAfter int64 // until the same request could be admitted; 0 when allowed; -1 never
+	Delay      int64 // hold an admitted request this long before forwarding it
+	Granted    int64 // units taken: Cost, less for a partial grant, 0 when denied
+	TTL        int64 // how long the state must be kept; after it, an empty state decides the same
+}
+
+// Never is the RetryAfter of a request that can never be admitted (cost above capacity).
+const Never = -1
+
+// State is what is stored for one identity under one algorithm. Its zero value is a fresh
+// identity. W holds the fixed words of the counting algorithms (their meaning is in each
+// algorithm's doc comment); Log holds the entries of the log-based ones (sliding log,
+// concurrency). Ban is the µs time until which a ban holds the identity (see Ban).
+type State struct {
+	W   [4]int64
+	Ban int64
+	Log []int64
+}
+
+// Algorithm is a configured limit. Implementations are immutable and safe for concurrent use;
+// everything that changes lives in the State the caller passes.
+type Algorithm interface {
+	// Decide applies r to st and reports the outcome.
+	Decide(st *State, r Request) Decision
+	// Script tells a store how to run the same limit as a Redis Lua script.
+	Script() Script
+}
+
+// Script names an algorithm's Lua twin in scripts/ and the arguments it takes.
+//
+// A store calls the script with KEYS = {state key, ban key} and
+// ARGV = {now (-1: use Redis TIME), cost, max_wait, partial (0/1), ban, limit, id, release (0/1),
+// Args...}; it replies {allowed, limit, remaining, reset_after, retry_after, delay, granted}.
+type Script struct {
+	Name  string  // file name without ".lua"
+	Args  []int64 // the algorithm's parameters, ARGV[9] onwards
+	Limit int64   // the Decision.Limit a ban reports while it holds
+	Ban   int64   // µs a denial bans the identity for; 0: no ban
+	Log   bool    // the state is a sorted set (State.Log), not a string of words (State.W)
+}
+
+// ErrParam is wrapped by every parameter error.
+var ErrParam = errors.New("invalid parameter")
+
+// paramError names the parameter and the reason.
+func paramError(algo, param, reason string) error {
+	return &ParamError{Algo: algo, Param: param, Reason: reason}
+}
+
+// ParamError reports an invalid algorithm parameter.
+type ParamError struct {
+	Algo, Param, Reason string
+}
+
+func (e *ParamError) Error() string { return e.Algo + ": " + e.Param + ": " + e.Reason }
+
+// Unwrap lets errors.Is(err, ErrParam) match.
+func (e *ParamError) Unwrap() error { return ErrParam }
+
+// positive checks that v > 0.
+func positive(algo, param string, v int64) error {
+	if v <= 0 {
+		return paramError(algo, param, "must be greater than 0, got "+itoa(v))
+	}
+	return nil
+}
+
+// atMost checks that v ≤ max.
+func atMost(algo, param string, v, max int64) error {
+	if v > max {
+		return paramError(algo, param, "must be at most "+itoa(max)+", got "+itoa(v))
+	}
+	return nil
+}
+
+// itoa formats v without strconv's tables, to keep TinyGo builds small.
+func itoa(v int64) string {
+	if v == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	neg := v < 0
+	u := uint64(v)
+	if neg {
+		u = -u
+	}
+	for u > 0 {
+		i--
+		b[i] = byte('0' + u%10)
+		u /= 10
+	}
+	if neg {
+		i--
+		b[i] = '-'
+	}
+	return string(b[i:])
+}
+
+// ceilDiv returns ⌈a/b⌉ for a ≥ 0, b > 0.
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// floorDiv returns ⌊a/b⌋ for b > 0 and any sign of a (Go's / truncates towards zero).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}

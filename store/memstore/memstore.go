@@ -1,0 +1,131 @@
+// Package memstore keeps the state of the algorithms of shared/algos in process memory: a
+// sharded map, safe for concurrent use, bounded in size, whose idle entries expire.
+//
+// A decision on a known key takes one shard lock and allocates nothing.
+package memstore
+
+import (
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/diana-gw/diana/shared/algos"
+)
+
+const (
+	shardCount = 64 // a power of two
+	sampleSize = 8  // entries looked at to choose one to evict
+)
+
+// Options tune a Store.
+type Options struct {
+	// MaxEntries bounds the number of identities kept; default 1,000,000. When it is reached, an
+	// expired entry is dropped, or else the one closest to expiry among a few sampled: that
+	// identity starts afresh if it comes back.
+	MaxEntries int
+	// Clock returns the time in µs; default a monotonic clock.
+	Clock func() int64
+}
+
+// Store holds algorithm states by key. Keys must be unique per limit: two limits sharing a Store
+// must not share keys.
+type Store struct {
+	seed   maphash.Seed
+	now    func() int64
+	shards [shardCount]shard
+}
+
+type shard struct {
+	mu  sync.Mutex
+	m   map[string]*entry
+	max int
+	_   [40]byte // keep shards on separate cache lines
+}
+
+type entry struct {
+	st      algos.State
+	expires int64 // µs; from then on the state decides as an empty one would
+}
+
+// New returns an empty Store.
+func New(o Options) *Store {
+	if o.MaxEntries <= 0 {
+		o.MaxEntries = 1_000_000
+	}
+	if o.Clock == nil {
+		start := time.Now()
+		base := start.UnixMicro()
+		o.Clock = func() int64 { return base + time.Since(start).Microseconds() }
+	}
+	s := &Store{seed: maphash.MakeSeed(), now: o.Clock}
+	per := max(1, o.MaxEntries/shardCount)
+	for i := range s.shards {
+		s.shards[i].m = make(map[string]*entry)
+		s.shards[i].max = per
+	}
+	return s
+}
+
+// Decide applies r to the identity key under alg, at the store's clock (r.Now is ignored).
+func (s *Store) Decide(key string, alg algos.Algorithm, r algos.Request) algos.Decision {
+	sh := &s.shards[maphash.String(s.seed, key)&(shardCount-1)]
+	sh.mu.Lock()
+	r.Now = s.now()
+	e := sh.m[key]
+	if e == nil {
+		var fresh entry
+		d := alg.Decide(&fresh.st, r)
+		if d.TTL > 0 {
+			fresh.expires = r.Now + d.TTL
+			sh.insert(key, &fresh, r.Now)
+		}
+		sh.mu.Unlock()
+		return d
+	}
+	if e.expires <= r.Now {
+		e.st = algos.State{Log: e.st.Log[:0]}
+	}
+	d := alg.Decide(&e.st, r)
+	e.expires = r.Now + d.TTL
+	sh.mu.Unlock()
+	return d
+}
+
+// Len returns the number of entries held, expired ones included until they are dropped.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// insert adds e, first making room if the shard is full.
+func (sh *shard) insert(key string, e *entry, now int64) {
+	if len(sh.m) >= sh.max {
+		var victim string
+		oldest, seen := int64(0), 0
+		for k, v := range sh.m { // map order is random: a sample
+			if v.expires <= now {
+				delete(sh.m, k)
+				if len(sh.m) < sh.max {
+					break
+				}
+				continue
+			}
+			if victim == "" || v.expires < oldest {
+				victim, oldest = k, v.expires
+			}
+			if seen++; seen >= sampleSize {
+				break
+			}
+		}
+		if len(sh.m) >= sh.max && victim != "" {
+			delete(sh.m, victim)
+		}
+	}
+	sh.m[key] = e
+}

@@ -1,0 +1,133 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/diana-gw/diana/internal/redistest"
+	"github.com/diana-gw/diana/shared/algos"
+)
+
+// diffCase is one parameter set of an algorithm replayed through its Go transition and its Lua
+// twin on a real redis-server.
+type diffCase struct {
+	name    string
+	alg     algos.Algorithm
+	steps   int   // default 10,000
+	maxGap  int64 // largest forward time step, µs
+	maxCost int64 // costs are drawn from 0..maxCost, mostly 1
+	// Optional variations of the requests.
+	backwards bool  // about 2% of steps move the clock back by up to maxGap
+	maxWait   int64 // about 1 in 4 requests may wait up to this long
+	partial   bool  // about 1 in 4 requests ask for a partial grant
+	leases    bool  // concurrency: take leases with fresh IDs and release random ones
+	// sameState compares the states; nil means W, Ban and Log must be equal.
+	sameState func(goSt, redisSt algos.State) bool
+}
+
+// runDiff replays a random trace per case and fails at the first step where the decisions or the
+// stored states differ.
+func runDiff(t *testing.T, cases []diffCase) {
+	srv := redistest.Start(t)
+	s := New(srv.Client(), Options{CallerClock: true})
+	ctx := context.Background()
+	for ci, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(ci)+1, 42))
+			key := fmt.Sprintf("diff:%s:%d", c.name, ci)
+			steps := c.steps
+			if steps == 0 {
+				steps = 10_000
+			}
+			var st algos.State
+			var held []int64 // concurrency leases not yet released
+			nextID := int64(1)
+			now := int64(1_700_000_000_000_000) + rng.Int64N(algos.Second)
+			for i := range steps {
+				now += gap(rng, c.maxGap)
+				if c.backwards && rng.IntN(50) == 0 {
+					now -= rng.Int64N(c.maxGap + 1)
+				}
+				r := algos.Request{Now: now, Cost: cost(rng, c.maxCost)}
+				if c.maxWait > 0 && rng.IntN(4) == 0 {
+					r.MaxWait = rng.Int64N(c.maxWait + 1)
+				}
+				r.Partial = c.partial && rng.IntN(4) == 0
+				if c.leases {
+					if len(held) > 0 && rng.IntN(2) == 0 {
+						j := rng.IntN(len(held))
+						r.ID, r.Release = held[j], true
+						held = slices.Delete(held, j, j+1)
+					} else {
+						r.ID = nextID
+						nextID++
+					}
+				}
+				want := c.alg.Decide(&st, r)
+				want.TTL = 0 // not part of the script's reply
+				got, err := s.Decide(ctx, key, c.alg, r)
+				if err != nil {
+					t.Fatalf("step %d %+v: %v", i, r, err)
+				}
+				if got != want {
+					t.Fatalf("step %d %+v:\n  go  %+v\n  lua %+v", i, r, want, got)
+				}
+				if c.leases && got.Allowed && !r.Release && r.Cost > 0 {
+					held = append(held, r.ID)
+				}
+				rst, err := s.State(ctx, key, c.alg)
+				if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				same := c.sameState
+				if same == nil {
+					same = equalState
+				}
+				if !same(st, rst) {
+					t.Fatalf("step %d %+v: states differ\n  go  %+v\n  lua %+v", i, r, st, rst)
+				}
+			}
+		})
+	}
+}
+
+func equalState(a, b algos.State) bool {
+	return a.W == b.W && a.Ban == b.Ban && slices.Equal(a.Log, b.Log)
+}
+
+// gap draws a time step: often none, often small, sometimes up to max.
+func gap(rng *rand.Rand, max int64) int64 {
+	switch rng.IntN(8) {
+	case 0:
+		return 0
+	case 1, 2, 3:
+		return rng.Int64N(max/1000 + 1)
+	case 4, 5, 6:
+		return rng.Int64N(max/20 + 1)
+	default:
+		return rng.Int64N(max + 1)
+	}
+}
+
+// cost draws a cost: mostly 1, sometimes 0 (a peek), sometimes up to max.
+func cost(rng *rand.Rand, max int64) int64 {
+	switch rng.IntN(10) {
+	case 0:
+		return 0
+	case 1, 2:
+		return rng.Int64N(max + 1)
+	default:
+		return min(1, max)
+	}
+}
+
+// must unwraps a constructor's result in a table.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

@@ -1,0 +1,133 @@
+// Package redisstore runs the algorithms of shared/algos in Redis, so that every gateway node
+// shares one limit. State changes only inside each algorithm's Lua twin (shared/algos/scripts):
+// one EVALSHA per decision (go-redis reloads the script on NOSCRIPT), time from Redis TIME, a TTL
+// on every key the script writes, and the keys of one identity under one hash tag, so the same
+// code runs on a standalone Redis, behind Sentinel or on a Redis Cluster.
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/algos/scripts"
+)
+
+// Options tune a Store.
+type Options struct {
+	// Prefix starts every key; default "diana:".
+	Prefix string
+	// CallerClock sends Request.Now to the scripts instead of letting them read Redis TIME.
+	// Tests only: production uses Redis's clock, one for the whole cluster.
+	CallerClock bool
+}
+
+// Store decides requests in Redis.
+type Store struct {
+	c       redis.UniversalClient
+	o       Options
+	scripts map[string]*redis.Script
+}
+
+// New returns a Store on c, which may be a standalone, Sentinel (failover) or Cluster client.
+func New(c redis.UniversalClient, o Options) *Store {
+	if o.Prefix == "" {
+		o.Prefix = "diana:"
+	}
+	s := &Store{c: c, o: o, scripts: map[string]*redis.Script{}}
+	for _, name := range scripts.Names() {
+		src, _ := scripts.Source(name)
+		s.scripts[name] = redis.NewScript(src)
+	}
+	return s
+}
+
+// Keys returns the state key and the ban key of an identity: both carry the identity as their
+// hash tag, so they live in one Redis Cluster slot.
+func (s *Store) Keys(key string) (state, ban string) {
+	state = s.o.Prefix + "{" + key + "}"
+	return state, state + ":ban"
+}
+
+// Decide applies r to the identity key under alg, atomically in Redis. An error (Redis down,
+// timeout, context done) is returned as such and is never a denial: the caller's fail policy
+// decides what it means.
+func (s *Store) Decide(ctx context.Context, key string, alg algos.Algorithm, r algos.Request) (algos.Decision, error) {
+	sc := alg.Script()
+	script, ok := s.scripts[sc.Name]
+	if !ok {
+		return algos.Decision{}, fmt.Errorf("redisstore: algorithm %q has no Lua script", sc.Name)
+	}
+	now := int64(-1)
+	if s.o.CallerClock {
+		now = r.Now
+	}
+	args := make([]any, 0, 8+len(sc.Args))
+	args = append(args, now, r.Cost, r.MaxWait, flag(r.Partial), sc.Ban, sc.Limit, r.ID, flag(r.Release))
+	for _, a := range sc.Args {
+		args = append(args, a)
+	}
+	stateKey, banKey := s.Keys(key)
+	res, err := script.Run(ctx, s.c, []string{stateKey, banKey}, args...).Int64Slice()
+	if err != nil {
+		return algos.Decision{}, fmt.Errorf("redisstore: %s on %q: %w", sc.Name, key, err)
+	}
+	if len(res) != 7 {
+		return algos.Decision{}, fmt.Errorf("redisstore: %s on %q: reply has %d values, want 7", sc.Name, key, len(res))
+	}
+	return algos.Decision{
+		Allowed: res[0] == 1, Limit: res[1], Remaining: res[2],
+		ResetAfter: res[3], RetryAfter: res[4], Delay: res[5], Granted: res[6],
+	}, nil
+}
+
+// State reads what Redis holds for an identity, in the form the algorithm's Go twin keeps it:
+// State.W from the words of a string state, State.Log from the scores of a sorted set, State.Ban
+// from the ban key. For inspection and tests.
+func (s *Store) State(ctx context.Context, key string, alg algos.Algorithm) (algos.State, error) {
+	var st algos.State
+	stateKey, banKey := s.Keys(key)
+	if ban, err := s.c.Get(ctx, banKey).Int64(); err == nil {
+		st.Ban = ban
+	} else if !errors.Is(err, redis.Nil) {
+		return st, fmt.Errorf("redisstore: read %s: %w", banKey, err)
+	}
+	if alg.Script().Log {
+		zs, err := s.c.ZRangeWithScores(ctx, stateKey, 0, -1).Result()
+		if err != nil {
+			return st, fmt.Errorf("redisstore: read %s: %w", stateKey, err)
+		}
+		for _, z := range zs {
+			st.Log = append(st.Log, int64(z.Score))
+		}
+		return st, nil
+	}
+	v, err := s.c.Get(ctx, stateKey).Result()
+	if errors.Is(err, redis.Nil) {
+		return st, nil
+	}
+	if err != nil {
+		return st, fmt.Errorf("redisstore: read %s: %w", stateKey, err)
+	}
+	for i, w := range strings.Fields(v) {
+		if i >= len(st.W) {
+			return st, fmt.Errorf("redisstore: %s holds %q: more than %d words", stateKey, v, len(st.W))
+		}
+		if st.W[i], err = strconv.ParseInt(w, 10, 64); err != nil {
+			return st, fmt.Errorf("redisstore: %s holds %q: %w", stateKey, v, err)
+		}
+	}
+	return st, nil
+}
+
+func flag(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
