@@ -23,20 +23,45 @@ import (
 
 // Server is a redis-server child process, stopped when the test ends.
 type Server struct {
-	Addr string
-	t    testing.TB
-	dir  string
-	port int
-	cmd  *exec.Cmd
+	Addr    string
+	t       testing.TB
+	dir     string
+	port    int
+	cluster bool
+	cmd     *exec.Cmd
 }
 
 // Start starts a fresh redis-server (no persistence) on a free loopback port.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB) *Server { return start(t, false) }
+
+// StartCluster starts a one-node Redis Cluster that serves all 16384 slots, so that
+// go-redis's ClusterClient works against it and scripts whose keys span slots fail with
+// CROSSSLOT, as on a real cluster.
+func StartCluster(t testing.TB) *Server {
+	s := start(t, true)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+		t.Fatalf("assign slots: %v", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		info, _ := c.ClusterInfo(ctx).Result()
+		if strings.Contains(info, "cluster_state:ok") {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("one-node cluster not ok after 10s: %s", info)
+		}
+	}
+}
+
+func start(t testing.TB, cluster bool) *Server {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redis-server is needed by this test and is not on PATH (make test installs it): %v", err)
 	}
-	s := &Server{t: t, dir: t.TempDir()}
+	s := &Server{t: t, dir: t.TempDir(), cluster: cluster}
 	s.port = freePort(t)
 	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 	s.start()
@@ -46,10 +71,14 @@ func Start(t testing.TB) *Server {
 
 func (s *Server) start() {
 	s.t.Helper()
-	s.cmd = exec.Command("redis-server",
+	args := []string{
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
-		"--logfile", filepath.Join(s.dir, "redis.log"))
+		"--logfile", filepath.Join(s.dir, "redis.log")}
+	if s.cluster {
+		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(s.dir, "nodes.conf"))
+	}
+	s.cmd = exec.Command("redis-server", args...)
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("start redis-server: %v", err)
 	}
@@ -74,9 +103,10 @@ func (s *Server) start() {
 	}
 }
 
-// Client returns a go-redis client for the server, closed when the test ends.
+// Client returns a go-redis client for the server that honours context deadlines, closed when
+// the test ends.
 func (s *Server) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true})
 	s.t.Cleanup(func() { c.Close() })
 	return c
 }

@@ -79,7 +79,7 @@ type Algorithm interface {
 
 // Script names an algorithm's Lua twin in scripts/ and the arguments it takes.
 //
-// A store calls the script with KEYS = {state key, ban key} and
+// A store calls the script with KEYS = {state key, ban key (only when Ban > 0)} and
 // ARGV = {now (-1: use Redis TIME), cost, max_wait, partial (0/1), ban, limit, id, release (0/1),
 // Args...}; it replies {allowed, limit, remaining, reset_after, retry_after, delay, granted}.
 type Script struct {

@@ -35,6 +35,8 @@ type Store struct {
 }
 
 // New returns a Store on c, which may be a standalone, Sentinel (failover) or Cluster client.
+// For Decide to honour context deadlines, c must be made with ContextTimeoutEnabled; otherwise
+// go-redis waits for its own read and write timeouts.
 func New(c redis.UniversalClient, o Options) *Store {
 	if o.Prefix == "" {
 		o.Prefix = "diana:"
@@ -48,9 +50,19 @@ func New(c redis.UniversalClient, o Options) *Store {
 }
 
 // Keys returns the state key and the ban key of an identity: both carry the identity as their
-// hash tag, so they live in one Redis Cluster slot.
+// hash tag, so they live in one Redis Cluster slot. A hash tag ends at the first '}' and an empty
+// one hashes the whole key, so an identity that is empty or holds a '}' gets a tag with each '}'
+// made ')' (or "_" if empty), followed by the identity itself to keep keys unique.
 func (s *Store) Keys(key string) (state, ban string) {
-	state = s.o.Prefix + "{" + key + "}"
+	if key != "" && strings.IndexByte(key, '}') < 0 {
+		state = s.o.Prefix + "{" + key + "}"
+	} else {
+		tag := strings.ReplaceAll(key, "}", ")")
+		if tag == "" {
+			tag = "_"
+		}
+		state = s.o.Prefix + "{" + tag + "}:" + key
+	}
 	return state, state + ":ban"
 }
 
@@ -73,7 +85,11 @@ func (s *Store) Decide(ctx context.Context, key string, alg algos.Algorithm, r a
 		args = append(args, a)
 	}
 	stateKey, banKey := s.Keys(key)
-	res, err := script.Run(ctx, s.c, []string{stateKey, banKey}, args...).Int64Slice()
+	keys := []string{stateKey, banKey}
+	if sc.Ban == 0 {
+		keys = keys[:1] // the script reads the ban key only when it bans
+	}
+	res, err := script.Run(ctx, s.c, keys, args...).Int64Slice()
 	if err != nil {
 		return algos.Decision{}, fmt.Errorf("redisstore: %s on %q: %w", sc.Name, key, err)
 	}

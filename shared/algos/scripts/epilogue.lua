@@ -12,8 +12,8 @@ else
   if write == true then
     redis.call('PEXPIRE', KEYS[1], ms(r[8]) + pad)
   elseif write then
-    for i, v in ipairs(write) do write[i] = int(v) end
-    redis.call('SET', KEYS[1], table.concat(write, ' '), 'PX', ms(r[8]) + pad)
+    local f = ({'%d', '%d %d', '%d %d %d', '%d %d %d %d'})[#write]
+    redis.call('SET', KEYS[1], string.format(f, unpack(write)), 'PX', ms(r[8]) + pad)
   end
   if ban > 0 and r[1] == 0 and cost > 0 and not release then
     redis.call('SET', KEYS[2], int(now + ban), 'PX', ms(ban) + pad)

@@ -1,5 +1,5 @@
 -- Diana: the part every algorithm script shares (see Script in shared/algos/algos.go).
--- KEYS[1] the identity's state, KEYS[2] its ban (both with one hash tag).
+-- KEYS[1] the identity's state, KEYS[2] its ban (only when ban > 0; both under one hash tag).
 -- ARGV: now (µs; -1: Redis TIME), cost, max_wait, partial (0/1), ban (µs), limit, id,
 -- release (0/1), then the algorithm's parameters from ARGV[9] on.
 -- All numbers stay below 2^53, where Lua's doubles are exact integers.
@@ -25,12 +25,10 @@ local function int(v) return string.format('%d', v) end
 
 -- The words of a string state ("w0 w1 ..."), missing ones 0.
 local function load_words()
-  local w, i = {0, 0, 0, 0}, 1
   local s = redis.call('GET', KEYS[1])
-  if s then
-    for v in string.gmatch(s, '%-?%d+') do w[i] = tonumber(v); i = i + 1 end
-  end
-  return w
+  if not s then return {0, 0, 0, 0} end
+  local a, b, c, d = string.match(s, '^(%-?%d+) ?(%-?%d*) ?(%-?%d*) ?(%-?%d*)$')
+  return {tonumber(a) or 0, tonumber(b) or 0, tonumber(c) or 0, tonumber(d) or 0}
 end
 
 -- Each algorithm defines decide(), returning the reply

@@ -1,0 +1,139 @@
+package memstore
+
+import (
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/diana-gw/diana/shared/algos"
+)
+
+// clock is a fake clock tests move by hand.
+type clock struct{ now atomic.Int64 }
+
+func (c *clock) get() int64 { return c.now.Load() }
+
+func newStore(max int) (*Store, *clock) {
+	c := &clock{}
+	c.now.Store(1_700_000_000_000_000)
+	return New(Options{MaxEntries: max, Clock: c.get}), c
+}
+
+func gcra(t testing.TB, rate, period, burst int64) algos.Algorithm {
+	g, err := algos.NewGCRA(rate, period, burst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func TestDecideUsesClockAndKeepsState(t *testing.T) {
+	s, c := newStore(0)
+	g := gcra(t, 1, algos.Second, 2)
+	want := []bool{true, true, false}
+	for i, w := range want {
+		if d := s.Decide("a", g, algos.Request{Cost: 1}); d.Allowed != w {
+			t.Fatalf("request %d: %+v, want allowed=%v", i, d, w)
+		}
+	}
+	if d := s.Decide("b", g, algos.Request{Cost: 1}); !d.Allowed {
+		t.Fatalf("another key is limited too: %+v", d)
+	}
+	c.now.Add(algos.Second)
+	if d := s.Decide("a", g, algos.Request{Cost: 1}); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("after 1 s: %+v, want one token", d)
+	}
+}
+
+// TestConcurrentExact: goroutines racing on one key are admitted exactly up to the limit.
+func TestConcurrentExact(t *testing.T) {
+	s, _ := newStore(0)
+	g := gcra(t, 1, algos.Hour, 100) // no refill within the test: the clock stands still
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				if s.Decide("hot", g, algos.Request{Cost: 1}).Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 100 {
+		t.Fatalf("admitted %d of 1600, want exactly 100", got)
+	}
+}
+
+// TestBounded: a million distinct keys never hold more than MaxEntries.
+func TestBounded(t *testing.T) {
+	s, _ := newStore(6400)
+	g := gcra(t, 1, algos.Second, 5)
+	buf := make([]byte, 0, 16)
+	for i := range 1_000_000 {
+		buf = strconv.AppendInt(buf[:0], int64(i), 10)
+		s.Decide(string(buf), g, algos.Request{Cost: 1})
+		if i%100_000 == 0 && s.Len() > 6400 {
+			t.Fatalf("after %d keys the store holds %d entries, bound 6400", i, s.Len())
+		}
+	}
+	if n := s.Len(); n > 6400 || n < 6000 {
+		t.Fatalf("store holds %d entries, want close to the bound 6400", n)
+	}
+}
+
+// TestExpiredGoFirst: when the store is full, expired entries make room before live ones.
+func TestExpiredGoFirst(t *testing.T) {
+	s, c := newStore(64 * 8)
+	long := gcra(t, 1, algos.Hour, 1)    // a used key stays limited for an hour
+	short := gcra(t, 1, algos.Second, 1) // its state expires after a second
+	for i := range 64 * 2 {
+		s.Decide("long"+strconv.Itoa(i), long, algos.Request{Cost: 1})
+	}
+	for i := range 64 * 6 {
+		s.Decide("short"+strconv.Itoa(i), short, algos.Request{Cost: 1})
+	}
+	c.now.Add(2 * algos.Second)
+	for i := range 64 * 5 {
+		s.Decide("new"+strconv.Itoa(i), short, algos.Request{Cost: 1})
+	}
+	for i := range 64 * 2 {
+		if d := s.Decide("long"+strconv.Itoa(i), long, algos.Request{Cost: 1}); d.Allowed {
+			t.Fatalf("long%d lost its state to eviction while expired entries were there", i)
+		}
+	}
+}
+
+// TestIdleExpiry: an entry past its TTL decides as a fresh one.
+func TestIdleExpiry(t *testing.T) {
+	s, c := newStore(0)
+	b, err := algos.NewBan(gcra(t, 1, algos.Second, 1), 10*algos.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Decide("k", b, algos.Request{Cost: 1})
+	if d := s.Decide("k", b, algos.Request{Cost: 1}); d.Allowed || d.RetryAfter != 10*algos.Second {
+		t.Fatalf("second request: %+v, want a 10 s ban", d)
+	}
+	c.now.Add(10*algos.Second - 1)
+	if d := s.Decide("k", b, algos.Request{Cost: 1}); d.Allowed {
+		t.Fatalf("admitted during the ban: %+v", d)
+	}
+	c.now.Add(1)
+	if d := s.Decide("k", b, algos.Request{Cost: 1}); !d.Allowed {
+		t.Fatalf("still denied after the ban and the refill: %+v", d)
+	}
+}
+
+func TestZeroAllocs(t *testing.T) {
+	s, _ := newStore(0)
+	g := gcra(t, 1000, algos.Second, 1000)
+	s.Decide("key", g, algos.Request{Cost: 1})
+	if n := testing.AllocsPerRun(1000, func() { s.Decide("key", g, algos.Request{Cost: 1}) }); n != 0 {
+		t.Fatalf("%v allocations per decision on a known key, want 0", n)
+	}
+}

@@ -1,0 +1,178 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/diana-gw/diana/internal/redistest"
+	"github.com/diana-gw/diana/shared/algos"
+)
+
+// TestRedisClockAndTTL: without a caller clock the script reads Redis TIME, and every key it
+// writes carries a TTL that matches the state's lifetime.
+func TestRedisClockAndTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	s := New(c, Options{})
+	ctx := context.Background()
+	g := must(algos.NewBan(must(algos.NewGCRA(1, 10*algos.Second, 3)), 60*algos.Second))
+	for i, want := range []bool{true, true, true, false} {
+		d, err := s.Decide(ctx, "ip:192.0.2.1", g, algos.Request{Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed != want {
+			t.Fatalf("request %d: %+v, want allowed=%v", i, d, want)
+		}
+	}
+	stateKey, banKey := s.Keys("ip:192.0.2.1")
+	st, err := s.State(ctx, "ip:192.0.2.1", g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := redisNow(t, c)
+	if ahead := st.W[0] - now; ahead < 29*algos.Second || ahead > 30*algos.Second {
+		t.Fatalf("TAT is %d µs ahead of Redis TIME, want about 30 s (3 × 10 s)", ahead)
+	}
+	for key, want := range map[string]time.Duration{stateKey: 30 * time.Second, banKey: 60 * time.Second} {
+		ttl := c.PTTL(ctx, key).Val()
+		if ttl <= want-time.Second || ttl > want {
+			t.Errorf("%s has TTL %v, want about %v", key, ttl, want)
+		}
+	}
+}
+
+func redisNow(t *testing.T, c *redis.Client) int64 {
+	tm, err := c.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm.UnixMicro()
+}
+
+// TestScriptsReloaded: after SCRIPT FLUSH and after a restart (a fresh server without the
+// scripts) decisions go on: EVALSHA falls back to EVAL on NOSCRIPT.
+func TestScriptsReloaded(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	s := New(c, Options{})
+	ctx := context.Background()
+	g := must(algos.NewGCRA(10, algos.Second, 10))
+	decide := func(stage string) {
+		t.Helper()
+		if _, err := s.Decide(ctx, "k", g, algos.Request{Cost: 1}); err != nil {
+			t.Fatalf("%s: %v", stage, err)
+		}
+	}
+	decide("first call")
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	decide("after SCRIPT FLUSH")
+	srv.Restart()
+	var err error
+	for range 3 { // the pool's old connections fail once each
+		if _, err = s.Decide(ctx, "k", g, algos.Request{Cost: 1}); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("after restart: %v", err)
+	}
+}
+
+// TestErrorsAreNotDenials: Redis down or too slow gives an error, promptly, never a panic.
+func TestErrorsAreNotDenials(t *testing.T) {
+	srv := redistest.Start(t)
+	s := New(srv.Client(), Options{})
+	g := must(algos.NewGCRA(10, algos.Second, 10))
+
+	srv.Pause()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	start := time.Now()
+	_, err := s.Decide(ctx, "k", g, algos.Request{Cost: 1})
+	cancel()
+	srv.Resume()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("paused Redis: err = %v, want the context deadline", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("a 50 ms deadline took %v", took)
+	}
+
+	srv.Stop()
+	if _, err := s.Decide(context.Background(), "k", g, algos.Request{Cost: 1}); err == nil {
+		t.Fatal("Redis stopped: no error")
+	}
+}
+
+// TestCluster: on a Redis Cluster the state and ban keys of an identity share a slot whatever
+// the identity holds, braces included (a CROSSSLOT error would show otherwise).
+func TestCluster(t *testing.T) {
+	srv := redistest.StartCluster(t)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr}})
+	defer c.Close()
+	s := New(c, Options{})
+	g := must(algos.NewBan(must(algos.NewGCRA(1, algos.Second, 1)), algos.Second))
+	for _, key := range []string{"ip:2001:db8::1", "user:{alice}", "}{", "{", "", "path:/a/{b}/c"} {
+		for i, want := range []bool{true, false} {
+			d, err := s.Decide(context.Background(), key, g, algos.Request{Cost: 1})
+			if err != nil {
+				t.Fatalf("key %q: %v", key, err)
+			}
+			if d.Allowed != want {
+				t.Fatalf("key %q request %d: %+v", key, i, d)
+			}
+		}
+	}
+}
+
+// TestConcurrentExact: clients racing on one key in Redis are admitted exactly up to the limit.
+func TestConcurrentExact(t *testing.T) {
+	srv := redistest.Start(t)
+	s := New(srv.Client(), Options{})
+	g := must(algos.NewGCRA(1, algos.Hour, 100))
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 25 {
+				d, err := s.Decide(context.Background(), "hot", g, algos.Request{Cost: 1})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 100 {
+		t.Fatalf("admitted %d of 400, want exactly 100", got)
+	}
+}
+
+// TestKeysUnique: distinct identities never share a state or ban key, whatever they hold.
+func TestKeysUnique(t *testing.T) {
+	s := New(nil, Options{})
+	seen := map[string]string{}
+	for _, id := range []string{"", "_", "a", "a}", "a)", "a):a}", "}", ")", "}:ban", "ban", ":ban", "{a}", "a}:ban", "a):a}:ban"} {
+		state, ban := s.Keys(id)
+		for _, k := range []string{state, ban} {
+			if other, ok := seen[k]; ok {
+				t.Fatalf("identities %q and %q share key %q", other, id, k)
+			}
+			seen[k] = id
+		}
+	}
+}
