@@ -1,12 +1,16 @@
 GO ?= go
+TINYGO_FLAGS = -scheduler=none -target=wasip1 -buildmode=wasi-legacy -no-debug
 
-.PHONY: test vet deps bench
-## test: every test, with the race detector; installs redis-server when missing
-test: deps vet
+.PHONY: test vet deps bench tinygo tinygo-check
+
+## test: every test with the race detector, and the algorithms built and run under TinyGo.
+## Installs redis-server (and TinyGo's Debian packages) when missing.
+test: deps vet tinygo-check
 	$(GO) test -race -count=1 ./...
 
 vet:
-	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
 deps:
@@ -15,3 +19,14 @@ deps:
 ## bench: the benchmarks, each beside its anchor (x/time/rate, go-redis/redis_rate)
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./bench/
+
+## tinygo: provisions TinyGo from the Go module proxy and Debian's LLVM 19 (cached)
+tinygo:
+	@build/tinygo.sh
+
+## tinygo-check: shared/algos compiles under TinyGo and runs as a WASI module (under Node's WASI)
+tinygo-check:
+	@TINYGO=$$(build/tinygo.sh) && "$$TINYGO" build -o bin/tinygocheck.wasm $(TINYGO_FLAGS) ./build/tinygocheck
+	@command -v node >/dev/null || { echo "node is needed to run bin/tinygocheck.wasm"; exit 1; }
+	@node --no-warnings -e 'const {WASI}=require("node:wasi");const w=new WASI({version:"preview1"});WebAssembly.instantiate(require("fs").readFileSync(process.argv[1]),w.getImportObject()).then(({instance})=>process.exit(w.start(instance)))' bin/tinygocheck.wasm
+	@ls -l bin/tinygocheck.wasm

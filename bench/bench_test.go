@@ -142,4 +142,3 @@ func BenchmarkRedis(b *testing.B) {
 		})
 	})
 }
-

@@ -43,6 +43,18 @@ type Request struct {
 	Release bool  // concurrency: give back lease ID instead of taking one
 }
 
+// MaxWaitCap is the largest MaxWait a request may ask for (about 71 years): larger ones are
+// clamped, so that times pushed ahead by delays stay below 2^53.
+const MaxWaitCap = MaxSafe / 4
+
+// Bounded returns r with a negative Cost or MaxWait made 0 and MaxWait clamped to MaxWaitCap.
+// Stores apply it to every request: algorithms assume it.
+func (r Request) Bounded() Request {
+	r.Cost = max(r.Cost, 0)
+	r.MaxWait = min(max(r.MaxWait, 0), MaxWaitCap)
+	return r
+}
+
 // Decision is the outcome of a Request. Durations are in µs.
 type Decision struct {
 	Allowed    bool

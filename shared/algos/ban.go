@@ -34,7 +34,7 @@ func (b *Ban) Script() Script { return b.script }
 
 // Decide implements Algorithm.
 func (b *Ban) Decide(st *State, r Request) Decision {
-	if st.Ban > r.Now {
+	if st.Ban > r.Now && !r.Release { // a ban never keeps a lease from being given back
 		left := st.Ban - r.Now
 		return Decision{Limit: b.script.Limit, ResetAfter: left, RetryAfter: left, TTL: left}
 	}

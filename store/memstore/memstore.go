@@ -70,6 +70,7 @@ func New(o Options) *Store {
 func (s *Store) Decide(key string, alg algos.Algorithm, r algos.Request) algos.Decision {
 	sh := &s.shards[maphash.String(s.seed, key)&(shardCount-1)]
 	sh.mu.Lock()
+	r = r.Bounded()
 	r.Now = s.now()
 	e := sh.m[key]
 	if e == nil {

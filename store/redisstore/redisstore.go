@@ -70,6 +70,7 @@ func (s *Store) Keys(key string) (state, ban string) {
 // timeout, context done) is returned as such and is never a denial: the caller's fail policy
 // decides what it means.
 func (s *Store) Decide(ctx context.Context, key string, alg algos.Algorithm, r algos.Request) (algos.Decision, error) {
+	r = r.Bounded()
 	sc := alg.Script()
 	script, ok := s.scripts[sc.Name]
 	if !ok {

@@ -3,7 +3,7 @@
 local banned = 0
 if ban > 0 then banned = tonumber(redis.call('GET', KEYS[2]) or '0') end
 local r
-if banned > now then
+if banned > now and not release then
   local left = banned - now
   r = {0, limit, 0, left, left, 0, 0}
 else

@@ -1,0 +1,84 @@
+// Command tinygocheck proves that shared/algos compiles and runs under TinyGo, as the wasm filter
+// needs it to:
+//
+//	tinygo build -o /tmp/x.wasm -scheduler=none -target=wasip1 -buildmode=wasi-legacy -no-debug ./build/tinygocheck
+//
+// It builds every algorithm, decides a burst of requests on a fresh state of each, and exits 1 if
+// a decision is implausible (the first request of a burst denied, no request of the burst denied,
+// or a request a day later denied). It runs under plain Go too: go run ./build/tinygocheck.
+package main
+
+import (
+	"os"
+
+	"github.com/diana-gw/diana/shared/algos"
+)
+
+// algorithms lists one configured limit per constructor: adding an algorithm is one line.
+// Every limit admits between 1 and 19 units at once and is fully available again after a day.
+func algorithms() []algos.Algorithm {
+	return []algos.Algorithm{
+		must(algos.NewGCRA(10, algos.Second, 5)),
+		must(algos.NewBan(must(algos.NewGCRA(1, algos.Second, 2)), algos.Minute)),
+		must(algos.NewFixedWindow(5, algos.Second)),
+		must(algos.NewSlidingWindow(5, algos.Second)),
+		must(algos.NewSlidingLog(5, algos.Second)),
+		must(algos.NewConcurrency(3, 10*algos.Second)),
+		must(algos.NewLeakyBucket(1, algos.Second, 5, algos.DelayAll)),
+		must(algos.NewWarmUp(5, algos.Second, 3*algos.Second)),
+	}
+}
+
+const burst = 20 // requests at the same instant: more than any limit above admits
+
+func main() {
+	failed := false
+	for _, a := range algorithms() {
+		if !check(a) {
+			failed = true
+		}
+	}
+	if failed {
+		os.Exit(1)
+	}
+	println("tinygocheck: ok")
+}
+
+// check decides a burst at one instant, then one request a day later, on a fresh state.
+func check(a algos.Algorithm) bool {
+	name := a.Script().Name
+	if a.Script().Ban > 0 {
+		name += "+ban"
+	}
+	var st algos.State
+	const t0 = 1_700_000_000 * algos.Second
+	allowed := 0
+	var first, last algos.Decision
+	for i := 0; i < burst; i++ {
+		d := a.Decide(&st, algos.Request{Now: t0, Cost: 1, ID: int64(i + 1)})
+		if i == 0 {
+			first = d
+		}
+		last = d
+		if d.Allowed {
+			allowed++
+		}
+	}
+	later := a.Decide(&st, algos.Request{Now: t0 + algos.Day, Cost: 1, ID: burst + 1})
+	println(name, "limit", first.Limit, "allowed", allowed, "of", burst,
+		"retry_after_us", last.RetryAfter, "then", later.Allowed)
+	ok := first.Allowed && allowed < burst && later.Allowed
+	if !ok {
+		println("tinygocheck: FAIL:", name)
+	}
+	return ok
+}
+
+// must returns a, or exits when its constructor rejected the parameters.
+func must[A algos.Algorithm](a A, err error) algos.Algorithm {
+	if err != nil {
+		println("tinygocheck: FAIL:", err.Error())
+		os.Exit(1)
+	}
+	return a
+}

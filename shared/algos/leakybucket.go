@@ -1,0 +1,154 @@
+package algos
+
+// Values of NewLeakyBucket's delay parameter for nginx's two usual configurations.
+const (
+	// DelayAll delays every excess request: nginx's limit_req without delay= or nodelay.
+	DelayAll int64 = 0
+	// NoDelay forwards every request within the burst at once: nginx's nodelay. Any delay ≥ burst
+	// means the same.
+	NoDelay int64 = MaxSafe
+)
+
+// LeakyBucket is nginx's limit_req: requests leak out at Rate per Period µs; up to Burst requests
+// in excess of that rate are admitted and queued, the first Delay of them forwarded at once and the
+// others held until they conform; the rest are rejected.
+//
+// nginx keeps an excess e (requests, to 1/1000) and the time of the last admitted request, and
+// decides a request by
+//
+//	e' = max(0, e − rate·(now − last) + 1);  e' > burst → reject, nothing stored
+//	otherwise store e' and last = now; hold the request (e' − delay)/rate if e' > delay
+//
+// where a fresh key starts with e' = 0. It truncates rate·ms/1000 on every call, which loses
+// leakage when requests come often. Here the same rule is kept exactly, as the time Z = last +
+// (e+1)·T (T = Period/Rate) from which a request is decided as for a fresh key; then
+// e' = (Z' − now)/T − 1 and, with C = (Burst+1)·T and F = (Delay+1)·T,
+//
+//	Z  = max(Z, now);  Z' = Z + n·T
+//	Z' − now > C → reject: RetryAfter = Z' − now − C, Never if n > Burst+1; state unchanged
+//	otherwise    → admit: store Z'; Delay = max(0, ⌈Z' − now − F⌉) (0 for a peek)
+//	Limit = Burst+1,  Remaining = ⌊(C − (Z' − now))/T⌋,  ResetAfter = TTL = ⌈Z' − now⌉
+//
+// (a rejection reports Remaining and ResetAfter from Z). This is nginx's rule for a request of
+// cost 1; a cost n counts as n requests arriving together (never cheaper than n single ones).
+// Remaining is the number of units that would still pass without rejection; ResetAfter is the
+// time until a request would again be the first of a fresh key (nginx's excess, to which a
+// request adds 1, reaches 0 one T earlier). The delay is ⌈(e' − Delay)·T⌉: the request is
+// forwarded when its excess has drained to Delay. So with rate 1 r/s and burst 5, seven requests
+// at once pass with delays 0, 1, …, 5 s and the seventh is rejected; with delay 2 the delays are
+// 0, 0, 0, 1, 2, 3 s (the on-time request and 2 excess ones pass at once); with NoDelay all six
+// pass at once. Burst 0 admits one request per T and rejects the rest.
+//
+// Request.MaxWait is not used: as in nginx the burst is the queue and Delay is mandatory shaping,
+// not an offer to wait. A caller that cannot hold requests configures NoDelay. A partial request
+// takes min(n, Remaining) units. A clock that goes back never lowers Z, so it only takes capacity
+// away.
+//
+// Z is kept exactly, as tat + frac/Rate µs, so leakage is never truncated and 3 per second is
+// exactly 3 per second.
+//
+// State: W[0] = tat (µs), W[1] = frac (0 ≤ frac < Rate).
+type LeakyBucket struct {
+	rate, period, burst, delay int64
+	capacity                   int64 // C = (Burst+1)·Period, in units of 1/Rate µs
+	free                       int64 // F = (Delay+1)·Period: no delay up to this
+	far                        int64 // Z − now beyond which (Z − now)·Rate could pass 2^53/4
+	script                     Script
+}
+
+// NewLeakyBucket returns nginx's limit_req with rate=rate/period, burst=burst and delay=delay:
+// DelayAll (0) for nginx's default, NoDelay (or any value ≥ burst) for nodelay.
+func NewLeakyBucket(rate, period, burst, delay int64) (*LeakyBucket, error) {
+	const name = "leaky_bucket"
+	if err := positive(name, "rate", rate); err != nil {
+		return nil, err
+	}
+	if err := positive(name, "period", period); err != nil {
+		return nil, err
+	}
+	if burst < 0 {
+		return nil, paramError(name, "burst", "must be at least 0, got "+itoa(burst))
+	}
+	if delay < 0 {
+		return nil, paramError(name, "delay", "must be at least 0, got "+itoa(delay))
+	}
+	// (Z' − now)·Rate reaches 2^53/4 + Rate + C: keep C and Rate below 2^53/4.
+	const bound = MaxSafe / 4
+	if err := atMost(name, "rate", rate, bound); err != nil {
+		return nil, err
+	}
+	if err := atMost(name, "period", period, bound); err != nil {
+		return nil, err
+	}
+	if burst >= bound/period {
+		return nil, paramError(name, "burst", "(burst + 1) × period must be at most "+itoa(bound)+" µs")
+	}
+	delay = min(delay, burst)
+	l := &LeakyBucket{
+		rate: rate, period: period, burst: burst, delay: delay,
+		capacity: (burst + 1) * period, free: (delay + 1) * period, far: bound / rate,
+	}
+	l.script = Script{Name: name, Args: []int64{rate, period, burst, delay}, Limit: burst + 1}
+	return l, nil
+}
+
+// Script implements Algorithm.
+func (l *LeakyBucket) Script() Script { return l.script }
+
+// Decide implements Algorithm.
+func (l *LeakyBucket) Decide(st *State, r Request) Decision {
+	now, n := r.Now, r.Cost
+	tat, frac := st.W[0], st.W[1]
+	if tat < now {
+		tat, frac = now, 0
+	}
+	d := Decision{Limit: l.burst + 1}
+	ahead := tat - now
+	if ahead > l.far {
+		// Only a clock that went far back leaves Z this far ahead: deny without touching the
+		// state; the waits are exact, computed without (Z − now)·Rate.
+		if r.Partial {
+			n = min(n, 1)
+		}
+		d.ResetAfter = ahead + min(frac, 1)
+		d.TTL = d.ResetAfter
+		d.RetryAfter = Never
+		if n <= l.burst+1 {
+			d.RetryAfter = ahead - floorDiv(l.capacity-n*l.period-frac, l.rate)
+		}
+		return d
+	}
+	used := ahead*l.rate + frac // Z − now, in 1/Rate µs
+	d.ResetAfter = ceilDiv(used, l.rate)
+	d.TTL = d.ResetAfter
+	d.Remaining = max(0, (l.capacity-used)/l.period)
+	if r.Partial && n > d.Remaining {
+		n = d.Remaining
+		if n == 0 {
+			d.RetryAfter = ceilDiv(used+l.period-l.capacity, l.rate)
+			return d
+		}
+	}
+	if n > l.burst+1 {
+		d.RetryAfter = Never
+		return d
+	}
+	next := used + n*l.period // Z' − now
+	if next > l.capacity {
+		d.RetryAfter = ceilDiv(next-l.capacity, l.rate)
+		return d
+	}
+	d.Allowed = true
+	d.Granted = n
+	if n > 0 && next > l.free {
+		d.Delay = ceilDiv(next-l.free, l.rate)
+	}
+	d.Remaining = (l.capacity - next) / l.period
+	d.ResetAfter = ceilDiv(next, l.rate)
+	d.TTL = d.ResetAfter
+	if n > 0 {
+		st.W[0] = now + next/l.rate
+		st.W[1] = next % l.rate
+	}
+	return d
+}

@@ -1,0 +1,20 @@
+package redisstore
+
+import (
+	"testing"
+
+	"github.com/diana-gw/diana/shared/algos"
+)
+
+func TestDiffSlidingWindow(t *testing.T) {
+	runDiff(t, []diffCase{
+		{name: "10 per 10 s", alg: must(algos.NewSlidingWindow(10, 10*algos.Second)), maxGap: 3 * algos.Second, maxCost: 12, backwards: true},
+		{name: "7 per 3 s, partial", alg: must(algos.NewSlidingWindow(7, 3*algos.Second)), maxGap: 2 * algos.Second, maxCost: 9, maxWait: algos.Second, partial: true, backwards: true},
+		{name: "1 per µs", alg: must(algos.NewSlidingWindow(1, 1)), maxGap: 4, maxCost: 2, partial: true, backwards: true},
+		{name: "3 per day", alg: must(algos.NewSlidingWindow(3, algos.Day)), maxGap: 8 * algos.Hour, maxCost: 4, backwards: true},
+		{name: "extreme: 1 per 2^51 µs", alg: must(algos.NewSlidingWindow(1, algos.MaxSafe/4)), maxGap: 30 * algos.Day, maxCost: 2, partial: true, backwards: true},
+		{name: "extreme: 2^51 per µs", alg: must(algos.NewSlidingWindow(algos.MaxSafe/4, 1)), maxGap: 3, maxCost: 1 << 52, partial: true, backwards: true},
+		{name: "extreme: 2^31 per 2^20 µs", alg: must(algos.NewSlidingWindow(1<<31, 1<<20)), maxGap: 1 << 20, maxCost: 1 << 32, partial: true, backwards: true},
+		{name: "banned", alg: must(algos.NewBan(must(algos.NewSlidingWindow(5, algos.Second)), 2*algos.Second)), maxGap: algos.Second, maxCost: 6, backwards: true},
+	})
+}
