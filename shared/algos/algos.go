@@ -92,11 +92,12 @@ type Algorithm interface {
 // Script names an algorithm's Lua twin in scripts/ and the arguments it takes.
 //
 // A store calls the script with KEYS = {state key, ban key (only when Ban > 0)} and
-// ARGV = {now (-1: use Redis TIME), cost, max_wait, partial (0/1), ban, limit, id, release (0/1),
-// Args...}; it replies {allowed, limit, remaining, reset_after, retry_after, delay, granted}.
+// ARGV = {MessagePack integers now (-1: use Redis TIME), cost, max_wait, flags (1 partial,
+// 2 release, 4 Log), ban, limit, Args...; the lease id}; it replies {allowed, limit, remaining,
+// reset_after, retry_after, delay, granted}.
 type Script struct {
 	Name  string  // file name without ".lua"
-	Args  []int64 // the algorithm's parameters, ARGV[9] onwards
+	Args  []int64 // the algorithm's parameters (at most 4), after the request's fields
 	Limit int64   // the Decision.Limit a ban reports while it holds
 	Ban   int64   // µs a denial bans the identity for; 0: no ban
 	Log   bool    // the state is a sorted set (State.Log), not a string of words (State.W)

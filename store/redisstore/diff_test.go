@@ -36,6 +36,7 @@ func runDiff(t *testing.T, cases []diffCase) {
 	ctx := context.Background()
 	for ci, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // the cases wait on Redis round trips, on keys of their own
 			rng := rand.New(rand.NewPCG(uint64(ci)+1, 42))
 			key := fmt.Sprintf("diff:%s:%d", c.name, ci)
 			steps := c.steps

@@ -7,6 +7,7 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -80,11 +81,20 @@ func (s *Store) Decide(ctx context.Context, key string, alg algos.Algorithm, r a
 	if s.o.CallerClock {
 		now = r.Now
 	}
-	args := make([]any, 0, 8+len(sc.Args))
-	args = append(args, now, r.Cost, r.MaxWait, flag(r.Partial), sc.Ban, sc.Limit, r.ID, flag(r.Release))
-	for _, a := range sc.Args {
-		args = append(args, a)
+	flags := int64(0)
+	if r.Partial {
+		flags |= 1
 	}
+	if r.Release {
+		flags |= 2
+	}
+	if sc.Log {
+		flags |= 4
+	}
+	buf := make([]byte, 0, 9*(6+len(sc.Args)))
+	buf = appendInts(buf, now, r.Cost, r.MaxWait, flags, sc.Ban, sc.Limit)
+	buf = appendInts(buf, sc.Args...)
+	args := []any{buf, strconv.FormatInt(r.ID, 10)}
 	stateKey, banKey := s.Keys(key)
 	keys := []string{stateKey, banKey}
 	if sc.Ban == 0 {
@@ -109,22 +119,30 @@ func (s *Store) Decide(ctx context.Context, key string, alg algos.Algorithm, r a
 func (s *Store) State(ctx context.Context, key string, alg algos.Algorithm) (algos.State, error) {
 	var st algos.State
 	stateKey, banKey := s.Keys(key)
-	if ban, err := s.c.Get(ctx, banKey).Int64(); err == nil {
-		st.Ban = ban
+	p := s.c.Pipeline()
+	ban := p.Get(ctx, banKey)
+	var words *redis.StringCmd
+	var log *redis.ZSliceCmd
+	if alg.Script().Log {
+		log = p.ZRangeWithScores(ctx, stateKey, 0, -1)
+	} else {
+		words = p.Get(ctx, stateKey)
+	}
+	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return st, fmt.Errorf("redisstore: read state of %q: %w", key, err)
+	}
+	if b, err := ban.Int64(); err == nil {
+		st.Ban = b
 	} else if !errors.Is(err, redis.Nil) {
 		return st, fmt.Errorf("redisstore: read %s: %w", banKey, err)
 	}
-	if alg.Script().Log {
-		zs, err := s.c.ZRangeWithScores(ctx, stateKey, 0, -1).Result()
-		if err != nil {
-			return st, fmt.Errorf("redisstore: read %s: %w", stateKey, err)
-		}
-		for _, z := range zs {
+	if log != nil {
+		for _, z := range log.Val() {
 			st.Log = append(st.Log, int64(z.Score))
 		}
 		return st, nil
 	}
-	v, err := s.c.Get(ctx, stateKey).Result()
+	v, err := words.Result()
 	if errors.Is(err, redis.Nil) {
 		return st, nil
 	}
@@ -142,9 +160,15 @@ func (s *Store) State(ctx context.Context, key string, alg algos.Algorithm) (alg
 	return st, nil
 }
 
-func flag(b bool) int {
-	if b {
-		return 1
+// appendInts appends vs as MessagePack integers: a positive fixint below 128, else an int 64.
+func appendInts(b []byte, vs ...int64) []byte {
+	for _, v := range vs {
+		if v >= 0 && v < 128 {
+			b = append(b, byte(v))
+			continue
+		}
+		b = append(b, 0xd3)
+		b = binary.BigEndian.AppendUint64(b, uint64(v))
 	}
-	return 0
+	return b
 }

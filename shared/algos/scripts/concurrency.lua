@@ -1,8 +1,8 @@
 -- Concurrency limit: the twin of Concurrency.Decide in shared/algos/concurrency.go.
 -- KEYS[1] is a sorted set with one member "id:k" per slot k = 1..cost of each lease, scored with
--- the lease's expiry (µs), so ZCARD counts the slots in flight. Numbers go to Redis through int():
--- Lua would print a large number as %.14g and lose digits.
-local max, lease_ttl = tonumber(ARGV[9]), tonumber(ARGV[10])
+-- the lease's expiry (µs), so ZCARD counts the slots in flight. Numbers go to Redis formatted
+-- with '%d': Lua would print a large number as %.14g and lose digits.
+local max, lease_ttl = p1, p2
 
 -- The latest expiry, or nil when nothing is in flight.
 local function latest()
@@ -12,39 +12,37 @@ end
 
 -- Adds the slots of lease id with expiry e.
 local function add(k, e)
-  for i = 1, k do redis.call('ZADD', KEYS[1], int(e), id .. ':' .. i) end
+  for i = 1, k do redis.call('ZADD', KEYS[1], string.format('%d', e), id .. ':' .. i) end
 end
 
-local function decide()
-  local changed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', int(now)) > 0
-  local last = latest()
-  -- Take lease id out (held slots, expiry); a take puts it back if denied.
-  local held, old = 0, nil
-  if release or cost > 0 then
-    old = redis.call('ZSCORE', KEYS[1], id .. ':1')
-    while old and redis.call('ZREM', KEYS[1], id .. ':' .. (held + 1)) == 1 do held = held + 1 end
-  end
-  -- Taking out the last member deletes the key and its TTL: the epilogue must set it again.
-  changed = changed or held > 0
-  local used = redis.call('ZCARD', KEYS[1])
-  local allowed, retry, granted = 1, 0, 0
-  if release then
-    -- done: lease id is out
-  elseif cost > max then
-    allowed, retry = 0, -1
-  elseif cost > 0 then
-    local need = used + cost - max
-    if need > 0 then
-      allowed = 0
-      retry = tonumber(redis.call('ZRANGE', KEYS[1], need - 1, need - 1, 'WITHSCORES')[2]) - now
-    else
-      add(cost, math.max(now + lease_ttl, last or 0))
-      granted, changed = cost, true
-    end
-  end
-  if held > 0 and not release and allowed == 0 then add(held, tonumber(old)) end
-  last = latest()
-  local reset = 0
-  if last then reset = last - now end
-  return {allowed, max, max - redis.call('ZCARD', KEYS[1]), reset, retry, 0, granted, reset}, changed
+local changed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now)) > 0
+local last = latest()
+-- Take lease id out (held slots, expiry); a take puts it back if denied.
+local held, old = 0, nil
+if release or cost > 0 then
+  old = redis.call('ZSCORE', KEYS[1], id .. ':1')
+  while old and redis.call('ZREM', KEYS[1], id .. ':' .. (held + 1)) == 1 do held = held + 1 end
 end
+-- Taking out the last member deletes the key and its TTL: finish must set it again.
+changed = changed or held > 0
+local used = redis.call('ZCARD', KEYS[1])
+local allowed, retry, granted = 1, 0, 0
+if release then
+  -- done: lease id is out
+elseif cost > max then
+  allowed, retry = 0, -1
+elseif cost > 0 then
+  local need = used + cost - max
+  if need > 0 then
+    allowed = 0
+    retry = tonumber(redis.call('ZRANGE', KEYS[1], need - 1, need - 1, 'WITHSCORES')[2]) - now
+  else
+    add(cost, math.max(now + lease_ttl, last or 0))
+    granted, changed = cost, true
+  end
+end
+if held > 0 and not release and allowed == 0 then add(held, tonumber(old)) end
+last = latest()
+local reset = 0
+if last then reset = last - now end
+return finish({allowed, max, max - redis.call('ZCARD', KEYS[1]), reset, retry, 0, granted, reset}, changed)

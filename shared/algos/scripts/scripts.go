@@ -1,6 +1,6 @@
 // Package scripts holds the Redis Lua twin of every algorithm in shared/algos, one file per
-// algorithm, each wrapped at load time between prelude.lua (arguments, time, helpers) and
-// epilogue.lua (ban and write-back). Only Redis stores import it, so the wasm build stays small.
+// algorithm, each preceded at load time by prelude.lua (arguments, time, ban check, helpers,
+// write-back). Only Redis stores import it, so the wasm build stays small.
 package scripts
 
 import (
@@ -19,8 +19,7 @@ func Source(name string) (string, error) {
 		return "", fmt.Errorf("no Lua script for algorithm %q", name)
 	}
 	prelude, _ := files.ReadFile("prelude.lua")
-	epilogue, _ := files.ReadFile("epilogue.lua")
-	return string(prelude) + string(body) + string(epilogue), nil
+	return string(prelude) + string(body), nil
 }
 
 // Names lists the algorithms that have a script.
@@ -29,7 +28,7 @@ func Names() []string {
 	var names []string
 	for _, e := range entries {
 		name := strings.TrimSuffix(e.Name(), ".lua")
-		if name != "prelude" && name != "epilogue" {
+		if name != "prelude" {
 			names = append(names, name)
 		}
 	}
