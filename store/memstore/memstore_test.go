@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/diana-gw/diana/internal/algotest"
 	"github.com/diana-gw/diana/shared/algos"
 )
 
@@ -46,26 +47,47 @@ func TestDecideUsesClockAndKeepsState(t *testing.T) {
 	}
 }
 
-// TestConcurrentExact: goroutines racing on one key are admitted exactly up to the limit.
+// TestConcurrentExact: goroutines racing on one key are admitted exactly up to the limit, for
+// every algorithm.
 func TestConcurrentExact(t *testing.T) {
-	s, _ := newStore(0)
-	g := gcra(t, 1, algos.Hour, 100) // no refill within the test: the clock stands still
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range 50 {
-				if s.Decide("hot", g, algos.Request{Cost: 1}).Allowed {
-					admitted.Add(1)
-				}
+	for _, l := range algotest.Exact() {
+		t.Run(l.Name, func(t *testing.T) {
+			s, _ := newStore(0) // the clock stands still: nothing refills
+			var admitted, id atomic.Int64
+			var wg sync.WaitGroup
+			for range 32 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 20 {
+						if s.Decide("hot", l.Alg, algos.Request{Cost: 1, ID: id.Add(1)}).Allowed {
+							admitted.Add(1)
+						}
+					}
+				}()
 			}
-		}()
+			wg.Wait()
+			if got := admitted.Load(); got != l.Admits {
+				t.Fatalf("admitted %d of 640, want exactly %d", got, l.Admits)
+			}
+		})
 	}
-	wg.Wait()
-	if got := admitted.Load(); got != 100 {
-		t.Fatalf("admitted %d of 1600, want exactly 100", got)
+}
+
+// TestNegativeCostTakesNothing: a negative cost is a peek, never a refund.
+func TestNegativeCostTakesNothing(t *testing.T) {
+	for _, l := range algotest.Exact() {
+		s, _ := newStore(0)
+		var admitted int64
+		for i := range 2 * l.Admits {
+			s.Decide("k", l.Alg, algos.Request{Cost: -5, ID: int64(i)})
+			if s.Decide("k", l.Alg, algos.Request{Cost: 1, ID: int64(i) + 1000}).Allowed {
+				admitted++
+			}
+		}
+		if admitted != l.Admits {
+			t.Errorf("%s: admitted %d with negative costs in between, want %d", l.Name, admitted, l.Admits)
+		}
 	}
 }
 

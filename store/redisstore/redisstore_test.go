@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/diana-gw/diana/internal/algotest"
 	"github.com/diana-gw/diana/internal/redistest"
 	"github.com/diana-gw/diana/shared/algos"
 )
@@ -133,32 +134,36 @@ func TestCluster(t *testing.T) {
 	}
 }
 
-// TestConcurrentExact: clients racing on one key in Redis are admitted exactly up to the limit.
+// TestConcurrentExact: clients racing on one key in Redis are admitted exactly up to the limit,
+// for every algorithm.
 func TestConcurrentExact(t *testing.T) {
 	srv := redistest.Start(t)
 	s := New(srv.Client(), Options{})
-	g := must(algos.NewGCRA(1, algos.Hour, 100))
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range 25 {
-				d, err := s.Decide(context.Background(), "hot", g, algos.Request{Cost: 1})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if d.Allowed {
-					admitted.Add(1)
-				}
+	for _, l := range algotest.Exact() {
+		t.Run(l.Name, func(t *testing.T) {
+			var admitted, id atomic.Int64
+			var wg sync.WaitGroup
+			for range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 15 {
+						d, err := s.Decide(context.Background(), "hot:"+l.Name, l.Alg, algos.Request{Cost: 1, ID: id.Add(1)})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if d.Allowed {
+							admitted.Add(1)
+						}
+					}
+				}()
 			}
-		}()
-	}
-	wg.Wait()
-	if got := admitted.Load(); got != 100 {
-		t.Fatalf("admitted %d of 400, want exactly 100", got)
+			wg.Wait()
+			if got := admitted.Load(); got != l.Admits {
+				t.Fatalf("admitted %d of 240, want exactly %d", got, l.Admits)
+			}
+		})
 	}
 }
 
