@@ -1,7 +1,7 @@
 GO ?= go
 TINYGO_FLAGS = -scheduler=none -target=wasip1 -buildmode=wasi-legacy -no-debug
 
-.PHONY: test vet deps bench tinygo tinygo-check
+.PHONY: test vet deps bench bench-redis-cpu tinygo tinygo-check
 
 ## test: every test with the race detector, and the algorithms built and run under TinyGo.
 ## Installs redis-server (and TinyGo's Debian packages) when missing.
@@ -30,3 +30,8 @@ tinygo-check:
 	@command -v node >/dev/null || { echo "node is needed to run bin/tinygocheck.wasm"; exit 1; }
 	@node --no-warnings -e 'const {WASI}=require("node:wasi");const w=new WASI({version:"preview1"});WebAssembly.instantiate(require("fs").readFileSync(process.argv[1]),w.getImportObject()).then(({instance})=>process.exit(w.start(instance)))' bin/tinygocheck.wasm
 	@ls -l bin/tinygocheck.wasm
+
+## bench-redis-cpu: Redis CPU per decision of each script, in instructions counted by callgrind
+bench-redis-cpu: deps
+	@command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; }
+	$(GO) run ./bench/rediscpu

@@ -93,7 +93,7 @@ type Algorithm interface {
 //
 // A store calls the script with KEYS = {state key, ban key (only when Ban > 0)} and
 // ARGV = {MessagePack integers now (-1: use Redis TIME), cost, max_wait, flags (1 partial,
-// 2 release, 4 Log), ban, limit, Args...; the lease id}; it replies {allowed, limit, remaining,
+// 2 release, 4 Log), ban, limit, Args...; the lease id, if any}; it replies {allowed, limit, remaining,
 // reset_after, retry_after, delay, granted}.
 type Script struct {
 	Name  string  // file name without ".lua"

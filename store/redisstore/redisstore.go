@@ -94,7 +94,10 @@ func (s *Store) Decide(ctx context.Context, key string, alg algos.Algorithm, r a
 	buf := make([]byte, 0, 9*(6+len(sc.Args)))
 	buf = appendInts(buf, now, r.Cost, r.MaxWait, flags, sc.Ban, sc.Limit)
 	buf = appendInts(buf, sc.Args...)
-	args := []any{buf, strconv.FormatInt(r.ID, 10)}
+	args := []any{buf}
+	if r.ID != 0 {
+		args = append(args, strconv.FormatInt(r.ID, 10))
+	}
 	stateKey, banKey := s.Keys(key)
 	keys := []string{stateKey, banKey}
 	if sc.Ban == 0 {

@@ -3,12 +3,12 @@
 -- ARGV[1]: MessagePack integers now (µs; -1: Redis TIME), cost, max_wait, flags (1 partial,
 -- 2 release, 4 the state is a sorted set), ban (µs), limit, then the algorithm's parameters
 -- p1..p4. One unpack costs Redis far less CPU than a tonumber (strtod) per argument.
--- ARGV[2]: the lease id (concurrency).
+-- ARGV[2]: the lease id (concurrency), when there is one.
 -- Redis runs this on its one thread for every decision, so it is written for its CPU: no
 -- closures but one (each costs about as much as a GET), no tables but the reply.
 -- All numbers stay below 2^53, where Lua's doubles are exact integers.
 local now, cost, max_wait, flags, ban, limit, p1, p2, p3, p4 = cmsgpack.unpack(ARGV[1])
-local id = ARGV[2]
+local id = ARGV[2] or '0'
 local partial, release = flags % 2 == 1, flags % 4 >= 2
 local pad = 0
 if now < 0 then

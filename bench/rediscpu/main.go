@@ -1,0 +1,188 @@
+// Command rediscpu measures the Redis CPU each limiter's script costs per decision, in machine
+// instructions counted by valgrind's callgrind: unlike INFO commandstats' usec_per_call, the count
+// does not move with what else the machine is doing, so two scripts compare exactly.
+//
+// It starts redis-server under callgrind on a free loopback port, and for each limiter makes
+// warm-up calls, zeroes the counters, makes N decisions over 1,000 keys, and dumps the counters.
+//
+//	go run ./bench/rediscpu [-n 2000]
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/store/redisstore"
+)
+
+func main() {
+	n := flag.Int("n", 2000, "decisions per limiter")
+	flag.Parse()
+	if err := run(*n); err != nil {
+		fmt.Fprintln(os.Stderr, "rediscpu:", err)
+		os.Exit(1)
+	}
+}
+
+// limiter is one decision function under test.
+type limiter struct {
+	name   string
+	decide func(ctx context.Context, key string) error
+}
+
+func run(n int) error {
+	for _, tool := range []string{"valgrind", "callgrind_control", "redis-server"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%s is needed (Debian packages valgrind, redis-server): %w", tool, err)
+		}
+	}
+	dir, err := os.MkdirTemp("", "rediscpu")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	srv := exec.Command("valgrind", "--tool=callgrind", "--callgrind-out-file="+filepath.Join(dir, "cg.%p"),
+		"redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	if err := srv.Start(); err != nil {
+		return err
+	}
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	pid := strconv.Itoa(srv.Process.Pid)
+
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if conn, err := net.Dial("tcp", addr); err == nil {
+			conn.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redis-server under callgrind did not listen within 60 s")
+		}
+	}
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 10 * time.Second})
+	defer c.Close()
+
+	fmt.Printf("Redis CPU per decision, machine instructions (callgrind), %d decisions over 1,000 keys\n\n", n)
+	fmt.Printf("| limiter | instructions/decision |\n| --- | ---: |\n")
+	for _, lim := range limiters(c) {
+		for i := range 100 {
+			if err := lim.decide(ctx, "warm"+strconv.Itoa(i)); err != nil {
+				return fmt.Errorf("%s: %w", lim.name, err)
+			}
+		}
+		if err := exec.Command("callgrind_control", "-z", pid).Run(); err != nil {
+			return fmt.Errorf("callgrind_control -z: %w", err)
+		}
+		for i := range n {
+			if err := lim.decide(ctx, "k"+strconv.Itoa(i%1000)); err != nil {
+				return fmt.Errorf("%s: %w", lim.name, err)
+			}
+		}
+		ir, err := dump(dir, pid)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("| %s | %.0f |\n", lim.name, float64(ir)/float64(n))
+	}
+	return nil
+}
+
+// limiters are the anchor and Diana's algorithms, each with a limit that admits most decisions.
+func limiters(c *redis.Client) []limiter {
+	rr := redis_rate.NewLimiter(c)
+	rrLimit := redis_rate.Limit{Rate: 1_000_000, Burst: 1000, Period: time.Second}
+	out := []limiter{{"go-redis/redis_rate v10 (GCRA)", func(ctx context.Context, key string) error {
+		_, err := rr.Allow(ctx, "rr:"+key, rrLimit)
+		return err
+	}}}
+	s := redisstore.New(c, redisstore.Options{})
+	for _, a := range []struct {
+		name string
+		alg  algos.Algorithm
+	}{
+		{"Diana GCRA", must(algos.NewGCRA(1_000_000, algos.Second, 1000))},
+		{"Diana GCRA + ban", must(algos.NewBan(must(algos.NewGCRA(1_000_000, algos.Second, 1000)), algos.Second))},
+		{"Diana fixed window", must(algos.NewFixedWindow(1_000_000, algos.Second))},
+		{"Diana sliding window", must(algos.NewSlidingWindow(1_000_000, algos.Second))},
+		{"Diana sliding log", must(algos.NewSlidingLog(algos.MaxLogLimit, algos.Second))},
+		{"Diana leaky bucket", must(algos.NewLeakyBucket(1_000_000, algos.Second, 1000, algos.NoDelay))},
+		{"Diana warm-up", must(algos.NewWarmUp(1_000_000, algos.Second, algos.Second))},
+		{"Diana concurrency (take)", must(algos.NewConcurrency(algos.MaxConcurrency, algos.Second))},
+	} {
+		var id int64 // lease ids for the concurrency limit; 0 (none) for the others
+		out = append(out, limiter{a.name, func(ctx context.Context, key string) error {
+			if a.alg.Script().Log {
+				id++
+			}
+			_, err := s.Decide(ctx, a.name+":"+key, a.alg, algos.Request{Cost: 1, ID: id})
+			return err
+		}})
+	}
+	return out
+}
+
+func must(a algos.Algorithm, err error) algos.Algorithm {
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
+
+// dump asks callgrind for a dump and returns the instructions counted since the last zeroing.
+func dump(dir, pid string) (int64, error) {
+	before, _ := filepath.Glob(filepath.Join(dir, "cg."+pid+".*"))
+	if err := exec.Command("callgrind_control", "-d", pid).Run(); err != nil {
+		return 0, fmt.Errorf("callgrind_control -d: %w", err)
+	}
+	after, _ := filepath.Glob(filepath.Join(dir, "cg."+pid+".*"))
+	if len(after) != len(before)+1 {
+		return 0, fmt.Errorf("callgrind wrote %d dumps, want 1", len(after)-len(before))
+	}
+	newest := ""
+	for _, f := range after {
+		if !contains(before, f) {
+			newest = f
+		}
+	}
+	f, err := os.Open(newest)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "summary: "); ok {
+			return strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no summary line in %s", newest)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
