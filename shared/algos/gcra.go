@@ -76,37 +76,46 @@ func (g *GCRA) Decide(st *State, r Request) Decision {
 		return d
 	}
 	used := ahead*g.rate + frac // TAT − now, in 1/Rate µs
-	d.ResetAfter = ceilDiv(used, g.rate)
-	d.TTL = d.ResetAfter
-	d.Remaining = max(0, (g.bp-used)/g.period)
-	if r.Partial && n > d.Remaining {
-		n = d.Remaining
-		if n == 0 {
-			d.RetryAfter = ceilDiv(used+g.period-g.bp, g.rate)
-			return d
+	if r.Partial {
+		if avail := max(0, (g.bp-used)/g.period); n > avail {
+			n = avail
+			if n == 0 {
+				return g.deny(used, ceilDiv(used+g.period-g.bp, g.rate))
+			}
 		}
 	}
 	if n > g.burst {
-		d.RetryAfter = Never
-		return d
+		return g.deny(used, Never)
 	}
 	next := used + n*g.period // TAT' − now
 	if next > g.bp {
 		wait := ceilDiv(next-g.bp, g.rate)
 		if wait > r.MaxWait {
-			d.RetryAfter = wait
-			return d
+			return g.deny(used, wait)
 		}
 		d.Delay = wait
 	}
+	q, rem := next/g.rate, next%g.rate // one division: the hot path has two
 	d.Allowed = true
 	d.Granted = n
 	d.Remaining = max(0, (g.bp-next)/g.period)
-	d.ResetAfter = ceilDiv(next, g.rate)
+	d.ResetAfter = q + min(rem, 1)
 	d.TTL = d.ResetAfter
 	if n > 0 {
-		st.W[0] = now + next/g.rate
-		st.W[1] = next % g.rate
+		st.W[0] = now + q
+		st.W[1] = rem
 	}
 	return d
+}
+
+// deny reports a denial, the state unchanged, with TAT − now = used/Rate µs.
+func (g *GCRA) deny(used, retry int64) Decision {
+	reset := ceilDiv(used, g.rate)
+	return Decision{
+		Limit:      g.burst,
+		Remaining:  max(0, (g.bp-used)/g.period),
+		ResetAfter: reset,
+		RetryAfter: retry,
+		TTL:        reset,
+	}
 }

@@ -181,3 +181,31 @@ func TestKeysUnique(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryKeyHasTTL: whatever an algorithm's script writes, on Redis's own clock, expires.
+func TestEveryKeyHasTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	s := New(c, Options{})
+	ctx := context.Background()
+	for _, l := range algotest.Exact() {
+		alg := must(algos.NewBan(l.Alg, algos.Minute))
+		for i := range l.Admits + 1 { // the last one is denied and bans
+			if _, err := s.Decide(ctx, "ttl:"+l.Name, alg, algos.Request{Cost: 1, ID: int64(i) + 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	keys, err := c.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) < 2*len(algotest.Exact()) {
+		t.Fatalf("only %d keys written: %v", len(keys), keys)
+	}
+	for _, k := range keys {
+		if ttl := c.PTTL(ctx, k).Val(); ttl <= 0 {
+			t.Errorf("%s has no TTL (%v)", k, ttl)
+		}
+	}
+}
