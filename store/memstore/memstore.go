@@ -68,10 +68,13 @@ func New(o Options) *Store {
 
 // Decide applies r to the identity key under alg, at the store's clock (r.Now is ignored).
 func (s *Store) Decide(key string, alg algos.Algorithm, r algos.Request) algos.Decision {
+	r = r.Bounded()
+	// Read the clock outside the lock, to keep the lock short. A request that then waits for the
+	// lock behind a later one decides with an earlier time: the algorithms treat that as a clock
+	// going back, which never adds capacity.
+	r.Now = s.now()
 	sh := &s.shards[maphash.String(s.seed, key)&(shardCount-1)]
 	sh.mu.Lock()
-	r = r.Bounded()
-	r.Now = s.now()
 	e := sh.m[key]
 	if e == nil {
 		var fresh entry
