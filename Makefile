@@ -7,6 +7,7 @@ TINYGO_FLAGS = -scheduler=none -target=wasip1 -buildmode=wasi-legacy -no-debug
 ## Installs redis-server (and TinyGo's Debian packages) when missing.
 test: deps vet tinygo-check
 	$(GO) test -race -count=1 -parallel 4 ./...
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./bench/ # the benchmarks still run
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
