@@ -132,7 +132,7 @@ func BenchmarkRedis(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.ReportMetric(stats["evalsha"], "redis-µs/call")
+		b.ReportMetric(stats["evalsha"].UsecPerCall, "redis-µs/call")
 	}
 	b.Run("diana", func(b *testing.B) {
 		s, g := redisstore.New(c, redisstore.Options{}), gcra(b)

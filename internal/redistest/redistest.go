@@ -134,25 +134,37 @@ func (s *Server) Pause() { s.cmd.Process.Signal(syscall.SIGSTOP) }
 // Resume continues a paused server.
 func (s *Server) Resume() { s.cmd.Process.Signal(syscall.SIGCONT) }
 
-// CommandStats returns INFO commandstats as a map from command name to usec_per_call.
-func (s *Server) CommandStats(ctx context.Context) (map[string]float64, error) {
+// CommandStat is one line of INFO commandstats.
+type CommandStat struct {
+	Calls       int64
+	UsecPerCall float64
+}
+
+// CommandStats returns INFO commandstats by command name ("evalsha", "get", ...).
+func (s *Server) CommandStats(ctx context.Context) (map[string]CommandStat, error) {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr})
 	defer c.Close()
 	info, err := c.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]float64{}
+	out := map[string]CommandStat{}
 	for _, line := range strings.Split(info, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
 		if !ok || !strings.HasPrefix(name, "cmdstat_") {
 			continue
 		}
+		var st CommandStat
 		for _, kv := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(kv, "usec_per_call="); ok {
-				out[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.ParseFloat(v, 64)
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				st.Calls, _ = strconv.ParseInt(v, 10, 64)
+			case "usec_per_call":
+				st.UsecPerCall, _ = strconv.ParseFloat(v, 64)
 			}
 		}
+		out[strings.TrimPrefix(name, "cmdstat_")] = st
 	}
 	return out, nil
 }

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -207,5 +208,62 @@ func TestEveryKeyHasTTL(t *testing.T) {
 		if ttl := c.PTTL(ctx, k).Val(); ttl <= 0 {
 			t.Errorf("%s has no TTL (%v)", k, ttl)
 		}
+	}
+}
+
+// TestOneRoundTrip: a decision is one round trip, an EVALSHA, whatever the algorithm: the client
+// sends nothing else, and Redis counts one evalsha per decision.
+func TestOneRoundTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	s := New(c, Options{})
+	ctx := context.Background()
+	for _, l := range algotest.Exact() { // load every script first: the first call of each is an EVAL
+		if _, err := s.Decide(ctx, "warm:"+l.Name, l.Alg, algos.Request{Cost: 1, ID: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sent := &sentCommands{}
+	c.AddHook(sent)
+	const n = 50
+	for _, l := range algotest.Exact() {
+		for i := range n {
+			if _, err := s.Decide(ctx, "k:"+l.Name, l.Alg, algos.Request{Cost: 1, ID: int64(i) + 2}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	want := n * len(algotest.Exact())
+	if len(sent.names) != want || slices.ContainsFunc(sent.names, func(s string) bool { return s != "evalsha" }) {
+		t.Fatalf("%d decisions sent %d round trips (%v), want one evalsha each", want, len(sent.names), slices.Compact(sent.names))
+	}
+	stats, err := srv.CommandStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := stats["evalsha"].Calls; got != int64(want) {
+		t.Fatalf("Redis counted %d evalsha, want %d", got, want)
+	}
+}
+
+// sentCommands records what a client sends, one name per round trip.
+type sentCommands struct{ names []string }
+
+func (h *sentCommands) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *sentCommands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.names = append(h.names, cmd.Name())
+		return next(ctx, cmd)
+	}
+}
+
+func (h *sentCommands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.names = append(h.names, "pipeline")
+		return next(ctx, cmds)
 	}
 }
