@@ -107,6 +107,26 @@ func (s *Store) Len() int {
 	return n
 }
 
+// Sweep drops the entries whose state has expired and returns how many it dropped. Expired
+// entries already decide as fresh ones and make room when the store is full; sweeping now and
+// then also gives their memory back after a burst of distinct keys. It locks one shard at a time.
+func (s *Store) Sweep() int {
+	now := s.now()
+	dropped := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if e.expires <= now {
+				delete(sh.m, k)
+				dropped++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return dropped
+}
+
 // insert adds e, first making room if the shard is full.
 func (sh *shard) insert(key string, e *entry, now int64) {
 	if len(sh.m) >= sh.max {

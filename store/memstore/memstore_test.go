@@ -159,3 +159,27 @@ func TestZeroAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per decision on a known key, want 0", n)
 	}
 }
+
+// TestSweep drops exactly the expired entries.
+func TestSweep(t *testing.T) {
+	s, c := newStore(0)
+	short := gcra(t, 1, algos.Second, 1)
+	long := gcra(t, 1, algos.Hour, 1)
+	for i := range 100 {
+		s.Decide("short"+strconv.Itoa(i), short, algos.Request{Cost: 1})
+		s.Decide("long"+strconv.Itoa(i), long, algos.Request{Cost: 1})
+	}
+	if n := s.Sweep(); n != 0 {
+		t.Fatalf("swept %d live entries", n)
+	}
+	c.now.Add(algos.Second)
+	if n := s.Sweep(); n != 100 {
+		t.Fatalf("swept %d, want the 100 expired entries", n)
+	}
+	if n := s.Len(); n != 100 {
+		t.Fatalf("%d entries left, want 100", n)
+	}
+	if d := s.Decide("long7", long, algos.Request{Cost: 1}); d.Allowed {
+		t.Fatal("a live entry lost its state")
+	}
+}
