@@ -6,8 +6,8 @@ TINYGO_FLAGS = -scheduler=none -target=wasip1 -buildmode=wasi-legacy -no-debug
 ## test: every test with the race detector, and the algorithms built and run under TinyGo.
 ## Installs redis-server (and TinyGo's Debian packages) when missing.
 test: deps vet tinygo-check
-	$(GO) test -race -count=1 -parallel 4 ./...
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./bench/ # the benchmarks still run
+	$(GO) test -race -count=1 -parallel 4 ./...
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \

@@ -1,7 +1,7 @@
 // Command tinygocheck proves that shared/algos compiles and runs under TinyGo, as the wasm filter
 // needs it to:
 //
-//	tinygo build -o /tmp/x.wasm -scheduler=none -target=wasip1 -buildmode=wasi-legacy -no-debug ./build/tinygocheck
+//	tinygo build -o bin/tinygocheck.wasm -scheduler=none -target=wasip1 -buildmode=wasi-legacy -no-debug ./build/tinygocheck
 //
 // It builds every algorithm, decides a burst of requests on a fresh state of each, and exits 1 if
 // a decision is implausible (the first request of a burst denied, no request of the burst denied,
