@@ -1,7 +1,13 @@
 // Package algotest lists configured limits that tests of the stores share.
 package algotest
 
-import "github.com/diana-gw/diana/shared/algos"
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/diana-gw/diana/shared/algos"
+)
 
 // Limit is a configured algorithm and the number of unit requests it admits from a fresh state
 // within a few seconds (no refill is due before an hour has passed).
@@ -30,4 +36,29 @@ func must(a algos.Algorithm, err error) algos.Algorithm {
 		panic(err)
 	}
 	return a
+}
+
+// Race makes goroutines × each concurrent requests of cost 1, with unique IDs, through decide and
+// returns how many were admitted. An error from decide fails the test.
+func Race(t testing.TB, goroutines, each int, decide func(algos.Request) (algos.Decision, error)) int64 {
+	var admitted, id atomic.Int64
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				d, err := decide(algos.Request{Cost: 1, ID: id.Add(1)})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return admitted.Load()
 }

@@ -2,7 +2,6 @@ package memstore
 
 import (
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -53,22 +52,11 @@ func TestConcurrentExact(t *testing.T) {
 	for _, l := range algotest.Exact() {
 		t.Run(l.Name, func(t *testing.T) {
 			s, _ := newStore(0) // the clock stands still: nothing refills
-			var admitted, id atomic.Int64
-			var wg sync.WaitGroup
-			for range 32 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for range 20 {
-						if s.Decide("hot", l.Alg, algos.Request{Cost: 1, ID: id.Add(1)}).Allowed {
-							admitted.Add(1)
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			if got := admitted.Load(); got != l.Admits {
-				t.Fatalf("admitted %d of 640, want exactly %d", got, l.Admits)
+			admitted := algotest.Race(t, 32, 20, func(r algos.Request) (algos.Decision, error) {
+				return s.Decide("hot", l.Alg, r), nil
+			})
+			if admitted != l.Admits {
+				t.Fatalf("admitted %d of 640, want exactly %d", admitted, l.Admits)
 			}
 		})
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -142,27 +140,11 @@ func TestConcurrentExact(t *testing.T) {
 	s := New(srv.Client(), Options{})
 	for _, l := range algotest.Exact() {
 		t.Run(l.Name, func(t *testing.T) {
-			var admitted, id atomic.Int64
-			var wg sync.WaitGroup
-			for range 16 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for range 15 {
-						d, err := s.Decide(context.Background(), "hot:"+l.Name, l.Alg, algos.Request{Cost: 1, ID: id.Add(1)})
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						if d.Allowed {
-							admitted.Add(1)
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			if got := admitted.Load(); got != l.Admits {
-				t.Fatalf("admitted %d of 240, want exactly %d", got, l.Admits)
+			admitted := algotest.Race(t, 16, 15, func(r algos.Request) (algos.Decision, error) {
+				return s.Decide(context.Background(), "hot:"+l.Name, l.Alg, r)
+			})
+			if admitted != l.Admits {
+				t.Fatalf("admitted %d of 240, want exactly %d", admitted, l.Admits)
 			}
 		})
 	}
