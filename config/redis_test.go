@@ -1,0 +1,138 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/diana-gw/diana/internal/redistest"
+)
+
+// The loader polls once an hour here, so every change below arrives through the watch: a
+// message on the channel, a (re)subscription, or the loss of the subscription.
+func TestLoaderRedis(t *testing.T) {
+	ctx := context.Background()
+	rs := redistest.Start(t)
+	rc := rs.Client()
+	path := filepath.Join(t.TempDir(), "diana.yaml")
+	fileFrom := "file " + path
+	writeFile(t, path, doc("file1"))
+	remote := &Redis{Client: rc, Key: "diana:config", Channel: "diana:config:changed"}
+	remFrom := "redis diana:config"
+	l, r := newTestLoader(path, remote, time.Hour)
+
+	// No key yet: the file applies, and the report tells that the remote has no document.
+	if err := l.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.last(); got != (applied{"file1", fileFrom}) {
+		t.Fatalf("after Load, applied %+v", got)
+	}
+	r.waitReport(t, 0, remFrom, func(err error) bool {
+		return errors.Is(err, ErrNoConfig) && err.Error() == "redis GET diana:config: no config document"
+	})
+	run(t, l)
+
+	publish := func(body string) {
+		t.Helper()
+		if err := rc.Set(ctx, "diana:config", body, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rc.Publish(ctx, "diana:config:changed", "x").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Whether the watch has subscribed yet or not, the change arrives: by the message, or by
+	// the fetch that follows the subscription.
+	publish(doc("redis1"))
+	r.waitApply(t, "redis1", remFrom)
+
+	// Now the subscription is up: only the message can bring this one.
+	publish(doc("redis2"))
+	r.waitApply(t, "redis2", remFrom)
+
+	// Invalid: rejected, the last good remote config stays.
+	mark := r.reportCount()
+	publish("version: 1\nname: redis3\nname: again\n")
+	r.waitReport(t, mark, remFrom, errContains(`redis diana:config: line 3: duplicate key "name" (first at line 2)`))
+	settle(l)
+	if got := r.last(); got != (applied{"redis2", remFrom}) {
+		t.Fatalf("after an invalid document, applied %+v", got)
+	}
+	publish(doc("redis2"))
+	r.waitReport(t, mark, remFrom, noError)
+
+	// Redis goes away: the lost subscription triggers a check, and the file applies.
+	rs.Stop()
+	r.waitApply(t, "file1", fileFrom)
+
+	// Redis comes back empty: the watch subscribes again, the key is missing, the file stays.
+	mark = r.reportCount()
+	rs.Restart()
+	r.waitReport(t, mark, remFrom, func(err error) bool { return errors.Is(err, ErrNoConfig) })
+	if got := r.last(); got != (applied{"file1", fileFrom}) {
+		t.Fatalf("with the key missing, applied %+v", got)
+	}
+	// The same document as before is set again: the remote applies again.
+	publish(doc("redis2"))
+	r.waitApply(t, "redis2", remFrom)
+	if n := r.overlapCount(); n != 0 {
+		t.Fatalf("Apply overlapped itself %d times", n)
+	}
+}
+
+func TestRedisFetch(t *testing.T) {
+	ctx := context.Background()
+	rs := redistest.Start(t)
+	rc := rs.Client()
+	rem := &Redis{Client: rc, Key: "k"}
+	if _, _, err := rem.Fetch(ctx); !errors.Is(err, ErrNoConfig) {
+		t.Fatalf("missing key: %v, want ErrNoConfig", err)
+	}
+	steps := []struct {
+		value   string
+		changed bool
+	}{{"a: 1", true}, {"a: 1", false}, {"a: 2", true}, {"a: 1", true}}
+	for i, s := range steps {
+		rc.Set(ctx, "k", s.value, 0)
+		data, changed, err := rem.Fetch(ctx)
+		if err != nil || changed != s.changed || (changed && string(data) != s.value) {
+			t.Fatalf("step %d: Fetch = %q, %v, %v; want changed %v", i, data, changed, err, s.changed)
+		}
+	}
+	rc.Set(ctx, "k", strings.Repeat("#", MaxSize+1), 0)
+	if _, _, err := rem.Fetch(ctx); err == nil || err.Error() != "redis GET k: document larger than 4194304 bytes (4 MiB)" {
+		t.Fatalf("large value: %v", err)
+	}
+	rs.Stop()
+	if _, _, err := rem.Fetch(ctx); err == nil || errors.Is(err, ErrNoConfig) || !strings.HasPrefix(err.Error(), "redis GET k: ") {
+		t.Fatalf("stopped server: %v", err)
+	}
+}
+
+// Watch returns when its context ends, also while Redis is down.
+func TestRedisWatchStops(t *testing.T) {
+	rs := redistest.Start(t)
+	rem := &Redis{Client: rs.Client(), Key: "k", Channel: "c"}
+	for _, down := range []bool{false, true} {
+		if down {
+			rs.Stop()
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			rem.Watch(ctx, func() {})
+			close(done)
+		}()
+		time.Sleep(50 * time.Millisecond)
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(waitLimit):
+			t.Fatalf("Watch did not return after its context ended (Redis down: %v)", down)
+		}
+	}
+}

@@ -1,0 +1,116 @@
+// Package httplimit is Diana's net/http middleware: it decides each request against the rules
+// of a rules.Engine, answers denials with the rule's status, headers and a JSON body, holds
+// delayed requests, and adds the rate-limit headers to the responses it lets through.
+package httplimit
+
+import (
+	"context"
+	"net/http"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/diana-gw/diana/shared/rules"
+)
+
+// Options say how the middleware reads a request.
+type Options struct {
+	// TrustedProxies are the peers whose X-Forwarded-For / X-Real-IP are believed.
+	TrustedProxies []netip.Prefix
+	// IPv6Prefix counts IPv6 clients by their first IPv6Prefix bits (default 64: one customer
+	// usually holds a whole /64, so counting single addresses would let them evade the limit);
+	// 128 counts single addresses.
+	IPv6Prefix int
+	// ConsumerHeader, if set, names the header that carries the authenticated account (set by
+	// an auth layer in front); it is believed only from trusted proxies.
+	ConsumerHeader string
+	// Route, if set, names the route or service of a request (the "route" dimension).
+	Route func(*http.Request) string
+}
+
+// Limiter is the middleware. Its rules can be replaced at any time (a config reload) without
+// disturbing requests in flight: each request uses the engine it started with.
+type Limiter struct {
+	state atomic.Pointer[state]
+}
+
+type state struct {
+	engine *rules.Engine
+	opts   Options
+}
+
+// New returns a Limiter deciding with e (nil: let everything through until Set is called).
+func New(e *rules.Engine, o Options) *Limiter {
+	l := &Limiter{}
+	l.Set(e, o)
+	return l
+}
+
+// Set replaces the engine and the options.
+func (l *Limiter) Set(e *rules.Engine, o Options) {
+	if o.IPv6Prefix <= 0 || o.IPv6Prefix > 128 {
+		o.IPv6Prefix = 64
+	}
+	l.state.Store(&state{engine: e, opts: o})
+}
+
+// Input builds what the rules see of r.
+func (o *Options) Input(r *http.Request) rules.Input {
+	in := rules.Input{Method: r.Method, Host: r.Host, Path: r.URL.Path, Headers: r.Header}
+	in.ClientIP = o.clientKey(ClientIP(r, o.TrustedProxies))
+	if o.ConsumerHeader != "" && isTrusted(parseAddr(r.RemoteAddr), o.TrustedProxies) {
+		in.Consumer = r.Header.Get(o.ConsumerHeader)
+	}
+	if o.Route != nil {
+		in.Route = o.Route(r)
+	}
+	return in
+}
+
+// clientKey is the "ip" dimension's value: the address, or its IPv6 prefix; "" if unknown.
+func (o *Options) clientKey(ip netip.Addr) string {
+	if !ip.IsValid() {
+		return ""
+	}
+	if ip.Is6() && o.IPv6Prefix < 128 {
+		p, _ := ip.Prefix(o.IPv6Prefix)
+		return p.String()
+	}
+	return ip.String()
+}
+
+// Handler limits the requests to next.
+func (l *Limiter) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st := l.state.Load()
+		if st.engine == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		in := st.opts.Input(r)
+		res := st.engine.Check(r.Context(), &in)
+		// Leases are given back whatever happens next, even if the client has gone.
+		defer st.engine.Release(context.WithoutCancel(r.Context()), &res)
+		if !res.Allowed {
+			Deny(w, &res)
+			return
+		}
+		if res.Delay > 0 && !wait(r.Context(), time.Duration(res.Delay)*time.Microsecond) {
+			return // the client went away while held; its reserved units stay spent
+		}
+		SetHeaders(w.Header(), &res)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// wait holds for d, or until ctx ends; it reports whether d passed.
+func wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,268 @@
+package httplimit_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/diana-gw/diana/httplimit"
+	"github.com/diana-gw/diana/shared/conf"
+	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/store/memstore"
+)
+
+// engine builds an engine in local mode from a JSON list of rules.
+func engine(t *testing.T, rulesJSON string, observe func(*rules.Rule, rules.Outcome, error)) *rules.Engine {
+	t.Helper()
+	doc, err := conf.ParseJSON([]byte(`{"rules":` + rulesJSON + `}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := &conf.Errors{Source: "test"}
+	o := conf.Read(doc, errs)
+	rs := rules.Decode(o)
+	o.Done()
+	if err := errs.Err(); err != nil {
+		t.Fatal(err)
+	}
+	e, err := rules.New(rs, rules.Options{Local: rules.Each(memstore.New(memstore.Options{}).Decide), Observe: observe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// serve starts a real server: the limiter in front of next (a 200 "ok" when nil), trusting
+// loopback peers, so that tests pick the client address with X-Forwarded-For.
+func serve(t *testing.T, l *httplimit.Limiter, next http.Handler) *httptest.Server {
+	t.Helper()
+	if next == nil {
+		next = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	}
+	srv := httptest.NewServer(l.Handler(next))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+
+func get(t *testing.T, srv *httptest.Server, path, client string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", srv.URL+path, nil)
+	if client != "" {
+		req.Header.Set("X-Forwarded-For", client)
+	}
+	res, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	return res, string(body)
+}
+
+func TestPerIPLimit(t *testing.T) {
+	e := engine(t, `[{"name":"per-ip","by":["ip"],"limit":{"algorithm":"fixed_window","limit":3,"window":"1h"}}]`, nil)
+	srv := serve(t, httplimit.New(e, httplimit.Options{TrustedProxies: loopback}), nil)
+	for i, want := range []string{"2", "1", "0"} {
+		res, body := get(t, srv, "/", "192.0.2.1")
+		if res.StatusCode != 200 || body != "ok" {
+			t.Fatalf("request %d: %d %q", i+1, res.StatusCode, body)
+		}
+		if got := res.Header.Get("RateLimit-Remaining"); got != want {
+			t.Errorf("request %d: RateLimit-Remaining %s, want %s", i+1, got, want)
+		}
+		if res.Header.Get("RateLimit-Limit") != "3" || res.Header.Get("RateLimit-Reset") == "" {
+			t.Errorf("request %d: headers %v", i+1, res.Header)
+		}
+		if res.Header.Get("Retry-After") != "" || res.Header.Get("X-RateLimit-Limit") != "" {
+			t.Errorf("request %d: unexpected headers %v", i+1, res.Header)
+		}
+	}
+	res, body := get(t, srv, "/", "192.0.2.1")
+	if res.StatusCode != 429 {
+		t.Fatalf("4th request: %d, want 429", res.StatusCode)
+	}
+	var reply struct {
+		Message    string `json:"message"`
+		RetryAfter int64  `json:"retry_after"`
+	}
+	if err := json.Unmarshal([]byte(body), &reply); err != nil {
+		t.Fatalf("body %q: %v", body, err)
+	}
+	if reply.Message != rules.DefaultMessage || reply.RetryAfter < 1 || reply.RetryAfter > 3600 {
+		t.Errorf("body %+v", reply)
+	}
+	if ct := res.Header.Get("Content-Type"); ct != "application/json; charset=utf-8" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	if ra := res.Header.Get("Retry-After"); ra == "" || res.Header.Get("RateLimit-Remaining") != "0" {
+		t.Errorf("denial headers %v", res.Header)
+	}
+	if res, _ := get(t, srv, "/", "192.0.2.2"); res.StatusCode != 200 {
+		t.Errorf("another client: %d, want 200", res.StatusCode)
+	}
+}
+
+func TestUntrustedForwardedForIgnored(t *testing.T) {
+	e := engine(t, `[{"name":"per-ip","by":["ip"],"limit":{"algorithm":"fixed_window","limit":2,"window":"1h"}}]`, nil)
+	srv := serve(t, httplimit.New(e, httplimit.Options{}), nil) // no trusted proxies
+	codes := []int{}
+	for i := 0; i < 4; i++ {
+		res, _ := get(t, srv, "/", "192.0.2."+string(rune('1'+i))) // a new "client" each time
+		codes = append(codes, res.StatusCode)
+	}
+	if codes[0] != 200 || codes[1] != 200 || codes[2] != 429 || codes[3] != 429 {
+		t.Errorf("codes %v: forged X-Forwarded-For must not give new identities", codes)
+	}
+}
+
+func TestReplyOptions(t *testing.T) {
+	e := engine(t, `[{"name":"r","limit":{"algorithm":"sliding_log","limit":1,"window":"1h"},
+		"reply":{"status":503,"message":"slow down","legacy_headers":true}},
+		{"name":"quiet","match":{"paths":["/quiet"]},"limit":{"algorithm":"fixed_window","limit":1,"window":"1h"},"reply":{"headers":false}}]`, nil)
+	srv := serve(t, httplimit.New(e, httplimit.Options{}), nil)
+	res, _ := get(t, srv, "/", "")
+	if res.Header.Get("X-RateLimit-Limit") != "1" || res.Header.Get("X-RateLimit-Remaining") != "0" {
+		t.Errorf("legacy headers %v", res.Header)
+	}
+	res, body := get(t, srv, "/", "")
+	if res.StatusCode != 503 || body != `{"message":"slow down","retry_after":3600}`+"\n" {
+		t.Errorf("denial %d %q", res.StatusCode, body)
+	}
+	// /quiet matches both rules; "r" is exhausted, so the request is denied by "r" with headers.
+	// A fresh server checks that "quiet" alone sends none.
+	e2 := engine(t, `[{"name":"quiet","limit":{"algorithm":"fixed_window","limit":1,"window":"1h"},"reply":{"headers":false}}]`, nil)
+	srv2 := serve(t, httplimit.New(e2, httplimit.Options{}), nil)
+	for i := 0; i < 2; i++ {
+		res, _ := get(t, srv2, "/", "")
+		for _, h := range []string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "Retry-After"} {
+			if res.Header.Get(h) != "" {
+				t.Errorf("request %d: %s sent with headers off", i+1, h)
+			}
+		}
+	}
+}
+
+func TestShadowLogsAndLetsThrough(t *testing.T) {
+	var shadowed atomic.Int64
+	e := engine(t, `[{"name":"s","action":"shadow","limit":{"algorithm":"fixed_window","limit":2,"window":"1h"}}]`,
+		func(r *rules.Rule, o rules.Outcome, err error) {
+			if o == rules.ShadowDenied {
+				shadowed.Add(1)
+			}
+		})
+	srv := serve(t, httplimit.New(e, httplimit.Options{}), nil)
+	for i := 0; i < 5; i++ {
+		if res, _ := get(t, srv, "/", ""); res.StatusCode != 200 {
+			t.Fatalf("request %d: %d, shadow rules never deny", i+1, res.StatusCode)
+		}
+	}
+	if shadowed.Load() != 3 {
+		t.Errorf("shadow denials observed: %d, want 3", shadowed.Load())
+	}
+}
+
+func TestDelay(t *testing.T) {
+	// 10 per second, burst 1: the second request at once must wait 100 ms.
+	e := engine(t, `[{"name":"d","action":"delay","max_delay":"10s","limit":{"algorithm":"token_bucket","rate":10,"period":"1s","burst":1}}]`, nil)
+	var upstream atomic.Int64
+	srv := serve(t, httplimit.New(e, httplimit.Options{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upstream.Add(1)
+	}))
+	get(t, srv, "/", "")
+	start := time.Now()
+	if res, _ := get(t, srv, "/", ""); res.StatusCode != 200 {
+		t.Fatalf("delayed request: %d", res.StatusCode)
+	}
+	if waited := time.Since(start); waited < 90*time.Millisecond {
+		t.Errorf("second request took %v, it should have been held about 100ms", waited)
+	}
+
+	// A client that gives up while held never reaches the upstream.
+	backlog, stop := context.WithCancel(context.Background())
+	defer stop()
+	for i := 0; i < 50; i++ { // reserve about 5 s of future; these clients give up at the end
+		go func() {
+			req, _ := http.NewRequestWithContext(backlog, "GET", srv.URL, nil)
+			if res, err := srv.Client().Do(req); err == nil {
+				res.Body.Close()
+			}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	before := upstream.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+	if _, err := srv.Client().Do(req); err == nil {
+		t.Fatal("request held for seconds answered within 50ms")
+	}
+	time.Sleep(100 * time.Millisecond)
+	if got := upstream.Load() - before; got > 2 {
+		t.Errorf("%d requests reached the upstream in 150ms at 10/s after a 5s backlog", got)
+	}
+}
+
+func TestConcurrencyLeaseReleased(t *testing.T) {
+	e := engine(t, `[{"name":"c","limit":{"algorithm":"concurrency","max":1,"lease":"1h"}}]`, nil)
+	hold, held := make(chan struct{}), make(chan struct{})
+	srv := serve(t, httplimit.New(e, httplimit.Options{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			held <- struct{}{}
+			<-hold
+		}
+	}))
+	for i := 0; i < 5; i++ { // one at a time: each lease is given back
+		if res, _ := get(t, srv, "/", ""); res.StatusCode != 200 {
+			t.Fatalf("sequential request %d: %d", i+1, res.StatusCode)
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); get(t, srv, "/hold", "") }()
+	<-held
+	if res, _ := get(t, srv, "/", ""); res.StatusCode != 429 {
+		t.Errorf("second request in flight: %d, want 429", res.StatusCode)
+	}
+	close(hold)
+	wg.Wait()
+	if res, _ := get(t, srv, "/", ""); res.StatusCode != 200 {
+		t.Errorf("after the release: %d, want 200", res.StatusCode)
+	}
+}
+
+func TestSetWhileInFlight(t *testing.T) {
+	strict := engine(t, `[{"name":"x","limit":{"algorithm":"fixed_window","limit":1,"window":"1h"}}]`, nil)
+	l := httplimit.New(nil, httplimit.Options{})
+	hold, held := make(chan struct{}), make(chan struct{})
+	srv := serve(t, l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			held <- struct{}{}
+			<-hold
+		}
+	}))
+	done := make(chan int)
+	go func() { res, _ := get(t, srv, "/hold", ""); done <- res.StatusCode }()
+	<-held
+	l.Set(strict, httplimit.Options{}) // a reload while a request is in flight
+	close(hold)
+	if code := <-done; code != 200 {
+		t.Errorf("in-flight request: %d", code)
+	}
+	codes := [2]int{}
+	for i := range codes {
+		res, _ := get(t, srv, "/", "")
+		codes[i] = res.StatusCode
+	}
+	if codes != [2]int{200, 429} {
+		t.Errorf("after Set: %v, want the new rule (200, 429)", codes)
+	}
+}

@@ -1,0 +1,319 @@
+package conf
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Errors collects the errors of one document, each with the path of its field, so that an
+// operator sees every mistake at once.
+type Errors struct {
+	Source string // the document's name, e.g. its file name
+	List   []FieldError
+}
+
+// FieldError is one invalid field.
+type FieldError struct {
+	Path   string // e.g. "rules[2].limit.rate"
+	Reason string
+}
+
+// Add records an error at path.
+func (e *Errors) Add(path, reason string) {
+	e.List = append(e.List, FieldError{Path: path, Reason: reason})
+}
+
+// Err returns e if it holds errors, else nil.
+func (e *Errors) Err() error {
+	if len(e.List) == 0 {
+		return nil
+	}
+	return e
+}
+
+// Error lists every error, one per line: "source: path: reason".
+func (e *Errors) Error() string {
+	var b strings.Builder
+	for i, f := range e.List {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		if e.Source != "" {
+			b.WriteString(e.Source)
+			b.WriteString(": ")
+		}
+		if f.Path != "" {
+			b.WriteString(f.Path)
+			b.WriteString(": ")
+		}
+		b.WriteString(f.Reason)
+	}
+	return b.String()
+}
+
+// Obj reads the fields of one object of a document. Each getter takes the field's default,
+// which it returns when the field is absent or invalid (the error is recorded); Done then
+// reports the fields nobody asked for, so that a misspelt key is an error, not a silent default.
+type Obj struct {
+	path string
+	o    *Object
+	read []bool
+	errs *Errors
+	bad  bool // the value is not an object: that error says it all, Require adds nothing
+}
+
+// Read starts reading v, which must be an object, as the document's root (path "").
+func Read(v Value, errs *Errors) *Obj { return readObj("", v, errs) }
+
+func readObj(path string, v Value, errs *Errors) *Obj {
+	o, ok := v.(*Object)
+	bad := !ok && v != nil
+	if bad {
+		errs.Add(path, "must be an object, got "+kind(v))
+	}
+	if !ok {
+		o = &Object{}
+	}
+	return &Obj{path: path, o: o, read: make([]bool, len(o.Keys)), errs: errs, bad: bad}
+}
+
+// Path returns the path of key in this object, for error messages.
+func (o *Obj) Path(key string) string {
+	if o.path == "" {
+		return key
+	}
+	return o.path + "." + key
+}
+
+// Fail records an error on key.
+func (o *Obj) Fail(key, reason string) { o.errs.Add(o.Path(key), reason) }
+
+// Has reports whether the object has key.
+func (o *Obj) Has(key string) bool {
+	_, ok := o.o.Get(key)
+	return ok
+}
+
+// get returns key's value and marks it read; a null counts as absent.
+func (o *Obj) get(key string) (Value, bool) {
+	for i, k := range o.o.Keys {
+		if k == key {
+			o.read[i] = true
+			return o.o.Vals[i], o.o.Vals[i] != nil
+		}
+	}
+	return nil, false
+}
+
+// Require records an error for each key that is absent or null (as the getters, it counts a
+// null as absent). It records nothing on a value that is not an object, already reported.
+func (o *Obj) Require(keys ...string) {
+	if o.bad {
+		return
+	}
+	for _, k := range keys {
+		if v, ok := o.o.Get(k); !ok || v == nil {
+			o.Fail(k, "is required")
+		}
+	}
+}
+
+// String reads a string.
+func (o *Obj) String(key, def string) string {
+	v, ok := o.get(key)
+	if !ok {
+		return def
+	}
+	s, ok := v.(string)
+	if !ok {
+		o.Fail(key, "must be a string, got "+kind(v))
+		return def
+	}
+	return s
+}
+
+// Enum reads a string that must be one of allowed.
+func (o *Obj) Enum(key, def string, allowed ...string) string {
+	if !o.Has(key) {
+		return def
+	}
+	s := o.String(key, def)
+	for _, a := range allowed {
+		if s == a {
+			return s
+		}
+	}
+	o.Fail(key, "must be one of "+strings.Join(allowed, ", ")+", got "+strconv.Quote(s))
+	return def
+}
+
+// Bool reads a boolean.
+func (o *Obj) Bool(key string, def bool) bool {
+	v, ok := o.get(key)
+	if !ok {
+		return def
+	}
+	b, ok := v.(bool)
+	if !ok {
+		o.Fail(key, "must be true or false, got "+kind(v))
+		return def
+	}
+	return b
+}
+
+// Int reads an integer in [min, max].
+func (o *Obj) Int(key string, def, min, max int64) int64 {
+	v, ok := o.get(key)
+	if !ok {
+		return def
+	}
+	n, isNum := v.(Number)
+	if !isNum {
+		o.Fail(key, "must be an integer, got "+kind(v))
+		return def
+	}
+	i, err := strconv.ParseInt(string(n), 10, 64)
+	if err != nil {
+		o.Fail(key, "must be an integer between "+itoa(min)+" and "+itoa(max)+", got "+string(n))
+		return def
+	}
+	return o.between(key, i, def, min, max, itoa)
+}
+
+// Duration reads a duration in µs, written with units: "250ms", "1m30s", "1h", "7d" (units us
+// or µs, ms, s, m, h, d). A bare number is refused: "60" could mean seconds or milliseconds.
+func (o *Obj) Duration(key string, def, min, max int64) int64 {
+	v, ok := o.get(key)
+	if !ok {
+		return def
+	}
+	s, isStr := v.(string)
+	if !isStr {
+		o.Fail(key, "must be a duration with a unit such as \"500ms\", \"1s\" or \"1m\", got "+kind(v))
+		return def
+	}
+	d, reason := ParseDuration(s)
+	if reason != "" {
+		o.Fail(key, reason)
+		return def
+	}
+	return o.between(key, d, def, min, max, FormatDuration)
+}
+
+func (o *Obj) between(key string, v, def, min, max int64, format func(int64) string) int64 {
+	if v < min || v > max {
+		o.Fail(key, "must be between "+format(min)+" and "+format(max)+", got "+format(v))
+		return def
+	}
+	return v
+}
+
+// Strings reads a list of strings; a single string counts as a list of one.
+func (o *Obj) Strings(key string) []string {
+	v, ok := o.get(key)
+	if !ok {
+		return nil
+	}
+	if s, ok := v.(string); ok {
+		return []string{s}
+	}
+	l, ok := v.([]Value)
+	if !ok {
+		o.Fail(key, "must be a list of strings, got "+kind(v))
+		return nil
+	}
+	out := make([]string, 0, len(l))
+	for i, e := range l {
+		s, ok := e.(string)
+		if !ok {
+			o.errs.Add(o.Path(key)+"["+itoa(int64(i))+"]", "must be a string, got "+kind(e))
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// StringMap reads an object whose values are strings, in document order.
+func (o *Obj) StringMap(key string) (keys, vals []string) {
+	v, ok := o.get(key)
+	if !ok {
+		return nil, nil
+	}
+	m, ok := v.(*Object)
+	if !ok {
+		o.Fail(key, "must be an object of strings, got "+kind(v))
+		return nil, nil
+	}
+	for i, k := range m.Keys {
+		s, ok := m.Vals[i].(string)
+		if !ok {
+			o.errs.Add(o.Path(key)+"."+k, "must be a string, got "+kind(m.Vals[i]))
+			continue
+		}
+		keys, vals = append(keys, k), append(vals, s)
+	}
+	return keys, vals
+}
+
+// Obj reads a nested object; an absent one reads as empty, so its defaults apply.
+func (o *Obj) Obj(key string) *Obj {
+	v, _ := o.get(key)
+	return readObj(o.Path(key), v, o.errs)
+}
+
+// List reads a list of objects.
+func (o *Obj) List(key string) []*Obj {
+	v, ok := o.get(key)
+	if !ok {
+		return nil
+	}
+	l, ok := v.([]Value)
+	if !ok {
+		o.Fail(key, "must be a list, got "+kind(v))
+		return nil
+	}
+	out := make([]*Obj, len(l))
+	for i, e := range l {
+		p := o.Path(key) + "[" + itoa(int64(i)) + "]"
+		if e == nil { // readObj reports the other non-objects, but takes null for an absent object
+			o.errs.Add(p, "must be an object, got null")
+		}
+		out[i] = readObj(p, e, o.errs)
+		out[i].bad = out[i].bad || e == nil
+	}
+	return out
+}
+
+// Done records an error for every field that no getter read.
+func (o *Obj) Done() {
+	for i, k := range o.o.Keys {
+		if !o.read[i] {
+			o.Fail(k, "unknown field")
+		}
+	}
+}
+
+// kind names v's type for messages.
+func kind(v Value) string {
+	switch v := v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case Number:
+		return "the number " + string(v)
+	case string:
+		return "the string " + strconv.Quote(v)
+	case []Value:
+		return "a list"
+	case *Object:
+		return "an object"
+	}
+	return "an unknown value"
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// Errors returns the errors recorded so far on the whole document.
+func (o *Obj) Errors() *Errors { return o.errs }
