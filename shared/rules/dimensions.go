@@ -1,0 +1,80 @@
+package rules
+
+import "strings"
+
+// The built-in dimensions. A rule's "by" list names one or more; the identity of a request
+// under the rule is the rule's name followed by each dimension's value.
+func init() {
+	RegisterDimension("global", DimensionKind{New: noArg(global{}), Doc: "one count for every request the rule matches"})
+	RegisterDimension("ip", DimensionKind{New: noArg(field(func(in *Input) string { return in.ClientIP })), Doc: "the client IP, as the front end trusts it"})
+	RegisterDimension("consumer", DimensionKind{New: noArg(field(func(in *Input) string { return in.Consumer })), Doc: "the authenticated account (Kong consumer, or the header dianad is told to trust)"})
+	RegisterDimension("route", DimensionKind{New: noArg(field(func(in *Input) string { return in.Route })), Doc: "the route or service the front end matched"})
+	RegisterDimension("path", DimensionKind{New: noArg(field(func(in *Input) string { return in.Path })), Doc: "the URL path (the resource)"})
+	RegisterDimension("method", DimensionKind{New: noArg(field(func(in *Input) string { return in.Method })), Doc: "the HTTP method"})
+	RegisterDimension("host", DimensionKind{New: noArg(field(func(in *Input) string { return strings.ToLower(in.Host) })), Doc: "the Host header"})
+	RegisterDimension("header", DimensionKind{New: headerDim(""), Doc: "a request header, header:NAME (e.g. header:X-Api-Key)"})
+	RegisterDimension("device", DimensionKind{New: headerDim("X-Device-Id"), Doc: "a device id header, X-Device-Id unless device:NAME names another"})
+}
+
+// newDimension parses a "by" entry, NAME or NAME:ARG.
+func newDimension(spec string) (Dimension, string) {
+	name, arg, _ := strings.Cut(spec, ":")
+	kind, ok := dimensions[name]
+	if !ok {
+		return nil, "must be one of " + strings.Join(Dimensions(), ", ") + " (NAME or NAME:ARG), got " + quote(spec)
+	}
+	return kind.New(arg)
+}
+
+func noArg(d Dimension) func(string) (Dimension, string) {
+	return func(arg string) (Dimension, string) {
+		if arg != "" {
+			return nil, "takes no argument, got " + quote(arg)
+		}
+		return d, ""
+	}
+}
+
+type global struct{}
+
+func (global) Value(*Input) (string, bool) { return "", true }
+
+// field is a dimension read from one field of the Input; empty means absent.
+type field func(in *Input) string
+
+func (f field) Value(in *Input) (string, bool) {
+	v := f(in)
+	return v, v != ""
+}
+
+type header string
+
+func (h header) Value(in *Input) (string, bool) {
+	v := in.header(string(h))
+	return v, v != ""
+}
+
+func headerDim(def string) func(string) (Dimension, string) {
+	return func(arg string) (Dimension, string) {
+		if arg == "" {
+			arg = def
+		}
+		if arg == "" {
+			return nil, "needs a header name: header:NAME"
+		}
+		if !validHeaderName(arg) {
+			return nil, "is not a valid header name: " + quote(arg)
+		}
+		return header(arg), ""
+	}
+}
+
+func validHeaderName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return s != ""
+}

@@ -1,0 +1,161 @@
+package rules
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/diana-gw/diana/shared/conf"
+)
+
+// ruleBy decodes a valid rule named "r" counting by the given "by" JSON value.
+func ruleBy(t *testing.T, by string) *Rule {
+	t.Helper()
+	v, err := conf.ParseJSON([]byte(`{"name": "r", "by": ` + by + `, "limit": {"algorithm": "fixed_window", "limit": 1, "window": "1s"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := &conf.Errors{}
+	r := DecodeRule(conf.Read(v, errs))
+	if err := errs.Err(); err != nil {
+		t.Fatalf("by %s: %v", by, err)
+	}
+	return r
+}
+
+func keyOf(r *Rule, in *Input) (string, bool) {
+	k, ok := r.key(nil, in)
+	return string(k), ok
+}
+
+func TestKeys(t *testing.T) {
+	full := &Input{
+		Method: "GET", Host: "API.Example.com:8443", Path: "/v1/users", ClientIP: "203.0.113.7",
+		Consumer: "alice", Route: "users-route",
+		Headers: http.Header{"X-Api-Key": {"k-123"}, "X-Device-Id": {"dev-9"}, "X-Dev": {"other"}},
+	}
+	tests := []struct {
+		by   string
+		in   *Input
+		want string // "" when the rule must not apply
+	}{
+		{`["global"]`, full, "r"},
+		{`[]`, full, "r"},
+		{`["ip"]`, full, "r|203.0.113.7"},
+		{`"ip"`, full, "r|203.0.113.7"},
+		{`["consumer"]`, full, "r|alice"},
+		{`["route"]`, full, "r|users-route"},
+		{`["path"]`, full, "r|/v1/users"},
+		{`["method"]`, full, "r|GET"},
+		{`["host"]`, full, "r|api.example.com:8443"},
+		{`["header:X-Api-Key"]`, full, "r|k-123"},
+		{`["header:x-api-key"]`, full, "r|k-123"},
+		{`["device"]`, full, "r|dev-9"},
+		{`["device:X-Dev"]`, full, "r|other"},
+		{`["ip", "path"]`, full, "r|203.0.113.7|/v1/users"},
+		{`["consumer", "ip", "method"]`, full, "r|alice|203.0.113.7|GET"},
+		{`["global", "ip"]`, full, "r|203.0.113.7"},
+
+		// A missing value: the rule does not apply.
+		{`["ip"]`, &Input{}, ""},
+		{`["consumer"]`, &Input{ClientIP: "1.2.3.4"}, ""},
+		{`["route"]`, &Input{ClientIP: "1.2.3.4"}, ""},
+		{`["header:X-Api-Key"]`, &Input{ClientIP: "1.2.3.4"}, ""},
+		{`["header:X-Api-Key"]`, &Input{Headers: http.Header{"X-Api-Key": {""}}}, ""},
+		{`["device"]`, &Input{Headers: http.Header{}}, ""},
+		{`["ip", "consumer"]`, &Input{ClientIP: "1.2.3.4"}, ""},
+		{`["consumer", "ip"]`, &Input{ClientIP: "1.2.3.4"}, ""},
+		{`["global"]`, &Input{}, "r"},
+
+		// '|' separates the parts, so it is escaped, and so is the escape character.
+		{`["ip", "path"]`, &Input{ClientIP: "a|b", Path: "c"}, "r|a%7Cb|c"},
+		{`["ip", "path"]`, &Input{ClientIP: "a", Path: "b|c"}, "r|a|b%7Cc"},
+		{`["ip"]`, &Input{ClientIP: "a%7Cb"}, "r|a%257Cb"},
+		{`["ip"]`, &Input{ClientIP: "%"}, "r|%25"},
+	}
+	for _, tt := range tests {
+		r := ruleBy(t, tt.by)
+		got, ok := keyOf(r, tt.in)
+		if tt.want == "" {
+			if ok {
+				t.Errorf("by %s, %+v: key %q, want the rule not to apply", tt.by, tt.in, got)
+			}
+			continue
+		}
+		if !ok || got != tt.want {
+			t.Errorf("by %s, %+v: key %q, %v; want %q", tt.by, tt.in, got, ok, tt.want)
+		}
+	}
+}
+
+// Distinct identities get distinct keys, whatever bytes their values hold.
+func TestKeysDistinct(t *testing.T) {
+	r := ruleBy(t, `["header:X-A", "header:X-B"]`)
+	long := strings.Repeat("x", maxValue+1)
+	pairs := [][2]string{
+		{"a", "b"}, {"a|b", "c"}, {"a", "b|c"}, {"a|", "b"}, {"a", "|b"}, {"a%7Cb", "c"}, {"a%", "7Cb|c"},
+		{"a%25", "b"}, {"a%", "25b"}, {"%7C", "%7C"}, {"|", "|"}, {long, "b"}, {long + "y", "b"},
+		{strings.Repeat("x", maxValue), "b"}, {"%sha256:" + strings.Repeat("0", 32), "b"},
+	}
+	seen := map[string][2]string{}
+	for _, p := range pairs {
+		in := &Input{Headers: http.Header{"X-A": {p[0]}, "X-B": {p[1]}}}
+		k, ok := keyOf(r, in)
+		if !ok {
+			t.Fatalf("%q: rule does not apply", p)
+		}
+		if prev, dup := seen[k]; dup {
+			t.Errorf("%q and %q share the key %q", prev, p, k)
+		}
+		seen[k] = p
+	}
+}
+
+// A value over 128 bytes is replaced by its hash, so keys stay short whatever a client sends;
+// a value of 128 bytes or less is kept.
+func TestKeysLongValues(t *testing.T) {
+	r := ruleBy(t, `["header:X-Api-Key"]`)
+	key := func(v string) string {
+		k, ok := keyOf(r, &Input{Headers: http.Header{"X-Api-Key": {v}}})
+		if !ok {
+			t.Fatalf("rule does not apply to %d bytes", len(v))
+		}
+		return k
+	}
+	exact := strings.Repeat("k", maxValue)
+	if got := key(exact); got != "r|"+exact {
+		t.Errorf("128-byte value: key %q, want it kept", got)
+	}
+	for _, n := range []int{maxValue + 1, 1000, 1 << 20} {
+		v := strings.Repeat("k", n)
+		k := key(v)
+		if !strings.HasPrefix(k, "r|%sha256:") || len(k) != len("r|%sha256:")+32 {
+			t.Errorf("%d-byte value: key %q, want r|%%sha256: and 32 hex digits", n, k)
+		}
+		if key(v) != k {
+			t.Errorf("%d-byte value: key not stable", n)
+		}
+		if key(v[:n-1]+"j") == k {
+			t.Errorf("%d-byte values differing in the last byte share a key", n)
+		}
+	}
+	// Escaping can triple a value, never more: keys stay bounded.
+	bars := strings.Repeat("|", maxValue)
+	if k := key(bars); len(k) != len("r|")+3*maxValue {
+		t.Errorf("128 bars: key of %d bytes, want %d", len(k), len("r|")+3*maxValue)
+	}
+}
+
+// key reuses the buffer it is given.
+func TestKeyReusesBuffer(t *testing.T) {
+	r := ruleBy(t, `["ip"]`)
+	buf := make([]byte, 0, 64)
+	k, ok := r.key(buf, &Input{ClientIP: "1.2.3.4"})
+	if !ok || string(k) != "r|1.2.3.4" || &k[0] != &buf[:1][0] {
+		t.Errorf("key = %q, %v; buffer reused: %v", k, ok, ok && &k[0] == &buf[:1][0])
+	}
+	k, _ = r.key(k, &Input{ClientIP: "5.6.7.8"})
+	if string(k) != "r|5.6.7.8" {
+		t.Errorf("second key = %q", k)
+	}
+}

@@ -1,0 +1,266 @@
+package rules
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+
+	"github.com/diana-gw/diana/shared/algos"
+)
+
+// Engine decides requests against a set of rules. It is immutable: a new config builds a new
+// Engine, and requests in flight finish on the one they started with.
+type Engine struct {
+	rules   []*Rule
+	local   Store
+	cluster Store
+	observe func(*Rule, Outcome, error)
+	leaseID func() int64
+	scratch sync.Pool
+}
+
+// Options gives an Engine its stores and hooks.
+type Options struct {
+	Local   Store // for rules in Local mode
+	Cluster Store // for rules in Cluster mode
+	// Observe, if set, is called once per rule whose decision counts, for logs and metrics:
+	// every rule that applies when the request is admitted; only the rules that deny it (and
+	// the shadow rules that would) when it is refused, as the others took nothing. err is the
+	// store's error when the decision came from the rule's fail policy.
+	Observe func(r *Rule, o Outcome, err error)
+	// LeaseID returns the id of a new concurrency lease, unique among the leases in flight on
+	// every node, in [1, 2^53); default: random.
+	LeaseID func() int64
+}
+
+// Outcome is a rule's verdict on one request.
+type Outcome uint8
+
+const (
+	Allowed      Outcome = iota
+	Denied               // the request is refused (or the rule's share of it never ran)
+	ShadowDenied         // a shadow rule would have refused it; it goes through
+)
+
+var outcomes = [...]string{Allowed: "allowed", Denied: "denied", ShadowDenied: "shadow_denied"}
+
+func (o Outcome) String() string { return outcomes[o] }
+
+// Result is the verdict on one request.
+type Result struct {
+	Allowed bool
+	// Rule is the rule whose decision the reply reports: the denying rule, else the enforcing
+	// rule closest to its limit; nil when no rule applied.
+	Rule     *Rule
+	Decision algos.Decision
+	Delay    int64 // µs to hold the request before forwarding it
+	Err      error // the first store error; the decisions then came from the fail policies
+	leases   []lease
+}
+
+type lease struct {
+	rule *Rule
+	key  string
+	id   int64
+}
+
+// New returns an engine for rules. Every rule's mode needs its store.
+func New(rules []*Rule, o Options) (*Engine, error) {
+	for _, r := range rules {
+		if r.Mode == Local && o.Local == nil || r.Mode == Cluster && o.Cluster == nil {
+			return nil, errors.New("rules: rule " + quote(r.Name) + " is in " + [...]string{"local", "cluster"}[r.Mode] + " mode, which has no store")
+		}
+		if r.Alg == nil {
+			return nil, errors.New("rules: rule " + quote(r.Name) + " has no algorithm")
+		}
+	}
+	if o.LeaseID == nil {
+		o.LeaseID = func() int64 { return 1 + rand.Int64N(algos.MaxSafe-1) }
+	}
+	e := &Engine{rules: rules, local: o.Local, cluster: o.Cluster, observe: o.Observe, leaseID: o.LeaseID}
+	e.scratch.New = func() any { return new(scratch) }
+	return e, nil
+}
+
+// Rules returns the engine's rules.
+func (e *Engine) Rules() []*Rule { return e.rules }
+
+// scratch holds the buffers of one Check, reused across requests.
+type scratch struct {
+	ops   []Op
+	ptrs  []*Op
+	local []*Op
+	clust []*Op
+	key   []byte
+}
+
+// Check decides a request against every rule that applies to it. When several apply, each is
+// first decided as a dry run, and the request is committed to all of them only if none denies
+// it: a request refused by one rule takes nothing from the others. (A denying rule with a ban is
+// committed too, to start the ban; should that commit admit the request after all, its units
+// having come back in between, the request goes through, committed to every rule.) Each rule
+// stays exact on its own under concurrency: a commit is a fresh atomic decision; only a request
+// racing between the two phases can be refused after other rules took its units.
+func (e *Engine) Check(ctx context.Context, in *Input) Result {
+	s := e.scratch.Get().(*scratch)
+	defer e.scratch.Put(s)
+	s.ops = s.ops[:0]
+	for _, r := range e.rules {
+		if !r.Match.Matches(in) {
+			continue
+		}
+		var ok bool
+		if s.key, ok = r.key(s.key, in); !ok {
+			continue
+		}
+		op := Op{Key: string(s.key), Alg: r.Alg, Req: algos.Request{Cost: r.Cost}, OnError: r.OnError, Fallback: r.Fallback, rule: r}
+		if r.Action == Delay {
+			op.Req.MaxWait = r.MaxDelay
+		}
+		if r.Leases && r.Cost > 0 {
+			op.Req.ID = e.leaseID()
+		}
+		s.ops = append(s.ops, op)
+	}
+	if len(s.ops) == 0 {
+		return Result{Allowed: true}
+	}
+	s.ptrs = s.ptrs[:0]
+	for i := range s.ops {
+		s.ptrs = append(s.ptrs, &s.ops[i])
+	}
+	if len(s.ops) == 1 {
+		e.decide(ctx, s, s.ptrs)
+		return e.verdict(s, true)
+	}
+	for _, op := range s.ptrs {
+		op.Req.DryRun = true
+	}
+	e.decide(ctx, s, s.ptrs)
+	if !e.verdict(s, false).Allowed {
+		// Commit only the denials that start a ban; the others take nothing.
+		commit := s.ptrs[:0]
+		for i := range s.ops {
+			if op := &s.ops[i]; !op.Dec.Allowed && op.rule.Action != Shadow && op.rule.Ban > 0 {
+				op.Req.DryRun = false
+				commit = append(commit, op)
+			}
+		}
+		e.decide(ctx, s, commit)
+		if !e.verdict(s, false).Allowed {
+			return e.verdict(s, true)
+		}
+		// A racing request (a lease released, time passing) let the denying rules admit the
+		// request when committed: it goes through, so it is committed to the others too.
+	}
+	commit := s.ptrs[:0]
+	for i := range s.ops {
+		if op := &s.ops[i]; op.Req.DryRun {
+			op.Req.DryRun = false
+			commit = append(commit, op)
+		}
+	}
+	e.decide(ctx, s, commit)
+	return e.verdict(s, true)
+}
+
+// decide runs ops on their rules' stores.
+func (e *Engine) decide(ctx context.Context, s *scratch, ops []*Op) {
+	s.local, s.clust = s.local[:0], s.clust[:0]
+	for _, op := range ops {
+		if op.rule.Mode == Cluster {
+			s.clust = append(s.clust, op)
+		} else {
+			s.local = append(s.local, op)
+		}
+	}
+	if len(s.local) > 0 {
+		e.local.Decide(ctx, s.local)
+	}
+	if len(s.clust) > 0 {
+		e.cluster.Decide(ctx, s.clust)
+	}
+}
+
+// verdict combines the rules' decisions. final marks the last phase: only then are outcomes
+// observed (of the committed ops, and of the denials) and leases kept.
+func (e *Engine) verdict(s *scratch, final bool) Result {
+	res := Result{Allowed: true}
+	var report *Op
+	for i := range s.ops {
+		op := &s.ops[i]
+		r := op.rule
+		if op.Err != nil && res.Err == nil {
+			res.Err = op.Err
+		}
+		outcome := Allowed
+		if !op.Dec.Allowed {
+			outcome = Denied
+			if r.Action == Shadow {
+				outcome = ShadowDenied
+			}
+		}
+		if final && e.observe != nil && (!op.Req.DryRun || outcome != Allowed) {
+			e.observe(r, outcome, op.Err)
+		}
+		if r.Action == Shadow {
+			continue
+		}
+		switch {
+		case outcome == Denied:
+			if res.Allowed || retryLater(op.Dec.RetryAfter, report.Dec.RetryAfter) {
+				report = op
+			}
+			res.Allowed = false
+		case res.Allowed:
+			res.Delay = max(res.Delay, op.Dec.Delay)
+			if report == nil || op.Dec.Remaining < report.Dec.Remaining {
+				report = op
+			}
+		}
+	}
+	if report != nil {
+		res.Rule, res.Decision = report.rule, report.Dec
+	}
+	if !res.Allowed {
+		res.Delay = 0 // a delay another rule offered before the denial came
+	}
+	if final {
+		for i := range s.ops {
+			if op := &s.ops[i]; op.Req.ID != 0 && !op.Req.DryRun && op.Dec.Granted > 0 {
+				res.leases = append(res.leases, lease{rule: op.rule, key: op.Key, id: op.Req.ID})
+			}
+		}
+	}
+	return res
+}
+
+// retryLater reports whether retry-after a is later than b (Never is latest).
+func retryLater(a, b int64) bool {
+	if b == algos.Never {
+		return false
+	}
+	return a == algos.Never || a > b
+}
+
+// Release gives back the concurrency leases a request took; call it when the request ends,
+// whatever the verdict (a request refused by a racing commit may hold leases of other rules).
+// It is a no-op for results without leases.
+func (e *Engine) Release(ctx context.Context, res *Result) {
+	if len(res.leases) == 0 {
+		return
+	}
+	s := e.scratch.Get().(*scratch)
+	defer e.scratch.Put(s)
+	s.ops, s.ptrs = s.ops[:0], s.ptrs[:0]
+	for _, l := range res.leases {
+		s.ops = append(s.ops, Op{Key: l.key, Alg: l.rule.Alg, Req: algos.Request{ID: l.id, Release: true},
+			OnError: l.rule.OnError, Fallback: l.rule.Fallback, rule: l.rule})
+	}
+	for i := range s.ops {
+		s.ptrs = append(s.ptrs, &s.ops[i])
+	}
+	e.decide(ctx, s, s.ptrs)
+	res.leases = nil
+}

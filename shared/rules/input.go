@@ -1,0 +1,73 @@
+package rules
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+// Input is what the rules see of a request. Front ends fill it from their own request type.
+type Input struct {
+	Method   string
+	Host     string
+	Path     string // the URL path, without the query
+	ClientIP string // as the front end trusts it (trusted proxies, Kong's get_forwarded_ip, ...)
+	Consumer string // the authenticated account, if any
+	Route    string // the route or service the front end matched, if any
+	Headers  Headers
+}
+
+// Headers gives a request header's value; http.Header satisfies it. Rules call it only for the
+// headers they match or count by, which matters where each call costs (Kong's PDK).
+type Headers interface {
+	Get(name string) string
+}
+
+func (in *Input) header(name string) string {
+	if in.Headers == nil {
+		return ""
+	}
+	return in.Headers.Get(name)
+}
+
+// maxValue bounds each part of a key: a longer value (a huge header) is replaced by its hash,
+// so hostile input cannot make keys, and the memory or Redis traffic they cost, grow.
+const maxValue = 128
+
+// appendValue appends one part of a key. '|' separates the parts, so it and '%' are escaped
+// (%7C, %25) to keep distinct identities distinct. A hashed value starts with "%sha256:",
+// which no escaped value can spell, so that a short value cannot pose as a long one's hash.
+func appendValue(dst []byte, v string) []byte {
+	dst = append(dst, '|')
+	if len(v) > maxValue {
+		sum := sha256.Sum256([]byte(v))
+		dst = append(dst, "%sha256:"...)
+		return hex.AppendEncode(dst, sum[:16])
+	}
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; c {
+		case '|':
+			dst = append(dst, "%7C"...)
+		case '%':
+			dst = append(dst, "%25"...)
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return dst
+}
+
+// key returns the identity of in under r: the rule's name, then each dimension's value; ok is
+// false when the request lacks one of them (the rule does not apply).
+func (r *Rule) key(dst []byte, in *Input) ([]byte, bool) {
+	dst = append(dst[:0], r.Name...)
+	for _, d := range r.dims {
+		v, ok := d.Value(in)
+		if !ok {
+			return dst, false
+		}
+		if v != "" { // "global" adds nothing
+			dst = appendValue(dst, v)
+		}
+	}
+	return dst, true
+}

@@ -1,0 +1,187 @@
+package rules
+
+import "strings"
+
+// Match selects the requests a rule applies to: all of its non-empty parts must match, and any
+// entry of a part matches (methods GET or POST; paths /a or /b).
+//
+// Path patterns: "/login" matches exactly; "*" stands for one non-empty segment
+// ("/users/*/orders"); a final "**" for any rest, including none ("/api/**" matches /api,
+// /api/ and /api/v1/x). Hosts: "api.example.com", "*.example.com" for any subdomain (not
+// example.com itself), or an IPv6 address in brackets ("[::1]"); the request's port and a final
+// dot are ignored and case does not matter. Headers: name → value, where "*" asks only that the
+// header be present (with a non-empty value).
+type Match struct {
+	Methods []string
+	Paths   []string
+	Hosts   []string
+	Headers []HeaderMatch
+
+	paths [][]string // Paths split into segments
+}
+
+// HeaderMatch asks a request header for a value ("*": any value).
+type HeaderMatch struct{ Name, Value string }
+
+// compile checks the patterns and prepares them, calling fail for each wrong one (field is
+// "methods", "paths", "hosts" or "headers.NAME").
+func (m *Match) compile(fail func(field, reason string)) {
+	for _, meth := range m.Methods {
+		if meth == "" || strings.ToUpper(meth) != meth {
+			fail("methods", "must be upper-case method names, got "+quote(meth))
+		}
+	}
+	m.paths = m.paths[:0]
+	for _, p := range m.Paths {
+		if reason := checkPath(p); reason != "" {
+			fail("paths", reason)
+			continue
+		}
+		m.paths = append(m.paths, strings.Split(p[1:], "/"))
+	}
+	for i, h := range m.Hosts {
+		m.Hosts[i] = strings.ToLower(h)
+		if !validHost(m.Hosts[i]) {
+			fail("hosts", "must be a host name (no port), *.domain or a bracketed IPv6 address, got "+quote(h))
+		}
+	}
+	for _, h := range m.Headers {
+		switch {
+		case !validHeaderName(h.Name):
+			fail("headers."+h.Name, "is not a valid header name")
+		case h.Value == "":
+			fail("headers."+h.Name, `cannot be empty (use "*" to ask only that the header be present)`)
+		}
+	}
+}
+
+// checkPath returns the reason p is not a path pattern, or "".
+func checkPath(p string) string {
+	if !strings.HasPrefix(p, "/") {
+		return "a path pattern starts with /, got " + quote(p)
+	}
+	segs := strings.Split(p[1:], "/")
+	for i, s := range segs {
+		if s == "**" && i != len(segs)-1 {
+			return "** may only end a pattern, got " + quote(p)
+		}
+		if s != "*" && s != "**" && strings.Contains(s, "*") {
+			return "* must be a whole segment, got " + quote(p)
+		}
+	}
+	return ""
+}
+
+// validHost reports whether h, lower-cased, is a host pattern: dot-separated labels of letters,
+// digits, '-' and '_', optionally after "*."; or an IPv6 address in brackets. A port would
+// never match (Matches ignores the request's port), so it is refused.
+func validHost(h string) bool {
+	if len(h) > 2 && h[0] == '[' && h[len(h)-1] == ']' {
+		for i := 1; i < len(h)-1; i++ {
+			if c := h[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || c == ':' || c == '.') {
+				return false
+			}
+		}
+		return true
+	}
+	h = strings.TrimPrefix(h, "*.")
+	for _, label := range strings.Split(h, ".") {
+		if label == "" {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			if c := label[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Matches reports whether in matches m.
+func (m *Match) Matches(in *Input) bool {
+	if len(m.Methods) > 0 && !contains(m.Methods, in.Method) {
+		return false
+	}
+	if len(m.paths) > 0 && !anyPath(m.paths, in.Path) {
+		return false
+	}
+	if len(m.Hosts) > 0 && !anyHost(m.Hosts, in.Host) {
+		return false
+	}
+	for _, h := range m.Headers {
+		v := in.header(h.Name)
+		if v == "" || (h.Value != "*" && v != h.Value) {
+			return false
+		}
+	}
+	return true
+}
+
+func contains(list []string, s string) bool {
+	for _, e := range list {
+		if e == s {
+			return true
+		}
+	}
+	return false
+}
+
+func anyPath(patterns [][]string, path string) bool {
+	for _, p := range patterns {
+		if matchPath(p, path) {
+			return true
+		}
+	}
+	return false
+}
+
+// matchPath walks path segment by segment against the pattern, without allocating.
+func matchPath(pattern []string, path string) bool {
+	rest := path
+	for _, seg := range pattern {
+		if seg == "**" {
+			return true
+		}
+		if rest == "" || rest[0] != '/' {
+			return false
+		}
+		rest = rest[1:]
+		j := strings.IndexByte(rest, '/')
+		if j < 0 {
+			j = len(rest)
+		}
+		s := rest[:j]
+		rest = rest[j:]
+		if seg == "*" {
+			if s == "" {
+				return false
+			}
+		} else if s != seg {
+			return false
+		}
+	}
+	return rest == ""
+}
+
+func anyHost(patterns []string, host string) bool {
+	// Drop the port: after the brackets of an IPv6 literal, or after the only colon of a name
+	// (a bare IPv6 address has several colons and no port).
+	if i := strings.LastIndexByte(host, ':'); i > 0 && (host[i-1] == ']' || strings.IndexByte(host, ':') == i) {
+		host = host[:i]
+	}
+	host = strings.TrimSuffix(host, ".") // a fully qualified name: "example.com." is example.com
+	for _, p := range patterns {
+		if p == "" { // refused by compile; a rule built by hand must not panic on it
+			continue
+		}
+		if p[0] == '*' {
+			if len(host) > len(p)-1 && strings.EqualFold(host[len(host)-len(p)+1:], p[1:]) {
+				return true
+			}
+		} else if strings.EqualFold(host, p) {
+			return true
+		}
+	}
+	return false
+}

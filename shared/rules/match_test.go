@@ -1,0 +1,166 @@
+package rules_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/diana-gw/diana/shared/rules"
+)
+
+// hdr builds request headers from name, value pairs.
+func hdr(kv ...string) http.Header {
+	h := http.Header{}
+	for i := 0; i < len(kv); i += 2 {
+		h.Set(kv[i], kv[i+1])
+	}
+	return h
+}
+
+func TestMatch(t *testing.T) {
+	type req = rules.Input
+	tests := []struct {
+		match string // the rule's match object
+		in    req
+		want  bool
+	}{
+		// An empty match applies to every request.
+		{`{}`, req{}, true},
+		{`{}`, req{Method: "DELETE", Path: "/x", Host: "h"}, true},
+
+		// Methods: exact, upper case.
+		{`{"methods": ["GET", "POST"]}`, req{Method: "GET"}, true},
+		{`{"methods": ["GET", "POST"]}`, req{Method: "POST"}, true},
+		{`{"methods": ["GET", "POST"]}`, req{Method: "PUT"}, false},
+		{`{"methods": ["GET", "POST"]}`, req{Method: "get"}, false},
+		{`{"methods": "GET"}`, req{Method: "GET"}, true},
+
+		// Exact paths.
+		{`{"paths": ["/login"]}`, req{Path: "/login"}, true},
+		{`{"paths": ["/login"]}`, req{Path: "/login/"}, false},
+		{`{"paths": ["/login"]}`, req{Path: "/login/x"}, false},
+		{`{"paths": ["/login"]}`, req{Path: "/logins"}, false},
+		{`{"paths": ["/login"]}`, req{Path: "/Login"}, false},
+		{`{"paths": ["/login"]}`, req{Path: "/"}, false},
+		{`{"paths": ["/login"]}`, req{Path: ""}, false},
+		{`{"paths": ["/api/"]}`, req{Path: "/api/"}, true},
+		{`{"paths": ["/api/"]}`, req{Path: "/api"}, false},
+		{`{"paths": ["/a", "/b"]}`, req{Path: "/b"}, true},
+		{`{"paths": ["/a", "/b"]}`, req{Path: "/c"}, false},
+
+		// The root.
+		{`{"paths": ["/"]}`, req{Path: "/"}, true},
+		{`{"paths": ["/"]}`, req{Path: "/x"}, false},
+		{`{"paths": ["/"]}`, req{Path: ""}, false},
+
+		// "*": one non-empty segment.
+		{`{"paths": ["/users/*/orders"]}`, req{Path: "/users/42/orders"}, true},
+		{`{"paths": ["/users/*/orders"]}`, req{Path: "/users//orders"}, false},
+		{`{"paths": ["/users/*/orders"]}`, req{Path: "/users/1/2/orders"}, false},
+		{`{"paths": ["/users/*/orders"]}`, req{Path: "/users/1/orders/"}, false},
+		{`{"paths": ["/users/*/orders"]}`, req{Path: "/users/1"}, false},
+		{`{"paths": ["/users/*"]}`, req{Path: "/users/1"}, true},
+		{`{"paths": ["/users/*"]}`, req{Path: "/users/"}, false},
+		{`{"paths": ["/users/*"]}`, req{Path: "/users"}, false},
+		{`{"paths": ["/users/*"]}`, req{Path: "/users/1/"}, false},
+		{`{"paths": ["/*"]}`, req{Path: "/"}, false},
+		{`{"paths": ["/*"]}`, req{Path: "/a"}, true},
+
+		// A final "**": any rest, including none.
+		{`{"paths": ["/api/**"]}`, req{Path: "/api"}, true},
+		{`{"paths": ["/api/**"]}`, req{Path: "/api/"}, true},
+		{`{"paths": ["/api/**"]}`, req{Path: "/api/v1/users/7"}, true},
+		{`{"paths": ["/api/**"]}`, req{Path: "/apix"}, false},
+		{`{"paths": ["/api/**"]}`, req{Path: "/ap"}, false},
+		{`{"paths": ["/api/**"]}`, req{Path: "/"}, false},
+		{`{"paths": ["/api/**"]}`, req{Path: "/v1/api"}, false},
+		{`{"paths": ["/**"]}`, req{Path: "/"}, true},
+		{`{"paths": ["/**"]}`, req{Path: "/a/b/c"}, true},
+		{`{"paths": ["/*/**"]}`, req{Path: "/a"}, true},
+		{`{"paths": ["/*/**"]}`, req{Path: "/a/b"}, true},
+		{`{"paths": ["/*/**"]}`, req{Path: "/"}, false},
+		{`{"paths": ["/api/*/x/**"]}`, req{Path: "/api/v2/x/y/z"}, true},
+		{`{"paths": ["/api/*/x/**"]}`, req{Path: "/api/v2/y"}, false},
+
+		// Hosts: case-insensitive, port ignored.
+		{`{"hosts": ["api.example.com"]}`, req{Host: "api.example.com"}, true},
+		{`{"hosts": ["api.example.com"]}`, req{Host: "API.Example.COM"}, true},
+		{`{"hosts": ["API.EXAMPLE.COM"]}`, req{Host: "api.example.com"}, true},
+		{`{"hosts": ["api.example.com"]}`, req{Host: "api.example.com:8080"}, true},
+		{`{"hosts": ["api.example.com"]}`, req{Host: "api.example.com."}, true},
+		{`{"hosts": ["api.example.com"]}`, req{Host: "example.com"}, false},
+		{`{"hosts": ["api.example.com"]}`, req{Host: "xapi.example.com"}, false},
+		{`{"hosts": ["api.example.com"]}`, req{Host: "api.example.com.evil"}, false},
+		{`{"hosts": ["api.example.com"]}`, req{Host: ""}, false},
+		{`{"hosts": ["10.0.0.1"]}`, req{Host: "10.0.0.1:80"}, true},
+		{`{"hosts": ["10.0.0.1"]}`, req{Host: "10.0.0.10"}, false},
+
+		// IPv6 literals, with and without a port.
+		{`{"hosts": ["[::1]"]}`, req{Host: "[::1]:8080"}, true},
+		{`{"hosts": ["[::1]"]}`, req{Host: "[::1]"}, true},
+		{`{"hosts": ["[::1]"]}`, req{Host: "[::2]:8080"}, false},
+		{`{"hosts": ["[2001:db8::1]"]}`, req{Host: "[2001:DB8::1]:443"}, true},
+		{`{"hosts": ["[2001:db8::1]"]}`, req{Host: "2001:db8::1"}, false},
+		{`{"hosts": ["example.com"]}`, req{Host: "[::1]:8080"}, false},
+
+		// "*.domain": any subdomain, not the domain itself.
+		{`{"hosts": ["*.example.com"]}`, req{Host: "a.example.com"}, true},
+		{`{"hosts": ["*.example.com"]}`, req{Host: "a.b.example.com"}, true},
+		{`{"hosts": ["*.example.com"]}`, req{Host: "A.Example.COM:443"}, true},
+		{`{"hosts": ["*.example.com"]}`, req{Host: "example.com"}, false},
+		{`{"hosts": ["*.example.com"]}`, req{Host: ".example.com"}, false},
+		{`{"hosts": ["*.example.com"]}`, req{Host: "aexample.com"}, false},
+		{`{"hosts": ["*.example.com"]}`, req{Host: "a.example.org"}, false},
+		{`{"hosts": ["example.com"]}`, req{Host: "a.example.com"}, false},
+		{`{"hosts": ["example.com", "*.example.com"]}`, req{Host: "example.com"}, true},
+		{`{"hosts": ["example.com", "*.example.com"]}`, req{Host: "www.example.com"}, true},
+
+		// Headers: a value, or "*" for presence; names are case-insensitive, values are not.
+		{`{"headers": {"X-Env": "prod"}}`, req{Headers: hdr("X-Env", "prod")}, true},
+		{`{"headers": {"x-env": "prod"}}`, req{Headers: hdr("X-ENV", "prod")}, true},
+		{`{"headers": {"X-Env": "prod"}}`, req{Headers: hdr("X-Env", "Prod")}, false},
+		{`{"headers": {"X-Env": "prod"}}`, req{Headers: hdr("X-Other", "prod")}, false},
+		{`{"headers": {"X-Env": "prod"}}`, req{}, false},
+		{`{"headers": {"X-Api-Key": "*"}}`, req{Headers: hdr("X-Api-Key", "k1")}, true},
+		{`{"headers": {"X-Api-Key": "*"}}`, req{Headers: hdr("X-Api-Key", "")}, false},
+		{`{"headers": {"X-Api-Key": "*"}}`, req{Headers: hdr()}, false},
+		{`{"headers": {"X-A": "1", "X-B": "*"}}`, req{Headers: hdr("X-A", "1", "X-B", "2")}, true},
+		{`{"headers": {"X-A": "1", "X-B": "*"}}`, req{Headers: hdr("X-A", "1")}, false},
+
+		// Every part must match.
+		{
+			`{"methods": ["POST"], "paths": ["/api/**"], "hosts": ["*.example.com"], "headers": {"X-Env": "prod"}}`,
+			req{Method: "POST", Path: "/api/v1", Host: "a.example.com", Headers: hdr("X-Env", "prod")}, true,
+		},
+		{
+			`{"methods": ["POST"], "paths": ["/api/**"], "hosts": ["*.example.com"], "headers": {"X-Env": "prod"}}`,
+			req{Method: "GET", Path: "/api/v1", Host: "a.example.com", Headers: hdr("X-Env", "prod")}, false,
+		},
+		{
+			`{"methods": ["POST"], "paths": ["/api/**"], "hosts": ["*.example.com"], "headers": {"X-Env": "prod"}}`,
+			req{Method: "POST", Path: "/v1", Host: "a.example.com", Headers: hdr("X-Env", "prod")}, false,
+		},
+		{
+			`{"methods": ["POST"], "paths": ["/api/**"], "hosts": ["*.example.com"], "headers": {"X-Env": "prod"}}`,
+			req{Method: "POST", Path: "/api/v1", Host: "example.com", Headers: hdr("X-Env", "prod")}, false,
+		},
+		{
+			`{"methods": ["POST"], "paths": ["/api/**"], "hosts": ["*.example.com"], "headers": {"X-Env": "prod"}}`,
+			req{Method: "POST", Path: "/api/v1", Host: "a.example.com"}, false,
+		},
+	}
+	for _, tt := range tests {
+		r := mustRule(t, `{"name": "m", "match": `+tt.match+`, "limit": {"algorithm": "fixed_window", "limit": 1, "window": "1s"}}`)
+		if got := r.Match.Matches(&tt.in); got != tt.want {
+			t.Errorf("match %s, request %+v: Matches = %v, want %v", tt.match, tt.in, got, tt.want)
+		}
+	}
+}
+
+// A match built by hand, without the checks of decoding, never panics.
+func TestMatchUncompiled(t *testing.T) {
+	m := rules.Match{Hosts: []string{"", "*"}, Methods: []string{""}}
+	in := rules.Input{Host: ":", Method: ""}
+	m.Matches(&in)
+	m = rules.Match{Hosts: []string{"", "*"}}
+	m.Matches(&rules.Input{Host: "[::1]:80"})
+}

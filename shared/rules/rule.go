@@ -1,0 +1,242 @@
+package rules
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/conf"
+)
+
+// Rule is one limit: which requests it applies to, what it counts them by, the algorithm, where
+// the state lives, and what happens to a request over the limit.
+type Rule struct {
+	Name  string
+	Match Match
+	By    []string // dimensions, e.g. ["ip"], ["consumer"], ["ip", "path"], ["header:X-Api-Key"]
+	Cost  int64    // units one request takes
+
+	Algorithm string // a registered algorithm name
+	Alg       algos.Algorithm
+	Leases    bool // Alg holds units until the request ends (Engine.Release)
+
+	Mode     Mode
+	Action   Action
+	MaxDelay int64 // µs a request may be held under ActionDelay
+	Ban      int64 // µs an identity is blocked after a denial; 0: no ban
+
+	OnError  FailPolicy      // cluster mode: when Redis cannot decide
+	Nodes    int64           // cluster mode: gateway nodes sharing the limit, for FailLocal
+	Fallback algos.Algorithm // Alg with the limit divided by Nodes
+
+	Reply Reply
+
+	dims []Dimension
+}
+
+// Mode says where a rule's state lives.
+type Mode uint8
+
+const (
+	Local   Mode = iota // in this process (or this Envoy's shared data)
+	Cluster             // in Redis, shared by every node
+)
+
+// Action says what happens to a request over the limit.
+type Action uint8
+
+const (
+	Reject Action = iota // deny it at once
+	Delay                // hold it up to MaxDelay if the limit admits it by then, else deny
+	Shadow               // let it through; only log and count the denial
+)
+
+// Reply is how a denial is answered.
+type Reply struct {
+	Status  int    // 429 by default; 503 is common too
+	Message string // in the JSON body
+	Headers bool   // RateLimit-* headers (and Retry-After) on replies
+	Legacy  bool   // also Kong's X-RateLimit-Limit / X-RateLimit-Remaining
+}
+
+// DefaultMessage is the body message of a denial, as Kong words it.
+const DefaultMessage = "API rate limit exceeded"
+
+// Decode reads the rules list of a document ("rules" on o), checking every field; errors are
+// recorded on o with their paths. Rule names must be unique: they start every key.
+func Decode(o *conf.Obj) []*Rule {
+	list := o.List("rules")
+	rules := make([]*Rule, 0, len(list))
+	seen := map[string]bool{}
+	for _, ro := range list {
+		r := DecodeRule(ro)
+		if r.Name != "" && seen[r.Name] { // a missing name is reported once, as missing
+			ro.Fail("name", "another rule has the name "+quote(r.Name))
+		}
+		seen[r.Name] = true
+		rules = append(rules, r)
+	}
+	return rules
+}
+
+// DecodeRule reads one rule object.
+func DecodeRule(o *conf.Obj) *Rule {
+	r := &Rule{}
+	o.Require("name", "limit")
+	r.Name = o.String("name", "")
+	if o.Has("name") && !failed(o, "name") { // else it is missing, null or not a string, and said so
+		switch {
+		case r.Name == "":
+			o.Fail("name", "cannot be empty")
+		case len(r.Name) > maxName:
+			o.Fail("name", "must be at most "+strconv.Itoa(maxName)+" bytes long, got "+strconv.Itoa(len(r.Name)))
+		case !validName(r.Name):
+			o.Fail("name", "may hold only letters, digits and . _ - (it starts the keys), got "+quote(r.Name))
+		}
+	}
+
+	r.Match = DecodeMatch(o.Obj("match"))
+
+	r.By = o.Strings("by")
+	if len(r.By) == 0 {
+		r.By = []string{"global"}
+	}
+	for i, spec := range r.By {
+		d, reason := newDimension(spec)
+		if reason != "" {
+			o.Fail("by["+strconv.Itoa(i)+"]", reason)
+			continue
+		}
+		r.dims = append(r.dims, d)
+	}
+	r.Cost = o.Int("cost", 1, 0, algos.MaxSafe)
+
+	r.Mode = Mode(enumIndex(o, "mode", "local", "cluster"))
+	r.Action = Action(enumIndex(o, "action", "reject", "delay", "shadow"))
+	r.MaxDelay = o.Duration("max_delay", 0, 0, algos.MaxWaitCap)
+	if r.Action == Delay && r.MaxDelay == 0 && !failed(o, "max_delay") {
+		o.Fail("max_delay", "is required (above 0) when action is delay")
+	}
+	r.Ban = o.Duration("ban", 0, 0, algos.MaxSafe/4)
+	r.OnError = FailPolicy(enumIndex(o, "on_error", failPolicies[:]...))
+	r.Nodes = o.Int("nodes", 1, 1, 10000)
+
+	rep := o.Obj("reply")
+	r.Reply.Status = int(rep.Int("status", 429, 400, 599))
+	r.Reply.Message = rep.String("message", DefaultMessage)
+	r.Reply.Headers = rep.Bool("headers", true)
+	r.Reply.Legacy = rep.Bool("legacy_headers", false)
+	rep.Done()
+
+	r.decodeLimit(o)
+	o.Done()
+	return r
+}
+
+// decodeLimit reads the limit object and builds the algorithm (and its per-node share).
+func (r *Rule) decodeLimit(o *conf.Obj) {
+	lo := o.Obj("limit")
+	if !o.Has("limit") || failed(o, "limit") { // missing, null or not an object: said so already
+		return
+	}
+	lo.Require("algorithm")
+	r.Algorithm = lo.String("algorithm", "")
+	kind, ok := algorithms[r.Algorithm]
+	if !ok {
+		if r.Algorithm != "" {
+			lo.Fail("algorithm", "must be one of "+strings.Join(Algorithms(), ", ")+", got "+quote(r.Algorithm))
+		}
+		return
+	}
+	r.Leases = kind.Leases
+	errs := len(o.Errors().List)
+	limit := kind.Decode(lo)
+	lo.Done()
+	if len(o.Errors().List) > errs {
+		return // the parameters are already reported; building would repeat the errors
+	}
+	var err error
+	if r.Alg, err = r.build(limit, 1); err != nil {
+		failParam(lo, err)
+		return
+	}
+	if r.Mode == Cluster && r.OnError == FailLocal {
+		if r.Fallback, err = r.build(limit, r.Nodes); err != nil {
+			o.Fail("nodes", "the limit divided by "+strconv.FormatInt(r.Nodes, 10)+" nodes is invalid: "+err.Error())
+		}
+	}
+}
+
+// build builds the limit's algorithm for nodes nodes, wrapped in the rule's ban.
+func (r *Rule) build(l Limit, nodes int64) (algos.Algorithm, error) {
+	a, err := l.Build(nodes)
+	if err != nil || r.Ban == 0 {
+		return a, err
+	}
+	return algorithm(algos.NewBan(a, r.Ban))
+}
+
+// failParam records an algorithm's parameter error on the config field it came from.
+func failParam(lo *conf.Obj, err error) {
+	if pe, ok := err.(*algos.ParamError); ok {
+		field := pe.Param
+		if field == "leaseTTL" {
+			field = "lease"
+		}
+		lo.Fail(field, pe.Reason)
+		return
+	}
+	lo.Fail("algorithm", err.Error())
+}
+
+// enumIndex reads an enum field and returns the index of its value (0, the default, if absent).
+func enumIndex(o *conf.Obj, key string, allowed ...string) int {
+	v := o.Enum(key, allowed[0], allowed...)
+	for i, a := range allowed {
+		if a == v {
+			return i
+		}
+	}
+	return 0
+}
+
+// maxName bounds rule names, which start every key.
+const maxName = 64
+
+func validName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return s != "" && len(s) <= maxName
+}
+
+// failed reports whether an error is already recorded on field key of o.
+func failed(o *conf.Obj, key string) bool {
+	p := o.Path(key)
+	for _, e := range o.Errors().List {
+		if e.Path == p {
+			return true
+		}
+	}
+	return false
+}
+
+func quote(s string) string { return strconv.Quote(s) }
+
+// DecodeMatch reads a match object (methods, paths, hosts, headers).
+func DecodeMatch(o *conf.Obj) Match {
+	var m Match
+	m.Methods = o.Strings("methods")
+	m.Paths = o.Strings("paths")
+	m.Hosts = o.Strings("hosts")
+	names, vals := o.StringMap("headers")
+	for i := range names {
+		m.Headers = append(m.Headers, HeaderMatch{Name: names[i], Value: vals[i]})
+	}
+	o.Done()
+	m.compile(o.Fail)
+	return m
+}

@@ -1,0 +1,59 @@
+package rules
+
+import (
+	"context"
+
+	"github.com/diana-gw/diana/shared/algos"
+)
+
+// Op is one limit to decide for one request: the key of the identity under a rule, the rule's
+// algorithm and the request. A Store fills Dec, or Err when it could not decide.
+type Op struct {
+	Key string
+	Alg algos.Algorithm
+	Req algos.Request
+
+	// For cluster stores: what to do when the shared store cannot decide, and the algorithm
+	// to decide with locally then (the rule's limit divided by its node count).
+	OnError  FailPolicy
+	Fallback algos.Algorithm
+
+	Dec algos.Decision
+	Err error
+
+	rule *Rule
+}
+
+// Store decides ops. Each op is atomic on its own key; a store may decide a batch in one round
+// trip but never needs to make the batch atomic: the Engine checks every op as a dry run
+// (Req.DryRun) before it commits any.
+type Store interface {
+	Decide(ctx context.Context, ops []*Op)
+}
+
+// FailPolicy says what a rule does when its cluster store cannot decide (Redis down, slow or
+// failing).
+type FailPolicy uint8
+
+const (
+	// FailOpen admits the request, as Kong's fault_tolerant does.
+	FailOpen FailPolicy = iota
+	// FailClosed denies the request.
+	FailClosed
+	// FailLocal decides in process memory with the limit divided by the expected node count.
+	FailLocal
+)
+
+var failPolicies = [...]string{FailOpen: "open", FailClosed: "closed", FailLocal: "local"}
+
+func (p FailPolicy) String() string { return failPolicies[p] }
+
+// Each adapts a store that decides one key at a time without I/O, such as memstore's Decide.
+type Each func(key string, alg algos.Algorithm, r algos.Request) algos.Decision
+
+// Decide decides every op in turn.
+func (f Each) Decide(_ context.Context, ops []*Op) {
+	for _, op := range ops {
+		op.Dec = f(op.Key, op.Alg, op.Req)
+	}
+}
