@@ -1,7 +1,7 @@
 GO ?= go
 TINYGO_FLAGS = -scheduler=none -target=wasip1 -buildmode=wasi-legacy -no-debug
 
-.PHONY: test vet deps bench bench-redis-cpu tinygo tinygo-check
+.PHONY: test vet deps bench bench-redis-cpu tinygo tinygo-check run
 
 ## test: every test with the race detector, and the algorithms built and run under TinyGo.
 ## Installs redis-server (and TinyGo's Debian packages) when missing.
@@ -36,3 +36,14 @@ tinygo-check:
 bench-redis-cpu: deps
 	@command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; }
 	$(GO) run ./bench/rediscpu
+
+## run: the demo: dianad in local mode with examples/diana.yaml (no Redis needed); Ctrl-C stops it
+run:
+	$(GO) build -o bin/dianad ./cmd/dianad
+	@echo 'dianad: proxy on http://localhost:8080 (built-in demo upstream), admin on http://127.0.0.1:9090'
+	@echo 'Try it from another terminal:'
+	@echo '  curl -i http://localhost:8080/                 # RateLimit-Limit, -Remaining, -Reset headers'
+	@printf '%s\n' "  for i in \$$(seq 1 8); do curl -s -o /dev/null -w '%{http_code}\\n' http://localhost:8080/; done   # 5 x 200, then 429"
+	@echo '  curl -s http://127.0.0.1:9090/metrics | grep diana_'
+	@echo "  curl -s -X POST http://127.0.0.1:9090/v1/check -d '{\"client_ip\":\"192.0.2.1\",\"path\":\"/\"}'"
+	bin/dianad --config examples/diana.yaml

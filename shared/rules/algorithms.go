@@ -10,12 +10,12 @@ import (
 // rounding down (at least 1), so the shares never add up to more than the whole.
 
 func init() {
-	RegisterAlgorithm("token_bucket", AlgorithmKind{Decode: decodeRate(false), Doc: "token bucket (GCRA): rate per period, bursts up to burst"})
-	RegisterAlgorithm("warm_up", AlgorithmKind{Decode: decodeRate(true), Doc: "token bucket that starts cold and reaches rate after warmup (Guava SmoothWarmingUp)"})
+	RegisterAlgorithm("token_bucket", AlgorithmKind{Decode: decodeRate(false), Waits: true, Doc: "token bucket (GCRA): rate per period, bursts up to burst"})
+	RegisterAlgorithm("warm_up", AlgorithmKind{Decode: decodeRate(true), Waits: true, Doc: "token bucket that starts cold and reaches rate after warmup (Guava SmoothWarmingUp)"})
 	RegisterAlgorithm("leaky_bucket", AlgorithmKind{Decode: decodeLeaky, Doc: "nginx limit_req: rate per period, burst queued with delays, or nodelay"})
-	RegisterAlgorithm("fixed_window", AlgorithmKind{Decode: decodeWindow(algos.NewFixedWindow), Doc: "limit per aligned window"})
+	RegisterAlgorithm("fixed_window", AlgorithmKind{Decode: decodeWindow(algos.NewFixedWindow), Waits: true, Doc: "limit per aligned window"})
 	RegisterAlgorithm("sliding_window", AlgorithmKind{Decode: decodeWindow(algos.NewSlidingWindow), Doc: "limit per sliding window, weighted estimate of two windows (Cloudflare)"})
-	RegisterAlgorithm("sliding_log", AlgorithmKind{Decode: decodeWindow(algos.NewSlidingLog), Doc: "limit per sliding window, exact (a log of admissions; limit at most 10000)"})
+	RegisterAlgorithm("sliding_log", AlgorithmKind{Decode: decodeWindow(algos.NewSlidingLog), Waits: true, Doc: "limit per sliding window, exact (a log of admissions; limit at most 10000)"})
 	RegisterAlgorithm("concurrency", AlgorithmKind{Decode: decodeConcurrency, Leases: true, Doc: "at most max requests in flight; a lease expires after lease if never released"})
 }
 

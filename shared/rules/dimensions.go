@@ -18,10 +18,13 @@ func init() {
 
 // newDimension parses a "by" entry, NAME or NAME:ARG.
 func newDimension(spec string) (Dimension, string) {
-	name, arg, _ := strings.Cut(spec, ":")
+	name, arg, colon := strings.Cut(spec, ":")
 	kind, ok := dimensions[name]
 	if !ok {
 		return nil, "must be one of " + strings.Join(Dimensions(), ", ") + " (NAME or NAME:ARG), got " + quote(spec)
+	}
+	if colon && arg == "" {
+		return nil, "has nothing after the colon: write " + quote(name) + " or " + quote(name+":ARG")
 	}
 	return kind.New(arg)
 }

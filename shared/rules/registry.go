@@ -23,7 +23,10 @@ type AlgorithmKind struct {
 	// Leases is true when an admitted request holds its units until it ends (concurrency): the
 	// front end must call Engine.Release when the request completes.
 	Leases bool
-	Doc    string // one line for docs and errors
+	// Waits is true when the algorithm can hold a request instead of denying it (Request.MaxWait),
+	// which the delay action needs.
+	Waits bool
+	Doc   string // one line for docs and errors
 }
 
 // Limit is a decoded algorithm configuration.

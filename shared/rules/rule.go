@@ -149,6 +149,9 @@ func (r *Rule) decodeLimit(o *conf.Obj) {
 		return
 	}
 	r.Leases = kind.Leases
+	if r.Action == Delay && !kind.Waits {
+		o.Fail("action", "delay needs an algorithm that can hold requests (token_bucket, warm_up, fixed_window, sliding_log); "+r.Algorithm+" cannot")
+	}
 	errs := len(o.Errors().List)
 	limit := kind.Decode(lo)
 	lo.Done()

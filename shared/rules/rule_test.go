@@ -502,7 +502,7 @@ func TestDecodeInvalid(t *testing.T) {
 		{"dimension in upper case", rule(tb, `"by": ["ip", "IP"]`), "rules[0].by[1]", `got "IP"`},
 		{"dimension argument not taken", rule(tb, `"by": ["ip:x"]`), "rules[0].by[0]", `takes no argument, got "x"`},
 		{"global argument", rule(tb, `"by": ["global:all"]`), "rules[0].by[0]", `takes no argument, got "all"`},
-		{"header without a name", rule(tb, `"by": ["header:"]`), "rules[0].by[0]", "needs a header name: header:NAME"},
+		{"header without a name", rule(tb, `"by": ["header:"]`), "rules[0].by[0]", "has nothing after the colon"},
 		{"header bare", rule(tb, `"by": ["header"]`), "rules[0].by[0]", "needs a header name: header:NAME"},
 		{"header bad name", rule(tb, `"by": ["header:bad name"]`), "rules[0].by[0]", `is not a valid header name: "bad name"`},
 		{"device bad name", rule(tb, `"by": ["device:a:b"]`), "rules[0].by[0]", `is not a valid header name: "a:b"`},

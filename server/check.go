@@ -1,0 +1,201 @@
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/netip"
+	"strings"
+
+	"github.com/diana-gw/diana/httplimit"
+	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/rules"
+)
+
+// maxCheckBody bounds the body of a /v1/check request.
+const maxCheckBody = 64 << 10
+
+// CheckRequest is the body of POST /v1/check: the request to decide, as the gateway sees it.
+// Every field is optional; unknown fields are ignored, so that newer callers work with older
+// servers.
+type CheckRequest struct {
+	Method   string `json:"method"`
+	Host     string `json:"host"`
+	Path     string `json:"path"` // the URL path, without the query
+	ClientIP string `json:"client_ip"`
+	Consumer string `json:"consumer"`
+	Route    string `json:"route"`
+	// Headers are the request headers that rules may match or count by; names are matched
+	// without regard to case.
+	Headers map[string]string `json:"headers"`
+}
+
+// CheckResponse is the reply of POST /v1/check (status 200).
+type CheckResponse struct {
+	Allowed bool   `json:"allowed"`
+	Rule    string `json:"rule"`   // the rule the numbers are from ("" when no rule applied)
+	Status  int    `json:"status"` // the status to answer a denied request with; 200 when allowed
+	// Limit, Remaining, Reset (seconds, rounded up) and RetryAfter (seconds, null when the
+	// request can never pass) are the rule's numbers.
+	Limit      int64  `json:"limit"`
+	Remaining  int64  `json:"remaining"`
+	Reset      int64  `json:"reset"`
+	RetryAfter *int64 `json:"retry_after"`
+	DelayMS    int64  `json:"delay_ms"` // hold an allowed request this long before forwarding it
+	// Headers are the rate-limit headers the reverse proxy would add to the response (on a
+	// denial and on an allowed request alike), already formatted.
+	Headers map[string]string `json:"headers"`
+	Body    string            `json:"body"` // the JSON body of a denial; "" when allowed
+}
+
+// headerMap is a request's headers by lower-case name; it implements rules.Headers.
+type headerMap map[string]string
+
+func (h headerMap) Get(name string) string { return h[strings.ToLower(name)] }
+
+// adminHandler serves the decision API, the metrics and the health check.
+func (s *Server) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/check", s.serveCheck)
+	mux.Handle("/metrics", s.met.handler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if s.stopping.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, "shutting down\n")
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	return mux
+}
+
+// serveCheck is POST /v1/check, the decision API that gateways (the Envoy filter in cluster
+// mode) call once per request: it decides the request against the running rules, exactly as
+// the reverse proxy would, and returns the verdict, the headers and the denial body. The
+// request counts: an allowed check takes its units.
+//
+// Statuses: 200 with a CheckResponse; 400 {"error"} for a body that is not a JSON object of
+// CheckRequest's fields, is over 64 KiB, or holds a client_ip that is not an IP address; 401
+// {"error"} when admin.token is set and the request lacks "Authorization: Bearer TOKEN";
+// 405 {"error"} for any method but POST.
+//
+// Concurrency rules release their lease as soon as the check is decided: the API cannot tell
+// when the gateway's request ends, so they limit only concurrent checks. Use them in the proxy.
+func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeJSON(w, http.StatusMethodNotAllowed, errorBody{"method " + r.Method + " not allowed: use POST"})
+		return
+	}
+	if tok := s.cfg.Admin.Token; tok != "" {
+		auth := r.Header.Get("Authorization")
+		// The scheme's name is case-insensitive (RFC 9110), the token is not.
+		ok := len(auth) > 7 && strings.EqualFold(auth[:7], "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(auth[7:]), []byte(tok)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="diana"`)
+			writeJSON(w, http.StatusUnauthorized, errorBody{"missing or wrong bearer token (Authorization: Bearer TOKEN)"})
+			return
+		}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxCheckBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeJSON(w, http.StatusBadRequest, errorBody{"request body larger than 64 KiB"})
+		} else {
+			writeJSON(w, http.StatusBadRequest, errorBody{"reading the request body: " + err.Error()})
+		}
+		return
+	}
+	var req CheckRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeJSON(w, http.StatusBadRequest, errorBody{checkJSONError(err)})
+		return
+	}
+	l := s.live.Load()
+	in := rules.Input{Method: req.Method, Host: req.Host, Path: req.Path, Consumer: req.Consumer, Route: req.Route}
+	if req.ClientIP != "" {
+		ip, err := netip.ParseAddr(req.ClientIP)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, errorBody{"client_ip: not an IP address: " + req.ClientIP})
+			return
+		}
+		in.ClientIP = clientKey(ip, l.opts.IPv6Prefix)
+	}
+	h := make(headerMap, len(req.Headers))
+	for k, v := range req.Headers {
+		h[strings.ToLower(k)] = v
+	}
+	in.Headers = h
+
+	res := l.engine.Check(r.Context(), &in)
+	l.engine.Release(context.WithoutCancel(r.Context()), &res)
+	writeJSON(w, http.StatusOK, checkResponse(&res))
+}
+
+// clientKey writes a client address as the proxy counts it: IPv6 clients by their prefix.
+func clientKey(ip netip.Addr, ipv6Prefix int) string {
+	ip = ip.Unmap().WithZone("")
+	if ip.Is6() && ipv6Prefix > 0 && ipv6Prefix < 128 {
+		p, _ := ip.Prefix(ipv6Prefix)
+		return p.String()
+	}
+	return ip.String()
+}
+
+// checkJSONError words a JSON decoding error for the caller, naming the field when it can.
+func checkJSONError(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		switch {
+		case te.Field == "headers" || strings.HasPrefix(te.Field, "headers."):
+			return "headers: must be an object whose values are strings, got " + te.Value
+		case te.Field != "":
+			return te.Field + ": must be a string, got " + te.Value
+		}
+		return "the body must be a JSON object, got " + te.Value
+	}
+	return "the body is not valid JSON: " + err.Error()
+}
+
+// checkResponse builds the reply to a decided check.
+func checkResponse(res *rules.Result) *CheckResponse {
+	d := &res.Decision
+	out := &CheckResponse{
+		Allowed:   res.Allowed,
+		Status:    http.StatusOK,
+		Limit:     d.Limit,
+		Remaining: d.Remaining,
+		Reset:     ceilSeconds(d.ResetAfter),
+		DelayMS:   (res.Delay + algos.Millisecond - 1) / algos.Millisecond,
+		Headers:   map[string]string{},
+	}
+	if d.RetryAfter != algos.Never {
+		ra := ceilSeconds(d.RetryAfter)
+		out.RetryAfter = &ra
+	}
+	if res.Rule != nil {
+		out.Rule = res.Rule.Name
+	}
+	h := http.Header{}
+	httplimit.SetHeaders(h, res)
+	for k, v := range h {
+		out.Headers[k] = strings.Join(v, ", ")
+	}
+	if !res.Allowed {
+		status, msg := http.StatusTooManyRequests, rules.DefaultMessage
+		if res.Rule != nil {
+			status, msg = res.Rule.Reply.Status, res.Rule.Reply.Message
+		}
+		out.Status = status
+		out.Body = string(httplimit.DenialBody(res, msg))
+	}
+	return out
+}
+
+// ceilSeconds writes µs as whole seconds, rounded up, as the headers do.
+func ceilSeconds(us int64) int64 { return (max(us, 0) + algos.Second - 1) / algos.Second }

@@ -1,0 +1,189 @@
+// Package server is dianad: Diana's rate-limiting reverse proxy and decision service, built on
+// the httplimit middleware and the rules engine.
+package server
+
+import (
+	"net/netip"
+	"net/url"
+	"strconv"
+
+	"github.com/diana-gw/diana/httplimit"
+	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/conf"
+	"github.com/diana-gw/diana/shared/rules"
+)
+
+// Version is the config format this dianad reads.
+const Version = 1
+
+// Config is a dianad config document (schema/dianad.schema.json).
+type Config struct {
+	Listen         string // the reverse proxy's address; "" runs the decision service only
+	Admin          Admin
+	TrustedProxies []netip.Prefix
+	IPv6Prefix     int
+	ConsumerHeader string
+	Upstreams      []Upstream
+	Redis          *Redis // nil: no cluster mode
+	Remote         Remote
+	Rules          []*rules.Rule
+}
+
+// Admin is the listener of the decision API (/v1/check), /metrics and /healthz.
+type Admin struct {
+	Listen string
+	Token  string // if set, /v1/check needs "Authorization: Bearer TOKEN"
+}
+
+// Upstream is where matching requests are proxied; the first upstream whose match matches wins.
+type Upstream struct {
+	Name  string
+	URL   *url.URL // scheme "demo" is the built-in demo upstream
+	Match rules.Match
+}
+
+// Redis is the connection of cluster mode (and of a Redis remote config source).
+type Redis struct {
+	Addrs      []string // one: standalone; several: Redis Cluster; with MasterName: Sentinel
+	MasterName string
+	Username   string
+	Password   string
+	DB         int
+	TLS        bool
+	Timeout    int64 // µs, bound on one decision's round trip
+	Prefix     string
+	Failures   int   // consecutive failures that open the breaker
+	OpenFor    int64 // µs the breaker stays open before a probe
+}
+
+// Remote is the remote config source, whose rules win over the file's while it is reachable.
+type Remote struct {
+	URL          string
+	Headers      map[string]string
+	RedisKey     string
+	RedisChannel string
+	Interval     int64 // µs
+}
+
+// Decode reads and checks a config document; errors name the source, the field and the reason.
+// A remote document (remote true) may hold only version and rules: it replaces the rules and
+// nothing else.
+func Decode(doc conf.Value, source string, remote bool) (*Config, error) {
+	errs := &conf.Errors{Source: source}
+	o := conf.Read(doc, errs)
+	o.Require("version")
+	if v := o.Int("version", Version, 1, 1<<31); v != Version {
+		o.Fail("version", "this dianad reads version 1 (a newer dianad may read this file)")
+	}
+	c := &Config{Rules: rules.Decode(o)}
+	if !remote {
+		c.decodeServer(o)
+	}
+	o.Done()
+	return c, errs.Err()
+}
+
+func (c *Config) decodeServer(o *conf.Obj) {
+	c.Listen = o.String("listen", ":8080")
+	a := o.Obj("admin")
+	c.Admin.Listen = a.String("listen", "127.0.0.1:9090")
+	c.Admin.Token = a.String("token", "")
+	a.Done()
+	if c.Listen == "" && c.Admin.Listen == "" {
+		o.Fail("listen", "cannot be empty when admin.listen is empty too: dianad would serve nothing")
+	}
+	var err error
+	if c.TrustedProxies, err = httplimit.ParsePrefixes(o.Strings("trusted_proxies")); err != nil {
+		o.Fail("trusted_proxies", err.Error())
+	}
+	c.IPv6Prefix = int(o.Int("ipv6_prefix", 64, 1, 128))
+	c.ConsumerHeader = o.String("consumer_header", "")
+	names := map[string]bool{}
+	for _, uo := range o.List("upstreams") {
+		uo.Require("name", "url")
+		u := Upstream{Name: uo.String("name", "")}
+		if uo.Has("name") && u.Name == "" {
+			uo.Fail("name", "cannot be empty (it is the route dimension's value)")
+		} else if names[u.Name] && u.Name != "" {
+			uo.Fail("name", "another upstream has the name "+quote(u.Name))
+		}
+		names[u.Name] = true
+		raw := uo.String("url", "")
+		if uo.Has("url") {
+			if u.URL, err = url.Parse(raw); err != nil || u.URL.Scheme == "" || (u.URL.Scheme != "demo" && u.URL.Host == "") {
+				uo.Fail("url", "must be an absolute URL such as http://127.0.0.1:9000 (or demo: for the built-in demo), got "+quote(raw))
+			} else if u.URL.Scheme != "http" && u.URL.Scheme != "https" && u.URL.Scheme != "demo" {
+				uo.Fail("url", "scheme must be http, https or demo, got "+quote(u.URL.Scheme))
+			}
+		}
+		u.Match = rules.DecodeMatch(uo.Obj("match"))
+		uo.Done()
+		c.Upstreams = append(c.Upstreams, u)
+	}
+	if o.Has("redis") {
+		c.Redis = decodeRedis(o.Obj("redis"))
+	}
+	rm := o.Obj("remote")
+	c.Remote.URL = rm.String("url", "")
+	keys, vals := rm.StringMap("headers")
+	for i, k := range keys {
+		if c.Remote.Headers == nil {
+			c.Remote.Headers = map[string]string{}
+		}
+		c.Remote.Headers[k] = vals[i]
+	}
+	c.Remote.RedisKey = rm.String("redis_key", "")
+	c.Remote.RedisChannel = rm.String("redis_channel", c.Remote.RedisKey)
+	c.Remote.Interval = rm.Duration("interval", 5*algos.Second, 100*algos.Millisecond, algos.Day)
+	if c.Remote.URL != "" && c.Remote.RedisKey != "" {
+		rm.Fail("redis_key", "cannot be combined with url: choose one remote source")
+	}
+	if c.Remote.URL != "" {
+		if u, err := url.Parse(c.Remote.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			rm.Fail("url", "must be an http or https URL, got "+quote(c.Remote.URL))
+		}
+	}
+	if len(keys) > 0 && c.Remote.URL == "" {
+		rm.Fail("headers", "apply only to a url source, and there is no url")
+	}
+	if rm.Has("redis_channel") && c.Remote.RedisKey == "" {
+		rm.Fail("redis_channel", "applies only with redis_key, and there is none")
+	}
+	if c.Remote.RedisKey != "" && c.Redis == nil {
+		rm.Fail("redis_key", "needs the redis section (the connection to read it from)")
+	}
+	rm.Done()
+	for i, r := range c.Rules {
+		if r.Mode == rules.Cluster && c.Redis == nil {
+			o.Fail("rules["+strconv.Itoa(i)+"].mode", "cluster mode needs the redis section")
+		}
+	}
+}
+
+func decodeRedis(o *conf.Obj) *Redis {
+	r := &Redis{}
+	o.Require("addrs")
+	r.Addrs = o.Strings("addrs")
+	if o.Has("addrs") && len(r.Addrs) == 0 {
+		o.Fail("addrs", "needs at least one host:port")
+	}
+	for _, a := range r.Addrs {
+		if a == "" {
+			o.Fail("addrs", "an address cannot be empty")
+			break
+		}
+	}
+	r.MasterName = o.String("master_name", "")
+	r.Username = o.String("username", "")
+	r.Password = o.String("password", "")
+	r.DB = int(o.Int("db", 0, 0, 1<<20))
+	r.TLS = o.Bool("tls", false)
+	r.Timeout = o.Duration("timeout", 50*algos.Millisecond, algos.Millisecond, algos.Minute)
+	r.Prefix = o.String("prefix", "diana:")
+	r.Failures = int(o.Int("breaker_failures", 3, 1, 1000))
+	r.OpenFor = o.Duration("breaker_open_for", algos.Second, algos.Millisecond, algos.Hour)
+	o.Done()
+	return r
+}
+
+func quote(s string) string { return strconv.Quote(s) }

@@ -1,0 +1,93 @@
+package server
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/diana-gw/diana/shared/rules"
+)
+
+// metrics are the server's Prometheus metrics, on a registry of its own (several servers in
+// one process, as in tests, do not share counters).
+type metrics struct {
+	reg           *prometheus.Registry
+	decisions     *prometheus.CounterVec
+	backendErrors *prometheus.CounterVec
+	redisDuration prometheus.Histogram
+	breaker       prometheus.Gauge
+	reloads       *prometheus.CounterVec
+	info          *prometheus.GaugeVec
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "diana_decisions_total",
+			Help: "Rule decisions, by rule and result (allowed, denied, shadow_denied).",
+		}, []string{"rule", "result"}),
+		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "diana_backend_errors_total",
+			Help: "Decisions of cluster rules that Redis could not make and the rule's on_error policy made instead.",
+		}, []string{"rule"}),
+		redisDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "diana_redis_request_duration_seconds",
+			Help:    "Duration of the round trips to Redis that decide cluster rules.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}),
+		breaker: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "diana_redis_breaker_open",
+			Help: "1 while the Redis circuit breaker is open (Redis is not called), else 0.",
+		}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "diana_config_reloads_total",
+			Help: "Attempts to read a config source, by source (file, http, redis) and result (ok, error).",
+		}, []string{"source", "result"}),
+		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "diana_config_info",
+			Help: "1 for the source of the running config (file, http, redis or embedded).",
+		}, []string{"source"}),
+	}
+	m.reg.MustRegister(m.decisions, m.backendErrors, m.redisDuration, m.breaker, m.reloads, m.info,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+func (m *metrics) decision(rule string, o rules.Outcome) {
+	m.decisions.WithLabelValues(rule, o.String()).Inc()
+}
+
+func (m *metrics) backendError(rule string) { m.backendErrors.WithLabelValues(rule).Inc() }
+
+// observeRedis is failover's Observe hook.
+func (m *metrics) observeRedis(d time.Duration, _ error) { m.redisDuration.Observe(d.Seconds()) }
+
+func (m *metrics) breakerOpen(open bool) {
+	if open {
+		m.breaker.Set(1)
+	} else {
+		m.breaker.Set(0)
+	}
+}
+
+func (m *metrics) reload(source string, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.reloads.WithLabelValues(source, result).Inc()
+}
+
+// configInfo marks source as the running config's.
+func (m *metrics) configInfo(source string) {
+	m.info.Reset()
+	m.info.WithLabelValues(source).Set(1)
+}

@@ -1,0 +1,115 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httputil"
+	"time"
+
+	"github.com/diana-gw/diana/shared/rules"
+)
+
+// upstream is a configured upstream with the handler that serves its requests.
+type upstream struct {
+	Upstream
+	handler http.Handler
+}
+
+// upstreamKey keys the chosen upstream in a request's context.
+type upstreamKey struct{}
+
+// routeName is the limiter's Route: the name of the upstream chosen for r.
+func routeName(r *http.Request) string {
+	if u, _ := r.Context().Value(upstreamKey{}).(*upstream); u != nil {
+		return u.Name
+	}
+	return ""
+}
+
+// proxyHandler chooses each request's upstream, limits the request (the upstream's name is its
+// route), and forwards it: to the upstream's ReverseProxy, or to the built-in demo upstream;
+// a request no upstream matches gets 404.
+func (s *Server) proxyHandler() http.Handler {
+	forward := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, _ := r.Context().Value(upstreamKey{}).(*upstream)
+		if u == nil {
+			writeJSON(w, http.StatusNotFound, errorBody{"no upstream matches this request"})
+			return
+		}
+		u.handler.ServeHTTP(w, r)
+	})
+	limited := s.limiter.Handler(forward)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u := s.live.Load().pick(r); u != nil {
+			r = r.WithContext(context.WithValue(r.Context(), upstreamKey{}, u))
+		}
+		limited.ServeHTTP(w, r)
+	})
+}
+
+// pick returns the first upstream whose match matches r, or nil.
+func (l *live) pick(r *http.Request) *upstream {
+	in := rules.Input{Method: r.Method, Host: r.Host, Path: r.URL.Path, Headers: r.Header}
+	for _, u := range l.upstreams {
+		if u.Match.Matches(&in) {
+			return u
+		}
+	}
+	return nil
+}
+
+// newUpstream builds the handler of u: the demo handler for scheme "demo", else a reverse proxy
+// to u.URL on the server's shared transport (its idle connections outlive reloads).
+func (s *Server) newUpstream(u Upstream) *upstream {
+	if u.URL.Scheme == "demo" {
+		return &upstream{Upstream: u, handler: demoHandler(u.Name)}
+	}
+	target := u.URL
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			// Rewrite starts without X-Forwarded-For; keep the chain and append this hop.
+			if prior, ok := pr.In.Header["X-Forwarded-For"]; ok {
+				pr.Out.Header["X-Forwarded-For"] = prior
+			}
+			pr.SetXForwarded()
+		},
+		Transport: s.transport,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if ok, skipped := s.proxyLog.allow(); ok {
+				s.log.Warn("upstream failed", "upstream", u.Name, "err", err, "suppressed", skipped)
+			}
+			writeJSON(w, http.StatusBadGateway, errorBody{"bad gateway: upstream " + u.Name + " did not answer"})
+		},
+	}
+	return &upstream{Upstream: u, handler: rp}
+}
+
+// demoHandler is the built-in demo upstream: it answers every request with a small JSON echo.
+func demoHandler(name string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, struct {
+			Upstream string `json:"upstream"`
+			Method   string `json:"method"`
+			Path     string `json:"path"`
+			Time     string `json:"time"`
+		}{name, r.Method, r.URL.Path, time.Now().UTC().Format(time.RFC3339Nano)})
+	})
+}
+
+// errorBody is the JSON body of an error reply.
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+// writeJSON answers with status and v as JSON.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil { // only plain structs and maps of strings are written
+		status, b = http.StatusInternalServerError, []byte(`{"error":"internal error"}`)
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}

@@ -1,0 +1,337 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/diana-gw/diana/config"
+	"github.com/diana-gw/diana/httplimit"
+	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/store/failover"
+	"github.com/diana-gw/diana/store/memstore"
+	"github.com/diana-gw/diana/store/redisstore"
+)
+
+// Options tune a Server.
+type Options struct {
+	// File is the config file the config came from. When set, it is checked for changes every
+	// remote.interval (and at once on Reload), and a valid new version replaces the running
+	// config; "" for a config read from elsewhere (dianad's embedded default).
+	File string
+	// Logger receives the server's logs; default slog.Default().
+	Logger *slog.Logger
+	// ShutdownTimeout bounds how long Run waits, once ctx ends, for the requests in flight;
+	// default 30s.
+	ShutdownTimeout time.Duration
+	// MaxEntries bounds the identities the local store keeps; default 1,000,000.
+	MaxEntries int
+}
+
+// Server is dianad: the rate-limiting reverse proxy (Config.Listen) and the admin listener
+// (Config.Admin.Listen) with the decision API, metrics and health check.
+type Server struct {
+	cfg  *Config // as started: the listeners, Redis and the remote source come from it
+	opts Options
+	log  *slog.Logger
+	met  *metrics
+
+	mem     *memstore.Store
+	rdb     redis.UniversalClient // nil without a redis section
+	cluster *failover.Store       // nil without a redis section
+
+	limiter   *httplimit.Limiter
+	live      atomic.Pointer[live]
+	transport *http.Transport
+
+	loader     *config.Loader[*Config] // nil when there is nothing to reload from
+	remoteName string                  // the remote source's name, "" without one
+	reloads    reloadState
+
+	proxyLn, adminLn   net.Listener // nil when not configured
+	proxySrv, adminSrv *http.Server
+	stopping           atomic.Bool
+
+	backendLog throttle // backend errors: at most one log line per second
+	proxyLog   throttle // upstream errors: likewise
+}
+
+// live is what a config reload replaces at once: requests in flight keep the one they started
+// with.
+type live struct {
+	engine    *rules.Engine
+	opts      httplimit.Options
+	upstreams []*upstream
+}
+
+// New prepares a server for cfg: it opens the listeners (so that their addresses are known
+// before Run; port 0 picks a free one), the stores and the Redis client. Nothing is served until
+// Run.
+func New(cfg *Config, o Options) (s *Server, err error) {
+	if cfg == nil {
+		return nil, errors.New("server: no config")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = 30 * time.Second
+	}
+	if o.MaxEntries <= 0 {
+		o.MaxEntries = 1_000_000
+	}
+	s = &Server{cfg: cfg, opts: o, log: o.Logger, met: newMetrics()}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	s.mem = memstore.New(memstore.Options{MaxEntries: o.MaxEntries})
+	if cfg.Redis != nil {
+		s.rdb = newRedisClient(cfg.Redis)
+		s.cluster = failover.New(redisstore.New(s.rdb, redisstore.Options{Prefix: cfg.Redis.Prefix}), failover.Options{
+			Timeout:  time.Duration(cfg.Redis.Timeout) * time.Microsecond,
+			Failures: cfg.Redis.Failures,
+			OpenFor:  time.Duration(cfg.Redis.OpenFor) * time.Microsecond,
+			Local:    s.mem,
+			OnState:  s.breakerState,
+			Observe:  s.met.observeRedis,
+		})
+	}
+	s.transport = &http.Transport{
+		Proxy:                 nil, // the upstreams are named exactly; no environment proxy
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   512, // the default 2 would open and close a connection per request under load
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+	s.limiter = httplimit.New(nil, httplimit.Options{})
+	if err := s.setLive(cfg); err != nil {
+		return nil, err
+	}
+	s.met.configInfo(sourceKind(s.initialSource()))
+
+	if cfg.Remote.URL != "" || cfg.Remote.RedisKey != "" || o.File != "" {
+		s.newLoader()
+	}
+
+	if cfg.Listen != "" {
+		if s.proxyLn, err = net.Listen("tcp", cfg.Listen); err != nil {
+			return nil, fmt.Errorf("server: listen: %w", err)
+		}
+	}
+	if cfg.Admin.Listen != "" {
+		if s.adminLn, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
+			return nil, fmt.Errorf("server: admin.listen: %w", err)
+		}
+	}
+	s.proxySrv = &http.Server{
+		Handler:           s.proxyHandler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	s.adminSrv = &http.Server{
+		Handler:           s.adminHandler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	return s, nil
+}
+
+// newRedisClient connects to the Redis of r: standalone, Sentinel (MasterName) or Cluster
+// (several addresses). Commands honour context deadlines, so that failover's short timeout
+// bounds each decision; the client's own timeouts are short too, as a backstop.
+func newRedisClient(r *Redis) redis.UniversalClient {
+	o := &redis.UniversalOptions{
+		Addrs:                 r.Addrs,
+		MasterName:            r.MasterName,
+		Username:              r.Username,
+		Password:              r.Password,
+		DB:                    r.DB,
+		ContextTimeoutEnabled: true,
+		DialTimeout:           time.Second,
+		ReadTimeout:           time.Second,
+		WriteTimeout:          time.Second,
+	}
+	if r.TLS {
+		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	return redis.NewUniversalClient(o)
+}
+
+// ProxyAddr returns the address the reverse proxy listens on, "" without one.
+func (s *Server) ProxyAddr() string { return addr(s.proxyLn) }
+
+// AdminAddr returns the address of the admin listener, "" without one.
+func (s *Server) AdminAddr() string { return addr(s.adminLn) }
+
+func addr(l net.Listener) string {
+	if l == nil {
+		return ""
+	}
+	return l.Addr().String()
+}
+
+// Reload asks for the config file to be read and the remote source fetched now (SIGHUP). It
+// does not wait; a valid new config takes effect as soon as it is read. Without a file or a
+// remote source it does nothing.
+func (s *Server) Reload() {
+	if s.loader != nil {
+		s.loader.Reload()
+	}
+}
+
+// Run serves until ctx ends, then shuts down gracefully: it stops accepting connections, waits
+// up to Options.ShutdownTimeout for the requests in flight (the admin listener answers /healthz
+// with 503 meanwhile), and closes the Redis client. It returns nil after a clean shutdown, or
+// the error that stopped a listener or the shutdown. Run may be called once.
+func (s *Server) Run(ctx context.Context) error {
+	bg, stopBg := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	defer func() {
+		stopBg()
+		wg.Wait()
+		s.close()
+	}()
+
+	if s.loader != nil {
+		// The remote source, if reachable and valid, wins over the file from the start.
+		if err := s.loader.Load(ctx); err != nil {
+			s.log.Warn("config: keeping the config read at start", "err", err)
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); s.loader.Run(bg) }()
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); s.sweep(bg) }()
+
+	errc := make(chan error, 2)
+	serve := func(srv *http.Server, l net.Listener, name string) {
+		if l == nil {
+			return
+		}
+		s.log.Info("listening", "listener", name, "addr", l.Addr().String())
+		go func() {
+			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("server: %s: %w", name, err)
+			}
+		}()
+	}
+	serve(s.proxySrv, s.proxyLn, "proxy")
+	serve(s.adminSrv, s.adminLn, "admin")
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+
+	s.log.Info("shutting down: finishing the requests in flight", "timeout", s.opts.ShutdownTimeout)
+	s.stopping.Store(true)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ShutdownTimeout)
+	defer cancel()
+	// The proxy drains first; the admin listener stays up meanwhile, so that /healthz reports
+	// 503 and in-flight decision calls finish.
+	if err := s.proxySrv.Shutdown(sctx); err != nil {
+		s.proxySrv.Close()
+		runErr = errors.Join(runErr, fmt.Errorf("server: proxy shutdown: %w", err))
+	}
+	if err := s.adminSrv.Shutdown(sctx); err != nil {
+		s.adminSrv.Close()
+		runErr = errors.Join(runErr, fmt.Errorf("server: admin shutdown: %w", err))
+	}
+	s.log.Info("stopped")
+	return runErr
+}
+
+// sweep drops the local store's expired entries every minute, giving their memory back.
+func (s *Server) sweep(ctx context.Context) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n := s.mem.Sweep(); n > 0 {
+				s.log.Debug("local store swept", "dropped", n)
+			}
+		}
+	}
+}
+
+// close releases what New opened: the listeners (when Run never served them), the idle upstream
+// connections and the Redis client.
+func (s *Server) close() {
+	for _, l := range []net.Listener{s.proxyLn, s.adminLn} {
+		if l != nil {
+			l.Close() // already closed after Serve; the error says nothing new
+		}
+	}
+	if s.transport != nil {
+		s.transport.CloseIdleConnections()
+	}
+	if s.rdb != nil {
+		if err := s.rdb.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
+			s.log.Warn("closing the Redis client", "err", err)
+		}
+	}
+}
+
+// breakerState is told when the Redis circuit breaker opens or closes.
+func (s *Server) breakerState(open bool) {
+	s.met.breakerOpen(open)
+	if open {
+		s.log.Warn("Redis circuit breaker open: cluster rules follow their on_error policy until Redis answers again")
+	} else {
+		s.log.Info("Redis circuit breaker closed: Redis answers again")
+	}
+}
+
+// observe is the engine's hook, called once per rule decided for a request.
+func (s *Server) observe(r *rules.Rule, o rules.Outcome, err error) {
+	s.met.decision(r.Name, o)
+	if err != nil {
+		s.met.backendError(r.Name)
+		if ok, skipped := s.backendLog.allow(); ok {
+			s.log.Warn("rate-limit backend failed: decided by the rule's on_error policy",
+				"rule", r.Name, "on_error", r.OnError.String(), "err", err, "suppressed", skipped)
+		}
+	}
+	if o == rules.ShadowDenied {
+		s.log.Info("shadow rule would deny the request", "rule", r.Name)
+	}
+}
+
+// throttle lets at most one event a second through, and counts the others.
+type throttle struct {
+	next    atomic.Int64 // unix ns from which the next event may pass
+	skipped atomic.Int64
+}
+
+// allow reports whether an event may be logged now and how many were held back since the last.
+func (t *throttle) allow() (ok bool, skipped int64) {
+	now := time.Now().UnixNano()
+	next := t.next.Load()
+	if now < next || !t.next.CompareAndSwap(next, now+int64(time.Second)) {
+		t.skipped.Add(1)
+		return false, 0
+	}
+	return true, t.skipped.Swap(0)
+}

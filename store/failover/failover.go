@@ -1,0 +1,178 @@
+// Package failover is Diana's cluster-mode store: it decides in Redis through redisstore and,
+// when Redis cannot decide (down, slow or failing), gives each op the decision of its rule's fail
+// policy instead. A short timeout bounds every round trip, and a circuit breaker stops calling
+// Redis after a few consecutive failures, so that decisions stay fast while Redis is down; once
+// in a while one caller probes Redis, and the first answer closes the breaker again. It starts no
+// goroutines: everything happens inside Decide.
+package failover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/store/memstore"
+	"github.com/diana-gw/diana/store/redisstore"
+)
+
+// ErrOpen is the Err of the ops decided by their fail policy while the breaker is open: Redis
+// was not called.
+var ErrOpen = errors.New("failover: circuit breaker open, Redis not called")
+
+// Options tune a Store. Zero or negative values take the defaults.
+type Options struct {
+	// Timeout bounds one Decide's round trip to Redis; default 50ms.
+	Timeout time.Duration
+	// Failures is the number of consecutive failed round trips that open the breaker; default 3.
+	Failures int
+	// OpenFor is how long the breaker stays open before one call probes Redis; default 1s. Each
+	// failed probe doubles it, up to 30s (or OpenFor if longer); a success resets it.
+	OpenFor time.Duration
+	// Local decides the ops whose policy is rules.FailLocal while Redis cannot, with op.Fallback
+	// (op.Alg if nil); default a memstore of its own.
+	Local *memstore.Store
+	// OnState, if set, is told every change of the breaker's state, in order. It is called with
+	// the breaker's lock held: it must return quickly and must not call Decide.
+	OnState func(open bool)
+	// Observe, if set, is told the duration of every round trip to Redis and its error: nil when
+	// every op was decided, else the first op's error.
+	Observe func(d time.Duration, err error)
+}
+
+// Store decides ops in Redis, falling back to their fail policies; it implements rules.Store
+// and is safe for concurrent use.
+type Store struct {
+	r *redisstore.Store
+	o Options
+	b breaker
+}
+
+// New returns a Store deciding in r. For Options.Timeout to bound a round trip, r's client must
+// be made with ContextTimeoutEnabled.
+func New(r *redisstore.Store, o Options) *Store {
+	if o.Timeout <= 0 {
+		o.Timeout = 50 * time.Millisecond
+	}
+	if o.Failures <= 0 {
+		o.Failures = 3
+	}
+	if o.OpenFor <= 0 {
+		o.OpenFor = time.Second
+	}
+	if o.Local == nil {
+		o.Local = memstore.New(memstore.Options{})
+	}
+	s := &Store{r: r, o: o}
+	s.b.failures = int32(min(o.Failures, 1<<30))
+	s.b.openFor = o.OpenFor
+	s.b.maxWait = max(30*time.Second, o.OpenFor)
+	s.b.onState = o.OnState
+	return s
+}
+
+// Open reports whether the breaker is open: Redis failed Options.Failures times in a row and
+// has not answered since (a probe may be under way).
+func (s *Store) Open() bool { return s.b.state.Load() == isOpen }
+
+// Decide decides ops in one round trip to Redis (redisstore.DecideAll), bounded by
+// Options.Timeout, unless the breaker is open and no probe is due: then Redis is not called at
+// all.
+//
+// An op Redis decided gets its decision and a nil Err. Any other op gets the decision of its
+// OnError policy, and Err says why (ErrOpen while the breaker is open, else the Redis error):
+//   - FailOpen (and any unknown policy): allowed, Remaining = Limit = op.Alg.Script().Limit,
+//     Granted = the request's cost;
+//   - FailClosed: denied, Remaining 0, RetryAfter = ResetAfter = the time until the next probe,
+//     or 1s when none is scheduled;
+//   - FailLocal: op.Fallback (op.Alg if nil) decides op.Req in Options.Local.
+//
+// A round trip fails, counting towards opening the breaker, when Redis decided none of its ops
+// (a Redis error, a timeout, a refused connection); one that decided any closes the breaker.
+// When ctx is done before or after the round trip, the caller went away: that is not Redis's
+// fault and does not count as a failure; each op Redis did not decide gets Err = ctx.Err() and a
+// zero Decision.
+func (s *Store) Decide(ctx context.Context, ops []*rules.Op) {
+	if len(ops) == 0 {
+		return
+	}
+	if err := ctx.Err(); err != nil {
+		for _, op := range ops {
+			op.Dec, op.Err = algos.Decision{}, err
+		}
+		return
+	}
+	t, ok, retry := s.b.enter()
+	if !ok {
+		for _, op := range ops {
+			s.fallback(op, ErrOpen, retry)
+		}
+		return
+	}
+
+	calls := make([]redisstore.Call, len(ops))
+	for i, op := range ops {
+		calls[i] = redisstore.Call{Key: op.Key, Alg: op.Alg, Req: op.Req}
+	}
+	tctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+	start := time.Now()
+	s.r.DecideAll(tctx, calls)
+	took := time.Since(start)
+	cancel()
+
+	decided := 0
+	var first error
+	for i := range calls {
+		if calls[i].Err == nil {
+			decided++
+		} else if first == nil {
+			first = calls[i].Err
+		}
+	}
+	if s.o.Observe != nil {
+		s.o.Observe(took, first)
+	}
+
+	cerr := ctx.Err()
+	switch {
+	case decided > 0:
+		s.b.success()
+		retry = unknownRetry // closed: no probe is scheduled
+	case cerr != nil:
+		s.b.cancel(t)
+	default:
+		retry = s.b.failure(t)
+	}
+	for i, op := range ops {
+		switch {
+		case calls[i].Err == nil:
+			op.Dec, op.Err = calls[i].Dec, nil
+		case cerr != nil:
+			op.Dec, op.Err = algos.Decision{}, cerr
+		default:
+			s.fallback(op, fmt.Errorf("failover: %w", calls[i].Err), retry)
+		}
+	}
+}
+
+// fallback gives op the decision of its fail policy, with err as its Err. retry is the time
+// until the next probe.
+func (s *Store) fallback(op *rules.Op, err error, retry time.Duration) {
+	op.Err = err
+	switch op.OnError {
+	case rules.FailClosed:
+		us := retry.Microseconds()
+		op.Dec = algos.Decision{Limit: op.Alg.Script().Limit, RetryAfter: us, ResetAfter: us}
+	case rules.FailLocal:
+		alg := op.Fallback
+		if alg == nil {
+			alg = op.Alg
+		}
+		op.Dec = s.o.Local.Decide(op.Key, alg, op.Req)
+	default:
+		limit := op.Alg.Script().Limit
+		op.Dec = algos.Decision{Allowed: true, Limit: limit, Remaining: limit, Granted: op.Req.Bounded().Cost}
+	}
+}
