@@ -41,6 +41,9 @@ type Request struct {
 	Partial bool  // grant as many units as are available, up to Cost (batching)
 	ID      int64 // concurrency: the lease to take or to release
 	Release bool  // concurrency: give back lease ID instead of taking one
+	// DryRun asks a store what the decision would be without keeping the new state or starting
+	// a ban: rules check every limit of a request before committing any (algorithms ignore it).
+	DryRun bool
 }
 
 // MaxWaitCap is the largest MaxWait a request may ask for (about 71 years): larger ones are
@@ -93,7 +96,8 @@ type Algorithm interface {
 //
 // A store calls the script with KEYS = {state key, ban key (only when Ban > 0)} and
 // ARGV = {MessagePack integers now (-1: use Redis TIME), cost, max_wait, flags (1 partial,
-// 2 release, 4 Log), ban, limit, Args...; the lease id, if any}; it replies {allowed, limit, remaining,
+// 2 release, 4 Log, 8 dry run: the same reply, nothing written — state, TTL or ban; never
+// with 2), ban, limit, Args...; the lease id, if any}; it replies {allowed, limit, remaining,
 // reset_after, retry_after, delay, granted}.
 type Script struct {
 	Name  string  // file name without ".lua"

@@ -1,7 +1,8 @@
 // Package memstore keeps the state of the algorithms of shared/algos in process memory: a
 // sharded map, safe for concurrent use, bounded in size, whose idle entries expire.
 //
-// A decision on a known key takes one shard lock and allocates nothing.
+// A decision on a known key takes one shard lock and allocates nothing; so does a dry run
+// (Request.DryRun), once the shard's scratch log has grown to the largest log it copies.
 package memstore
 
 import (
@@ -39,7 +40,10 @@ type shard struct {
 	mu  sync.Mutex
 	m   map[string]*entry
 	max int
-	_   [40]byte // keep shards on separate cache lines
+	// scratch is the copy of a state that a dry run decides on, kept here (under mu) so that
+	// dry runs reuse it rather than allocate.
+	scratch algos.State
+	_       [40]byte // keep shards on separate cache lines
 }
 
 type entry struct {
@@ -67,6 +71,10 @@ func New(o Options) *Store {
 }
 
 // Decide applies r to the identity key under alg, at the store's clock (r.Now is ignored).
+//
+// A dry run (r.DryRun) returns the decision the same request would get, decided on a copy of the
+// state: the stored state, its expiry and any ban stay as they were, and a key not held is not
+// added.
 func (s *Store) Decide(key string, alg algos.Algorithm, r algos.Request) algos.Decision {
 	r = r.Bounded()
 	// Read the clock outside the lock, to keep the lock short. A request that then waits for the
@@ -76,6 +84,11 @@ func (s *Store) Decide(key string, alg algos.Algorithm, r algos.Request) algos.D
 	sh := &s.shards[maphash.String(s.seed, key)&(shardCount-1)]
 	sh.mu.Lock()
 	e := sh.m[key]
+	if r.DryRun {
+		d := sh.dryRun(e, alg, r)
+		sh.mu.Unlock()
+		return d
+	}
 	if e == nil {
 		var fresh entry
 		d := alg.Decide(&fresh.st, r)
@@ -93,6 +106,18 @@ func (s *Store) Decide(key string, alg algos.Algorithm, r algos.Request) algos.D
 	e.expires = r.Now + d.TTL
 	sh.mu.Unlock()
 	return d
+}
+
+// dryRun decides r on a copy of e's state (nil: a key not held) in the shard's scratch state,
+// the log copied too, as algorithms change it in place. The caller holds sh.mu.
+func (sh *shard) dryRun(e *entry, alg algos.Algorithm, r algos.Request) algos.Decision {
+	st := &sh.scratch
+	*st = algos.State{Log: st.Log[:0]}
+	if e != nil && e.expires > r.Now { // else it decides as an empty state
+		st.W, st.Ban = e.st.W, e.st.Ban
+		st.Log = append(st.Log, e.st.Log...)
+	}
+	return alg.Decide(st, r) // st.Log keeps what an admission grew, for the next dry run
 }
 
 // Len returns the number of entries held, expired ones included until they are dropped.

@@ -1,6 +1,8 @@
 package memstore
 
 import (
+	"hash/maphash"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -142,10 +144,88 @@ func TestIdleExpiry(t *testing.T) {
 func TestZeroAllocs(t *testing.T) {
 	s, _ := newStore(0)
 	g := gcra(t, 1000, algos.Second, 1000)
-	s.Decide("key", g, algos.Request{Cost: 1})
-	if n := testing.AllocsPerRun(1000, func() { s.Decide("key", g, algos.Request{Cost: 1}) }); n != 0 {
-		t.Fatalf("%v allocations per decision on a known key, want 0", n)
+	l, err := algos.NewSlidingLog(1000, algos.Second)
+	if err != nil {
+		t.Fatal(err)
 	}
+	s.Decide("key", g, algos.Request{Cost: 1})
+	s.Decide("log", l, algos.Request{Cost: 500})
+	s.Decide("log", l, algos.Request{Cost: 1, DryRun: true}) // grows the shard's scratch log
+	for _, c := range []struct {
+		name string
+		alg  algos.Algorithm
+		key  string
+		r    algos.Request
+	}{
+		{"decision on a known key", g, "key", algos.Request{Cost: 1}},
+		{"dry run on a known key", g, "key", algos.Request{Cost: 1, DryRun: true}},
+		{"dry run on a new key", g, "new", algos.Request{Cost: 1, DryRun: true}},
+		{"dry run on a log", l, "log", algos.Request{Cost: 1, DryRun: true}},
+	} {
+		if n := testing.AllocsPerRun(1000, func() { s.Decide(c.key, c.alg, c.r) }); n != 0 {
+			t.Errorf("%s: %v allocations, want 0", c.name, n)
+		}
+	}
+}
+
+// TestDryRun: a dry run gets the decision the same request would get, and leaves the entry as it
+// was (a denial starts no ban, a new key is not added), for every algorithm, bare and banned.
+func TestDryRun(t *testing.T) {
+	type limit struct {
+		name string
+		alg  algos.Algorithm
+	}
+	var limits []limit
+	for _, l := range algotest.Exact() {
+		ban, err := algos.NewBan(l.Alg, algos.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		limits = append(limits, limit{l.Name, l.Alg}, limit{l.Name + " banned", ban})
+	}
+	for _, l := range limits {
+		t.Run(l.name, func(t *testing.T) {
+			s, c := newStore(0)
+			snapshot := func() (entry, bool) {
+				e, ok := s.shards[maphash.String(s.seed, "k")&(shardCount-1)].m["k"]
+				if !ok {
+					return entry{}, false
+				}
+				cp := *e
+				cp.st.Log = slices.Clone(e.st.Log)
+				return cp, true
+			}
+			// Each step asks the same request dry, then for real: a peek, a unit, a large
+			// cost, and, past the limit, denials (which start the ban); then the clock moves
+			// past the TTL of some states, and a dry run decides on the expired one.
+			for i := range 110 {
+				r := algos.Request{Cost: 1, ID: int64(i) + 1}
+				switch {
+				case i%10 == 3:
+					r.Cost = 0
+				case i == 7:
+					r.Cost = 40
+				case i == 100:
+					c.now.Add(2 * algos.Hour)
+				}
+				before, held := snapshot()
+				dry := r
+				dry.DryRun = true
+				got := s.Decide("k", l.alg, dry)
+				after, stillHeld := snapshot()
+				if held != stillHeld || !sameEntry(before, after) {
+					t.Fatalf("step %d: the dry run changed the entry:\n  before %+v (held %v)\n  after  %+v (held %v)", i, before, held, after, stillHeld)
+				}
+				if want := s.Decide("k", l.alg, r); got != want {
+					t.Fatalf("step %d %+v:\n  dry run %+v\n  real    %+v", i, r, got, want)
+				}
+			}
+		})
+	}
+}
+
+func sameEntry(a, b entry) bool {
+	return a.expires == b.expires && a.st.W == b.st.W && a.st.Ban == b.st.Ban && slices.Equal(a.st.Log, b.st.Log)
 }
 
 // TestSweep drops exactly the expired entries.

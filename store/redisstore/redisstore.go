@@ -1,8 +1,9 @@
 // Package redisstore runs the algorithms of shared/algos in Redis, so that every gateway node
 // shares one limit. State changes only inside each algorithm's Lua twin (shared/algos/scripts):
-// one EVALSHA per decision (go-redis reloads the script on NOSCRIPT), time from Redis TIME, a TTL
-// on every key the script writes, and the keys of one identity under one hash tag, so the same
-// code runs on a standalone Redis, behind Sentinel or on a Redis Cluster.
+// one EVALSHA per decision (go-redis reloads the script on NOSCRIPT) or one pipeline of them per
+// batch (DecideAll), time from Redis TIME, a TTL on every key the script writes, and the keys of
+// one identity under one hash tag, so the same code runs on a standalone Redis, behind Sentinel
+// or on a Redis Cluster.
 package redisstore
 
 import (
@@ -67,15 +68,90 @@ func (s *Store) Keys(key string) (state, ban string) {
 	return state, state + ":ban"
 }
 
-// Decide applies r to the identity key under alg, atomically in Redis. An error (Redis down,
-// timeout, context done) is returned as such and is never a denial: the caller's fail policy
-// decides what it means.
+// Decide applies r to the identity key under alg, atomically in Redis, in one round trip. An
+// error (Redis down, timeout, context done) is returned as such and is never a denial: the
+// caller's fail policy decides what it means.
+//
+// A dry run (r.DryRun) replies the decision the same request would get and writes nothing: no
+// state, no TTL, no ban. A release cannot be a dry run: that request gets an error, with no round
+// trip (the memory store answers it, on a copy of the state; rules never ask for one).
 func (s *Store) Decide(ctx context.Context, key string, alg algos.Algorithm, r algos.Request) (algos.Decision, error) {
+	e, err := s.eval(key, alg, r)
+	if err != nil {
+		return algos.Decision{}, err
+	}
+	return decision(e.name, key, e.script.Run(ctx, s.c, e.keys, e.args...))
+}
+
+// Call is one decision of a batch: Key, Alg and Req as Decide takes them; DecideAll sets Dec and
+// Err as Decide would return them.
+type Call struct {
+	Key string
+	Alg algos.Algorithm
+	Req algos.Request
+	Dec algos.Decision
+	Err error
+}
+
+// DecideAll decides every call in one round trip (a pipeline of EVALSHA; the calls are
+// independent: each is atomic on its own key, not all together). Each call's result or error
+// is set on it. On NOSCRIPT, the affected calls are retried once with EVAL in a second pipeline.
+//
+// Calls run in slice order on one Redis node, so calls on one key see each other as sequential
+// Decide calls would; on a Cluster client, go-redis sends one pipeline per node and keeps the
+// order within each; a call retried after NOSCRIPT runs after the calls that did not need it. A
+// call that cannot be sent (no script for its algorithm, a dry release) gets its error and the
+// others go ahead.
+func (s *Store) DecideAll(ctx context.Context, calls []Call) {
+	evals := make([]eval, len(calls))
+	cmds := make([]*redis.Cmd, len(calls))
+	p := s.c.Pipeline()
+	for i := range calls {
+		c := &calls[i]
+		c.Dec, c.Err = algos.Decision{}, nil
+		if evals[i], c.Err = s.eval(c.Key, c.Alg, c.Req); c.Err == nil {
+			cmds[i] = evals[i].script.EvalSha(ctx, p, evals[i].keys, evals[i].args...)
+		}
+	}
+	if p.Len() == 0 {
+		return
+	}
+	_, _ = p.Exec(ctx) // each command carries its own error
+	// A NOSCRIPT command did not run: sending it again with the script's source applies it once.
+	var retry redis.Pipeliner
+	for i, cmd := range cmds {
+		if cmd != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			if retry == nil {
+				retry = s.c.Pipeline()
+			}
+			cmds[i] = evals[i].script.Eval(ctx, retry, evals[i].keys, evals[i].args...)
+		}
+	}
+	if retry != nil {
+		_, _ = retry.Exec(ctx)
+	}
+	for i, cmd := range cmds {
+		if cmd != nil {
+			calls[i].Dec, calls[i].Err = decision(evals[i].name, calls[i].Key, cmd)
+		}
+	}
+}
+
+// eval is one script call, ready to send.
+type eval struct {
+	name   string // the algorithm's script, for error messages
+	script *redis.Script
+	keys   []string
+	args   []any
+}
+
+// eval builds the script call that applies r to key under alg (see algos.Script).
+func (s *Store) eval(key string, alg algos.Algorithm, r algos.Request) (eval, error) {
 	r = r.Bounded()
 	sc := alg.Script()
 	script, ok := s.scripts[sc.Name]
 	if !ok {
-		return algos.Decision{}, fmt.Errorf("redisstore: algorithm %q has no Lua script", sc.Name)
+		return eval{}, fmt.Errorf("redisstore: algorithm %q has no Lua script", sc.Name)
 	}
 	now := int64(-1)
 	if s.o.CallerClock {
@@ -91,6 +167,12 @@ func (s *Store) Decide(ctx context.Context, key string, alg algos.Algorithm, r a
 	if sc.Log {
 		flags |= 4
 	}
+	if r.DryRun {
+		if r.Release {
+			return eval{}, fmt.Errorf("redisstore: %s on %q: Request.DryRun: a release cannot be a dry run", sc.Name, key)
+		}
+		flags |= 8
+	}
 	buf := make([]byte, 0, 9*(6+len(sc.Args)))
 	buf = appendInts(buf, now, r.Cost, r.MaxWait, flags, sc.Ban, sc.Limit)
 	buf = appendInts(buf, sc.Args...)
@@ -103,12 +185,18 @@ func (s *Store) Decide(ctx context.Context, key string, alg algos.Algorithm, r a
 	if sc.Ban == 0 {
 		keys = keys[:1] // the script reads the ban key only when it bans
 	}
-	res, err := script.Run(ctx, s.c, keys, args...).Int64Slice()
+	return eval{name: sc.Name, script: script, keys: keys, args: args}, nil
+}
+
+// decision reads the reply {allowed, limit, remaining, reset_after, retry_after, delay, granted}
+// of script name on key.
+func decision(name, key string, cmd *redis.Cmd) (algos.Decision, error) {
+	res, err := cmd.Int64Slice()
 	if err != nil {
-		return algos.Decision{}, fmt.Errorf("redisstore: %s on %q: %w", sc.Name, key, err)
+		return algos.Decision{}, fmt.Errorf("redisstore: %s on %q: %w", name, key, err)
 	}
 	if len(res) != 7 {
-		return algos.Decision{}, fmt.Errorf("redisstore: %s on %q: reply has %d values, want 7", sc.Name, key, len(res))
+		return algos.Decision{}, fmt.Errorf("redisstore: %s on %q: reply has %d values, want 7", name, key, len(res))
 	}
 	return algos.Decision{
 		Allowed: res[0] == 1, Limit: res[1], Remaining: res[2],

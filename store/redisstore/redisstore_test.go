@@ -3,7 +3,10 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -247,5 +250,241 @@ func (h *sentCommands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.names = append(h.names, "pipeline")
 		return next(ctx, cmds)
+	}
+}
+
+// batchLimits are the limits the DecideAll tests use: one per algorithm, and one banned.
+func batchLimits() []algotest.Limit {
+	ls := algotest.Exact()
+	for _, l := range algotest.Exact() {
+		if l.Name == "sliding log" || l.Name == "concurrency" {
+			ls = append(ls, algotest.Limit{Name: l.Name + "+ban", Alg: must(algos.NewBan(l.Alg, algos.Hour))})
+		}
+	}
+	return ls
+}
+
+// randomBatch makes calls on every limit, on two keys each, one of them twice: unit and large
+// costs, peeks and dry runs.
+func randomBatch(rng *rand.Rand, now int64, id *int64) []Call {
+	var calls []Call
+	for _, l := range batchLimits() {
+		for k := range 3 {
+			*id++
+			r := algos.Request{Now: now, Cost: 1, ID: *id, DryRun: rng.IntN(3) == 0}
+			switch rng.IntN(5) {
+			case 0:
+				r.Cost = 0
+			case 1:
+				r.Cost = rng.Int64N(60)
+			}
+			calls = append(calls, Call{Key: l.Name + ":" + strconv.Itoa(k%2), Alg: l.Alg, Req: r})
+		}
+	}
+	return calls
+}
+
+// TestDecideAll: a batch decides as the same calls made one by one with Decide would (on a twin
+// set of keys, through another client), leaves the same states, and is one round trip.
+func TestDecideAll(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	batch := New(c, Options{CallerClock: true, Prefix: "batch:"})
+	seq := New(srv.Client(), Options{CallerClock: true, Prefix: "seq:"})
+	ctx := context.Background()
+	for _, l := range batchLimits() { // load every script first: the first call of each is an EVAL
+		if _, err := batch.Decide(ctx, "warm:"+l.Name, l.Alg, algos.Request{Cost: 1, ID: -1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sent := &sentCommands{}
+	c.AddHook(sent)
+	rng := rand.New(rand.NewPCG(1, 2))
+	now, id := int64(1_700_000_000_000_000), int64(0)
+	const rounds = 40
+	calls := 0
+	for round := range rounds {
+		now += rng.Int64N(2 * algos.Minute)
+		b := randomBatch(rng, now, &id)
+		batch.DecideAll(ctx, b)
+		for i, call := range b {
+			want, err := seq.Decide(ctx, call.Key, call.Alg, call.Req)
+			if err != nil || call.Err != nil {
+				t.Fatalf("round %d call %d: errors %v, %v", round, i, call.Err, err)
+			}
+			if call.Dec != want {
+				t.Fatalf("round %d call %d %s %+v:\n  batch %+v\n  one   %+v", round, i, call.Key, call.Req, call.Dec, want)
+			}
+		}
+		calls += len(b)
+	}
+	if len(sent.names) != rounds || slices.ContainsFunc(sent.names, func(s string) bool { return s != "pipeline" }) {
+		t.Fatalf("%d batches sent %d round trips (%v), want one pipeline each", rounds, len(sent.names), slices.Compact(sent.names))
+	}
+	stats, err := srv.CommandStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := stats["evalsha"].Calls; got != int64(2*calls) || stats["eval"].Calls != 0 {
+		t.Fatalf("Redis counted %d evalsha and %d eval, want %d evalsha (batched and one by one)", got, stats["eval"].Calls, 2*calls)
+	}
+	for _, l := range batchLimits() {
+		for k := range 2 {
+			key := l.Name + ":" + strconv.Itoa(k)
+			got, err1 := batch.State(ctx, key, l.Alg)
+			want, err2 := seq.State(ctx, key, l.Alg)
+			if err1 != nil || err2 != nil {
+				t.Fatal(err1, err2)
+			}
+			if !equalState(got, want) {
+				t.Fatalf("%s: states differ\n  batch %+v\n  one   %+v", key, got, want)
+			}
+		}
+	}
+}
+
+// TestDecideAllScriptsReloaded: after SCRIPT FLUSH a batch still decides each call exactly once:
+// the calls that got NOSCRIPT did not run, and go again as EVAL in a second pipeline.
+func TestDecideAllScriptsReloaded(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	batch := New(c, Options{CallerClock: true, Prefix: "batch:"})
+	seq := New(srv.Client(), Options{CallerClock: true, Prefix: "seq:"})
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(3, 4))
+	now, id := int64(1_700_000_000_000_000), int64(0)
+	if err := c.Ping(ctx).Err(); err != nil { // connect before counting
+		t.Fatal(err)
+	}
+	sent := &sentCommands{}
+	c.AddHook(sent)
+	for round, flush := range []bool{false, false, true, false} {
+		if flush {
+			if err := c.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sent.names = nil
+		b := randomBatch(rng, now, &id)
+		batch.DecideAll(ctx, b)
+		for i, call := range b {
+			want, err := seq.Decide(ctx, call.Key, call.Alg, call.Req)
+			if err != nil || call.Err != nil {
+				t.Fatalf("round %d call %d: errors %v, %v", round, i, call.Err, err)
+			}
+			if call.Dec != want {
+				t.Fatalf("round %d call %d %s %+v:\n  batch %+v\n  one   %+v", round, i, call.Key, call.Req, call.Dec, want)
+			}
+		}
+		// The first round loads the scripts (their first call is an EVAL), as does the one after
+		// the flush (seq's calls loaded them again only after the batch ran).
+		want := 1
+		if round == 0 || flush {
+			want = 2
+		}
+		if len(sent.names) != want {
+			t.Fatalf("round %d: %d round trips (%v), want %d", round, len(sent.names), sent.names, want)
+		}
+		now += algos.Second
+	}
+}
+
+// TestDecideAllErrors: a call that cannot be sent gets its own error and the others go ahead;
+// with Redis stopped every call gets an error, and nothing panics.
+func TestDecideAllErrors(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	s := New(c, Options{})
+	ctx := context.Background()
+	conc := must(algos.NewConcurrency(2, algos.Minute))
+	g := must(algos.NewGCRA(1, algos.Second, 5))
+	sent := &sentCommands{}
+	c.AddHook(sent)
+
+	bad := []Call{
+		{Key: "a", Alg: conc, Req: algos.Request{ID: 1, Release: true, DryRun: true}},
+		{Key: "b", Alg: noScript{}, Req: algos.Request{Cost: 1}},
+	}
+	s.DecideAll(ctx, bad)
+	if len(sent.names) != 0 {
+		t.Fatalf("a batch of calls that cannot be sent made round trips: %v", sent.names)
+	}
+	for i, want := range []string{`concurrency on "a": Request.DryRun: a release cannot be a dry run`, `algorithm "nope" has no Lua script`} {
+		if bad[i].Err == nil || !strings.Contains(bad[i].Err.Error(), want) {
+			t.Errorf("call %d: err %v, want one saying %q", i, bad[i].Err, want)
+		}
+	}
+	if _, err := s.Decide(ctx, "a", conc, bad[0].Req); err == nil || !strings.Contains(err.Error(), "Request.DryRun") {
+		t.Errorf("Decide of a dry release: err %v", err)
+	}
+
+	mixed := []Call{bad[0], {Key: "c", Alg: g, Req: algos.Request{Cost: 1}}, bad[1], {Key: "c", Alg: g, Req: algos.Request{Cost: 5}}}
+	s.DecideAll(ctx, mixed)
+	if mixed[0].Err == nil || mixed[2].Err == nil {
+		t.Errorf("bad calls in a mixed batch: errors %v, %v", mixed[0].Err, mixed[2].Err)
+	}
+	if mixed[1].Err != nil || !mixed[1].Dec.Allowed || mixed[3].Err != nil || mixed[3].Dec.Allowed || mixed[3].Dec.Remaining != 4 {
+		t.Errorf("good calls in a mixed batch: %+v %v, %+v %v", mixed[1].Dec, mixed[1].Err, mixed[3].Dec, mixed[3].Err)
+	}
+
+	srv.Stop()
+	calls := []Call{{Key: "c", Alg: g, Req: algos.Request{Cost: 1}}, {Key: "d", Alg: conc, Req: algos.Request{Cost: 1, ID: 3}}}
+	s.DecideAll(ctx, calls)
+	for i, call := range calls {
+		if call.Err == nil || !strings.Contains(call.Err.Error(), strconv.Quote(call.Key)) || call.Dec != (algos.Decision{}) {
+			t.Errorf("Redis stopped, call %d: %+v, %v; want an error naming the key and no decision", i, call.Dec, call.Err)
+		}
+	}
+}
+
+// noScript is an algorithm without a Lua twin.
+type noScript struct{}
+
+func (noScript) Decide(*algos.State, algos.Request) algos.Decision { return algos.Decision{} }
+func (noScript) Script() algos.Script                              { return algos.Script{Name: "nope"} }
+
+// TestDecideAllCluster: on a Redis Cluster a batch may hold keys of many slots (go-redis sends
+// one pipeline per node), and calls on one key are decided in order.
+func TestDecideAllCluster(t *testing.T) {
+	srv := redistest.StartCluster(t)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr}})
+	defer c.Close()
+	s := New(c, Options{})
+	ctx := context.Background()
+	limits := map[string]algos.Algorithm{ // a prefix per limit: keys are unique per limit
+		"g:": must(algos.NewBan(must(algos.NewGCRA(1, algos.Minute, 1)), algos.Minute)),
+		"l:": must(algos.NewSlidingLog(1, algos.Minute)),
+	}
+	keys := []string{"ip:2001:db8::1", "user:{alice}", "}{", "", "path:/a/{b}/c", "ip:192.0.2.7"}
+	slots := map[int64]bool{}
+	var calls []Call
+	for _, key := range keys {
+		for prefix, alg := range limits {
+			stateKey, _ := s.Keys(prefix + key)
+			slot, err := c.ClusterKeySlot(ctx, stateKey).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			slots[slot] = true
+			calls = append(calls,
+				Call{Key: prefix + key, Alg: alg, Req: algos.Request{Cost: 1, DryRun: true}},
+				Call{Key: prefix + key, Alg: alg, Req: algos.Request{Cost: 1}},
+				Call{Key: prefix + key, Alg: alg, Req: algos.Request{Cost: 1}})
+		}
+	}
+	if len(slots) < 8 {
+		t.Fatalf("the keys fall in only %d slots", len(slots))
+	}
+	for round := range 2 { // the first round loads the scripts
+		s.DecideAll(ctx, calls)
+		for i, call := range calls {
+			want := round == 0 && i%3 != 2 // a dry run, then one admitted, one denied
+			if call.Err != nil || call.Dec.Allowed != want {
+				t.Fatalf("round %d call %d on %q: %+v, %v; want allowed=%v", round, i, call.Key, call.Dec, call.Err, want)
+			}
+		}
 	}
 }

@@ -1,15 +1,18 @@
 -- Diana: the start every algorithm script shares (see Script in shared/algos/algos.go).
 -- KEYS[1] the identity's state, KEYS[2] its ban (only when ban > 0; both under one hash tag).
 -- ARGV[1]: MessagePack integers now (µs; -1: Redis TIME), cost, max_wait, flags (1 partial,
--- 2 release, 4 the state is a sorted set), ban (µs), limit, then the algorithm's parameters
--- p1..p4. One unpack costs Redis far less CPU than a tonumber (strtod) per argument.
+-- 2 release, 4 the state is a sorted set, 8 dry run), ban (µs), limit, then the algorithm's
+-- parameters p1..p4. One unpack costs Redis far less CPU than a tonumber (strtod) per argument.
 -- ARGV[2]: the lease id (concurrency), when there is one.
+-- A dry run replies what the same request would get and writes nothing: finish stores no state
+-- and starts no ban, and the sorted-set scripts neither add nor drop members. A dry run is never
+-- a release (stores refuse one): the release paths do not look at the flag.
 -- Redis runs this on its one thread for every decision, so it is written for its CPU: no
 -- closures but one (each costs about as much as a GET), no tables but the reply.
 -- All numbers stay below 2^53, where Lua's doubles are exact integers.
 local now, cost, max_wait, flags, ban, limit, p1, p2, p3, p4 = cmsgpack.unpack(ARGV[1])
 local id = ARGV[2] or '0'
-local partial, release = flags % 2 == 1, flags % 4 >= 2
+local partial, release, dry = flags % 2 == 1, flags % 4 >= 2, flags >= 8
 local pad = 0
 if now < 0 then
   local t = redis.call('TIME')
@@ -33,7 +36,7 @@ end
 
 -- The words of a string state "w1 w2 ...", missing ones 0 (sorted-set states skip this).
 local w1, w2, w3, w4 = 0, 0, 0, 0
-if flags < 4 then
+if flags % 8 < 4 then
   local s = redis.call('GET', KEYS[1])
   if s then
     w1 = tonumber(s) -- one word: the common case, and the cheapest
@@ -48,9 +51,10 @@ end
 -- return finish(reply, write), where
 --   reply = {allowed (1/0), limit, remaining, reset_after, retry_after, delay, granted, ttl}
 --   write = the new string state, true when the code changed its sorted set itself, or nil.
--- finish stores the state with its TTL, starts a ban on a denial, and returns the reply.
+-- finish stores the state with its TTL, starts a ban on a denial, and returns the reply; on a dry
+-- run it only returns the reply, the same as it would be without the flag.
 local function finish(r, write)
-  if write then
+  if write and not dry then
     local px = math.max(1, floor((r[8] + 999) / 1000)) + pad
     if write == true then
       redis.call('PEXPIRE', KEYS[1], px)
@@ -59,7 +63,9 @@ local function finish(r, write)
     end
   end
   if ban > 0 and r[1] == 0 and cost > 0 and not release then
-    redis.call('SET', KEYS[2], string.format('%d', now + ban), 'PX', floor((ban + 999) / 1000) + pad)
+    if not dry then
+      redis.call('SET', KEYS[2], string.format('%d', now + ban), 'PX', floor((ban + 999) / 1000) + pad)
+    end
     r[3] = 0
     r[4] = math.max(r[4], ban)
     if r[5] >= 0 then r[5] = math.max(r[5], ban) end
