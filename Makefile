@@ -43,7 +43,7 @@ run:
 	@echo 'dianad: proxy on http://localhost:8080 (built-in demo upstream), admin on http://127.0.0.1:9090'
 	@echo 'Try it from another terminal:'
 	@echo '  curl -i http://localhost:8080/                 # RateLimit-Limit, -Remaining, -Reset headers'
-	@printf '%s\n' "  for i in \$$(seq 1 8); do curl -s -o /dev/null -w '%{http_code}\\n' http://localhost:8080/; done   # 5 x 200, then 429"
+	@printf '%s\n' "  for i in \$$(seq 1 8); do curl -s -o /dev/null -w '%{http_code}\\n' http://localhost:8080/; done   # 200 until the bucket of 5 is empty, then 429"
 	@echo '  curl -s http://127.0.0.1:9090/metrics | grep diana_'
 	@echo "  curl -s -X POST http://127.0.0.1:9090/v1/check -d '{\"client_ip\":\"192.0.2.1\",\"path\":\"/\"}'"
 	bin/dianad --config examples/diana.yaml
