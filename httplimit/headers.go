@@ -23,44 +23,43 @@ func SetHeaders(h http.Header, res *rules.Result) {
 	limit, remaining := strconv.FormatInt(d.Limit, 10), strconv.FormatInt(d.Remaining, 10)
 	h["Ratelimit-Limit"] = []string{limit}
 	h["Ratelimit-Remaining"] = []string{remaining}
-	h["Ratelimit-Reset"] = []string{seconds(d.ResetAfter)}
+	h["Ratelimit-Reset"] = []string{strconv.FormatInt(Seconds(d.ResetAfter), 10)}
 	if res.Rule.Reply.Legacy {
 		h["X-Ratelimit-Limit"] = []string{limit}
 		h["X-Ratelimit-Remaining"] = []string{remaining}
 	}
 	if !res.Allowed && d.RetryAfter != algos.Never {
-		h["Retry-After"] = []string{seconds(d.RetryAfter)}
+		h["Retry-After"] = []string{strconv.FormatInt(Seconds(d.RetryAfter), 10)}
 	}
 }
 
-// seconds writes µs as whole seconds, rounded up: a client that waits that long is not early.
-func seconds(us int64) string {
-	return strconv.FormatInt((max(us, 0)+algos.Second-1)/algos.Second, 10)
-}
+// Seconds turns µs into whole seconds, rounded up: a client that waits that long is not early.
+func Seconds(us int64) int64 { return (max(us, 0) + algos.Second - 1) / algos.Second }
 
-// Deny answers a denied request: the rule's status (429 by default), the headers, and a JSON
-// body {"message": ..., "retry_after": seconds} (retry_after null when it can never pass).
+// Deny answers a denied request with Denial's status and body, and the headers.
 func Deny(w http.ResponseWriter, res *rules.Result) {
 	h := w.Header()
 	SetHeaders(h, res)
+	status, body := Denial(res)
+	h["Content-Type"] = []string{"application/json; charset=utf-8"}
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// Denial is the status of a denied request (its rule's, 429 by default) and its JSON body,
+// {"message": ..., "retry_after": seconds} (retry_after null when it can never pass).
+func Denial(res *rules.Result) (status int, body []byte) {
 	status, msg := http.StatusTooManyRequests, rules.DefaultMessage
 	if res.Rule != nil {
 		status, msg = res.Rule.Reply.Status, res.Rule.Reply.Message
 	}
-	h["Content-Type"] = []string{"application/json; charset=utf-8"}
-	w.WriteHeader(status)
-	w.Write(DenialBody(res, msg))
-}
-
-// DenialBody is the JSON body of a denial.
-func DenialBody(res *rules.Result, msg string) []byte {
 	m, _ := json.Marshal(msg) // a string always marshals
 	b := append([]byte(`{"message":`), m...)
 	b = append(b, `,"retry_after":`...)
 	if res.Decision.RetryAfter == algos.Never {
 		b = append(b, "null"...)
 	} else {
-		b = append(b, seconds(res.Decision.RetryAfter)...)
+		b = strconv.AppendInt(b, Seconds(res.Decision.RetryAfter), 10)
 	}
-	return append(b, "}\n"...)
+	return status, append(b, "}\n"...)
 }

@@ -57,7 +57,7 @@ func (l *Limiter) Set(e *rules.Engine, o Options) {
 // Input builds what the rules see of r.
 func (o *Options) Input(r *http.Request) rules.Input {
 	in := rules.Input{Method: r.Method, Host: r.Host, Path: r.URL.Path, Headers: r.Header}
-	in.ClientIP = o.clientKey(ClientIP(r, o.TrustedProxies))
+	in.ClientIP = ClientKey(ClientIP(r, o.TrustedProxies), o.IPv6Prefix)
 	if o.ConsumerHeader != "" && isTrusted(parseAddr(r.RemoteAddr), o.TrustedProxies) {
 		in.Consumer = r.Header.Get(o.ConsumerHeader)
 	}
@@ -67,13 +67,15 @@ func (o *Options) Input(r *http.Request) rules.Input {
 	return in
 }
 
-// clientKey is the "ip" dimension's value: the address, or its IPv6 prefix; "" if unknown.
-func (o *Options) clientKey(ip netip.Addr) string {
+// ClientKey is the "ip" dimension's value of a client address: the address, or for IPv6 its
+// first ipv6Prefix bits (128: the address); "" if ip is not valid.
+func ClientKey(ip netip.Addr, ipv6Prefix int) string {
 	if !ip.IsValid() {
 		return ""
 	}
-	if ip.Is6() && o.IPv6Prefix < 128 {
-		p, _ := ip.Prefix(o.IPv6Prefix)
+	ip = ip.Unmap().WithZone("")
+	if ip.Is6() && ipv6Prefix > 0 && ipv6Prefix < 128 {
+		p, _ := ip.Prefix(ipv6Prefix)
 		return p.String()
 	}
 	return ip.String()

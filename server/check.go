@@ -124,7 +124,7 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusBadRequest, errorBody{"client_ip: not an IP address: " + req.ClientIP})
 			return
 		}
-		in.ClientIP = clientKey(ip, l.opts.IPv6Prefix)
+		in.ClientIP = httplimit.ClientKey(ip, l.opts.IPv6Prefix)
 	}
 	h := make(headerMap, len(req.Headers))
 	for k, v := range req.Headers {
@@ -135,16 +135,6 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 	res := l.engine.Check(r.Context(), &in)
 	l.engine.Release(context.WithoutCancel(r.Context()), &res)
 	writeJSON(w, http.StatusOK, checkResponse(&res))
-}
-
-// clientKey writes a client address as the proxy counts it: IPv6 clients by their prefix.
-func clientKey(ip netip.Addr, ipv6Prefix int) string {
-	ip = ip.Unmap().WithZone("")
-	if ip.Is6() && ipv6Prefix > 0 && ipv6Prefix < 128 {
-		p, _ := ip.Prefix(ipv6Prefix)
-		return p.String()
-	}
-	return ip.String()
 }
 
 // checkJSONError words a JSON decoding error for the caller, naming the field when it can.
@@ -170,12 +160,12 @@ func checkResponse(res *rules.Result) *CheckResponse {
 		Status:    http.StatusOK,
 		Limit:     d.Limit,
 		Remaining: d.Remaining,
-		Reset:     ceilSeconds(d.ResetAfter),
+		Reset:     httplimit.Seconds(d.ResetAfter),
 		DelayMS:   (res.Delay + algos.Millisecond - 1) / algos.Millisecond,
 		Headers:   map[string]string{},
 	}
 	if d.RetryAfter != algos.Never {
-		ra := ceilSeconds(d.RetryAfter)
+		ra := httplimit.Seconds(d.RetryAfter)
 		out.RetryAfter = &ra
 	}
 	if res.Rule != nil {
@@ -187,15 +177,8 @@ func checkResponse(res *rules.Result) *CheckResponse {
 		out.Headers[k] = strings.Join(v, ", ")
 	}
 	if !res.Allowed {
-		status, msg := http.StatusTooManyRequests, rules.DefaultMessage
-		if res.Rule != nil {
-			status, msg = res.Rule.Reply.Status, res.Rule.Reply.Message
-		}
-		out.Status = status
-		out.Body = string(httplimit.DenialBody(res, msg))
+		status, body := httplimit.Denial(res)
+		out.Status, out.Body = status, string(body)
 	}
 	return out
 }
-
-// ceilSeconds writes µs as whole seconds, rounded up, as the headers do.
-func ceilSeconds(us int64) int64 { return (max(us, 0) + algos.Second - 1) / algos.Second }
