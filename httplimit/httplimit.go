@@ -91,8 +91,10 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 		}
 		in := st.opts.Input(r)
 		res := st.engine.Check(r.Context(), &in)
-		// Leases are given back whatever happens next, even if the client has gone.
-		defer st.engine.Release(context.WithoutCancel(r.Context()), &res)
+		if res.HasLeases() {
+			// Leases are given back whatever happens next, even if the client has gone.
+			defer st.engine.Release(context.WithoutCancel(r.Context()), &res)
+		}
 		if !res.Allowed {
 			Deny(w, &res)
 			return

@@ -50,6 +50,7 @@ type Redis struct {
 	Password   string
 	DB         int
 	TLS        bool
+	Cluster    bool  // a Redis Cluster even with one address (a configuration endpoint)
 	Timeout    int64 // µs, bound on one decision's round trip
 	Prefix     string
 	Failures   int   // consecutive failures that open the breaker
@@ -178,6 +179,10 @@ func decodeRedis(o *conf.Obj) *Redis {
 	r.Password = o.String("password", "")
 	r.DB = int(o.Int("db", 0, 0, 1<<20))
 	r.TLS = o.Bool("tls", false)
+	r.Cluster = o.Bool("cluster", false)
+	if r.Cluster && r.MasterName != "" {
+		o.Fail("cluster", "cannot be combined with master_name (Sentinel)")
+	}
 	r.Timeout = o.Duration("timeout", 50*algos.Millisecond, algos.Millisecond, algos.Minute)
 	r.Prefix = o.String("prefix", "diana:")
 	r.Failures = int(o.Int("breaker_failures", 3, 1, 1000))

@@ -155,7 +155,7 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 }
 
 // newRedisClient connects to the Redis of r: standalone, Sentinel (MasterName) or Cluster
-// (several addresses). Commands honour context deadlines, so that failover's short timeout
+// (several addresses, or Cluster set). Commands honour context deadlines, so that failover's short timeout
 // bounds each decision; the client's own timeouts are short too, as a backstop.
 func newRedisClient(r *Redis) redis.UniversalClient {
 	o := &redis.UniversalOptions{
@@ -164,6 +164,7 @@ func newRedisClient(r *Redis) redis.UniversalClient {
 		Username:              r.Username,
 		Password:              r.Password,
 		DB:                    r.DB,
+		IsClusterMode:         r.Cluster,
 		ContextTimeoutEnabled: true,
 		DialTimeout:           time.Second,
 		ReadTimeout:           time.Second,

@@ -16,6 +16,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/diana-gw/diana/examples"
 	"github.com/diana-gw/diana/server"
 )
@@ -39,6 +41,8 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "dianad:", err)
 		return 2
 	}
+
+	redis.SetLogger(redisLog{logger})
 
 	var cfg *server.Config
 	if *file == "" {
@@ -91,4 +95,13 @@ func newLogger(level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(os.Stderr, o)), nil
 	}
 	return nil, fmt.Errorf("--log-format must be text or json, got %q", format)
+}
+
+// redisLog sends go-redis's own messages (dial failures while Redis is down, mostly) to the
+// logger at debug level: dianad reports an outage itself, through the breaker's log lines and
+// metrics.
+type redisLog struct{ l *slog.Logger }
+
+func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
+	r.l.DebugContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
 }

@@ -244,6 +244,9 @@ func retryLater(a, b int64) bool {
 	return a == algos.Never || a > b
 }
 
+// HasLeases reports whether the request holds concurrency leases, which Release gives back.
+func (r *Result) HasLeases() bool { return len(r.leases) > 0 }
+
 // Release gives back the concurrency leases a request took; call it when the request ends,
 // whatever the verdict (a request refused by a racing commit may hold leases of other rules).
 // It is a no-op for results without leases.
