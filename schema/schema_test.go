@@ -197,6 +197,7 @@ func validDocs() map[string]doc {
 		docs["remote "+alg] = doc{json: `{"version": 1, "rules": [` + fullRule("r-"+alg, limit) + `]}`, remote: true}
 	}
 	docs["remote url"] = doc{json: `{"version": 1, "remote": {"url": "https://cfg.example.com/diana.yaml", "headers": {"Authorization": "Bearer x"}, "interval": "1m"}}`}
+	docs["redis cluster endpoint"] = doc{json: `{"version": 1, "redis": {"addrs": "127.0.0.1:6379", "cluster": true}}`}
 	docs["short forms"] = doc{json: `{"version": 1, "trusted_proxies": "10.0.0.1", "redis": {"addrs": "127.0.0.1:6379"},
 		"rules": [{"name": "a", "by": "ip", "match": {"methods": "GET", "paths": "/", "hosts": "example.com"}, "limit": {"algorithm": "token_bucket", "rate": 1}}]}`}
 	docs["minimal"] = doc{json: `{"version": 1}`}
@@ -283,7 +284,8 @@ func TestInvalidDocuments(t *testing.T) {
 		{"unknown admin field", `{"version": 1, "admin": {"port": 9090}}`, false, "admin.port"},
 		{"unknown upstream field", `{"version": 1, "upstreams": [{"name": "a", "url": "demo:", "weight": 1}]}`, false, "upstreams[0].weight"},
 		{"unknown upstream match field", `{"version": 1, "upstreams": [{"name": "a", "url": "demo:", "match": {"query": "x"}}]}`, false, "upstreams[0].match.query"},
-		{"unknown redis field", `{"version": 1, "redis": {"addrs": "127.0.0.1:6379", "cluster": true}}`, false, "redis.cluster"},
+		{"unknown redis field", `{"version": 1, "redis": {"addrs": "127.0.0.1:6379", "sentinels": true}}`, false, "redis.sentinels"},
+		{"redis cluster with master_name", `{"version": 1, "redis": {"addrs": "127.0.0.1:6379", "cluster": true, "master_name": "m"}}`, false, "redis.cluster"},
 		{"unknown remote field", `{"version": 1, "remote": {"token": "x"}}`, false, "remote.token"},
 		{"unknown rule field", tb(`"limits": {}`), false, "rules[0].limits"},
 		{"unknown match field", tb(`"match": {"method": "GET"}`), false, "rules[0].match.method"},
