@@ -62,6 +62,7 @@ type Server struct {
 	stopping           atomic.Bool
 
 	backendLog throttle // backend errors: at most one log line per second
+	shadowLog  throttle // shadow denials (all counted in the metrics): likewise
 	proxyLog   throttle // upstream errors: likewise
 }
 
@@ -316,7 +317,9 @@ func (s *Server) observe(r *rules.Rule, o rules.Outcome, err error) {
 		}
 	}
 	if o == rules.ShadowDenied {
-		s.log.Info("shadow rule would deny the request", "rule", r.Name)
+		if ok, skipped := s.shadowLog.allow(); ok {
+			s.log.Info("shadow rule would deny the request", "rule", r.Name, "suppressed", skipped)
+		}
 	}
 }
 
