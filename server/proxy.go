@@ -3,8 +3,10 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"time"
 
 	"github.com/diana-gw/diana/shared/rules"
@@ -59,22 +61,41 @@ func (l *live) pick(r *http.Request) *upstream {
 	return nil
 }
 
+// NewTransport returns the transport dianad proxies with: enough idle connections per upstream
+// for load (the default 2 would open and close a connection per request), no proxy from the
+// environment (upstreams are named exactly), and bounded dials and handshakes.
+func NewTransport() *http.Transport {
+	return &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   512,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// Rewrite returns the rewrite of a request to target: its URL, and X-Forwarded-For with this
+// hop appended (Rewrite starts without it), X-Forwarded-Host and -Proto.
+func Rewrite(target *url.URL) func(*httputil.ProxyRequest) {
+	return func(pr *httputil.ProxyRequest) {
+		pr.SetURL(target)
+		if prior, ok := pr.In.Header["X-Forwarded-For"]; ok {
+			pr.Out.Header["X-Forwarded-For"] = prior
+		}
+		pr.SetXForwarded()
+	}
+}
+
 // newUpstream builds the handler of u: the demo handler for scheme "demo", else a reverse proxy
 // to u.URL on the server's shared transport (its idle connections outlive reloads).
 func (s *Server) newUpstream(u Upstream) *upstream {
 	if u.URL.Scheme == "demo" {
 		return &upstream{Upstream: u, handler: demoHandler(u.Name)}
 	}
-	target := u.URL
 	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(target)
-			// Rewrite starts without X-Forwarded-For; keep the chain and append this hop.
-			if prior, ok := pr.In.Header["X-Forwarded-For"]; ok {
-				pr.Out.Header["X-Forwarded-For"] = prior
-			}
-			pr.SetXForwarded()
-		},
+		Rewrite:   Rewrite(u.URL),
 		Transport: s.transport,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if ok, skipped := s.proxyLog.allow(); ok {

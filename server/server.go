@@ -108,16 +108,7 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 			Observe:  s.met.observeRedis,
 		})
 	}
-	s.transport = &http.Transport{
-		Proxy:                 nil, // the upstreams are named exactly; no environment proxy
-		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          4096,
-		MaxIdleConnsPerHost:   512, // the default 2 would open and close a connection per request under load
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: time.Second,
-	}
+	s.transport = NewTransport()
 	s.limiter = httplimit.New(nil, httplimit.Options{})
 	if err := s.setLive(cfg); err != nil {
 		return nil, err
