@@ -1,11 +1,12 @@
-// Command tinygocheck proves that shared/algos compiles and runs under TinyGo, as the wasm filter
-// needs it to:
+// Command tinygocheck proves that shared/ (the algorithms, the config reader and the rules
+// engine) compiles and runs under TinyGo, as the wasm filter needs it to:
 //
 //	tinygo build -o bin/tinygocheck.wasm -scheduler=none -target=wasip1 -buildmode=wasi-legacy -no-debug ./build/tinygocheck
 //
 // It builds every algorithm, decides a burst of requests on a fresh state of each, and exits 1 if
 // a decision is implausible (the first request of a burst denied, no request of the burst denied,
-// or a request a day later denied). It runs under plain Go too: go run ./build/tinygocheck.
+// or a request a day later denied), and checks a per-IP rule through the rules engine. It runs
+// under plain Go too: go run ./build/tinygocheck.
 package main
 
 import (
@@ -37,6 +38,9 @@ func main() {
 		if !check(a) {
 			failed = true
 		}
+	}
+	if !checkRules() {
+		failed = true
 	}
 	if failed {
 		os.Exit(1)
