@@ -21,6 +21,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// The tests stop, pause and restart servers on purpose; go-redis would print every failed dial
+// of its pools to stderr (a process-wide logger), burying the test output. Tests assert what
+// matters; these lines would only be noise.
+func init() { redis.SetLogger(quiet{}) }
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
 // Server is a redis-server child process, stopped when the test ends.
 type Server struct {
 	Addr    string
