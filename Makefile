@@ -1,11 +1,11 @@
 GO ?= go
 TINYGO_FLAGS = -scheduler=none -target=wasip1 -buildmode=wasi-legacy -no-debug
 
-.PHONY: test vet deps bench bench-redis-cpu tinygo tinygo-check run
+.PHONY: test vet deps bench bench-redis-cpu tinygo tinygo-check wasm run
 
 ## test: every test with the race detector, and the algorithms built and run under TinyGo.
-## Installs redis-server (and TinyGo's Debian packages) when missing.
-test: deps vet tinygo-check
+## Installs redis-server and deck (and TinyGo's Debian packages) when missing; builds diana.wasm.
+test: deps vet tinygo-check wasm
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./bench/ # the benchmarks still run
 	$(GO) test -race -count=1 -parallel 4 ./...
 
@@ -15,7 +15,7 @@ vet:
 	$(GO) vet ./...
 
 deps:
-	@build/need-redis.sh
+	@build/need-packages.sh
 
 ## bench: the benchmarks, each beside its anchor (x/time/rate, go-redis/redis_rate)
 bench: deps
@@ -31,6 +31,11 @@ tinygo-check:
 	@command -v node >/dev/null || { echo "node is needed to run bin/tinygocheck.wasm"; exit 1; }
 	@node --no-warnings -e 'const {WASI}=require("node:wasi");const w=new WASI({version:"preview1"});WebAssembly.instantiate(require("fs").readFileSync(process.argv[1]),w.getImportObject()).then(({instance})=>process.exit(w.start(instance)))' bin/tinygocheck.wasm
 	@ls -l bin/tinygocheck.wasm
+
+## wasm: builds bin/diana.wasm, the Envoy filter (TinyGo, provisioned by build/tinygo.sh)
+wasm:
+	@TINYGO=$$(build/tinygo.sh) && "$$TINYGO" build -o bin/diana.wasm $(TINYGO_FLAGS) ./wasmfilter
+	@ls -l bin/diana.wasm
 
 ## bench-redis-cpu: Redis CPU per decision of each script, in instructions counted by callgrind
 bench-redis-cpu: deps

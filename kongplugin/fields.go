@@ -1,0 +1,127 @@
+package main
+
+// The plugin's flat config, one table that both the decoder (config.go) and the -dump schema
+// (schema.go) read. A field that stands for a rule property names it in From (a JSON pointer
+// into schema/rule.schema.json): its type, enum, bounds and default come from there, so the
+// schema Kong and Konga see cannot drift from the one the rules are validated against.
+
+// field is one config field as Kong's schema describes it. Zero values mean "take it from the
+// rule schema" (when From is set) or "none".
+type field struct {
+	Name     string
+	Type     string // string, integer, boolean, array (of strings)
+	From     string // JSON pointer into rule.schema.json, "" for a Kong-only field
+	Default  any    // nil: no default (optional field, absent unless set)
+	OneOf    []string
+	Min, Max *int64
+	Desc     string
+}
+
+func bounds(min, max int64) (*int64, *int64) { return &min, &max }
+
+// group is one extra limit of a plugin instance: a fixed, flat set of fields per dimension,
+// so that Konga can edit several limits in one instance (it cannot edit maps or arrays of
+// records). A limit of 0 turns the group off.
+type group struct {
+	Name string // prefix of the fields, and part of the rule's name
+	By   string // the dimension it counts by
+	Doc  string
+}
+
+var groups = []group{
+	{"ip", "ip", "each client IP (as Kong's trusted_ips and real_ip_header resolve it; IPv6 clients by their /64)"},
+	{"consumer", "consumer", "each authenticated Kong consumer (requests without a consumer are not counted)"},
+	{"device", "device", "each device, read from the header device_header (requests without it are not counted)"},
+	{"path", "path", "each URL path, across all clients"},
+	{"global", "global", "all requests together, one count for the whole plugin instance"},
+}
+
+// limitBy are the values of limit_by, as Kong's rate-limiting names them.
+var limitBy = []string{"ip", "consumer", "credential", "header", "path", "service", "global"}
+
+const maxLimit = 2251799813685248 // 2^51, the largest limit or rate the algorithms take
+
+// fieldTable returns the config fields in the order Konga shows them.
+func fieldTable() []field {
+	limMin, limMax := bounds(1, maxLimit)
+	portMin, portMax := bounds(1, 65535)
+	zeroMin, zeroMax := bounds(0, maxLimit)
+	dbMin, dbMax := bounds(0, 1<<31-1)
+	toMin, toMax := bounds(1, 60000)
+	nodesMin, nodesMax := bounds(0, 10000)
+	fs := []field{
+		{Name: "limit_by", Type: "string", Default: "ip", OneOf: limitBy,
+			Desc: "What the main limit counts by: ip (the client IP as Kong resolves it), consumer, credential, header (the header header_name), path (the URL path), service, or global. A request without that value (no consumer, no header) is not limited by the main limit; it never falls back to the IP."},
+		{Name: "header_name", Type: "string",
+			Desc: "The request header the main limit counts by when limit_by is header, e.g. X-Api-Key."},
+		{Name: "path", Type: "string",
+			Desc: "With limit_by path: the path pattern the main limit applies to (/login exactly, * one segment, a final ** any rest), counted per path. Empty: every path, each counted on its own."},
+		{Name: "algorithm", Type: "string", From: "/$defs/limit/properties/algorithm", Default: "sliding_window",
+			Desc: "The algorithm of every limit of this instance: sliding_window (limit per sliding window), fixed_window, sliding_log (exact, limit at most 10000), token_bucket and leaky_bucket (rate limit per window), warm_up, or concurrency (limit requests in flight)."},
+		{Name: "limit", Type: "integer", From: "/$defs/limit/properties/limit", Default: int64(60), Min: limMin, Max: limMax,
+			Desc: "The main limit: requests admitted per window (token_bucket, leaky_bucket, warm_up: the rate per window; concurrency: requests in flight)."},
+		{Name: "window", Type: "string", From: "/$defs/limit/properties/window", Default: "1m",
+			Desc: "The window of the main limit (the period of a rate), a duration such as 1s, 1m, 1h or 1d; for concurrency, how long a slot stays taken if its request's end is never seen."},
+		{Name: "burst", Type: "integer", From: "/$defs/limit/properties/burst", Default: int64(0), Min: zeroMin, Max: zeroMax,
+			Desc: "token_bucket: the bucket size (0: the limit); leaky_bucket: excess requests admitted beyond the rate, as nginx's burst. Ignored by the other algorithms."},
+		{Name: "warmup", Type: "string", From: "/$defs/limit/properties/warmup", Default: "10s",
+			Desc: "warm_up: how long a cold limiter takes to reach its full rate, a duration such as 10s. Ignored by the other algorithms."},
+	}
+	for _, g := range groups {
+		fs = append(fs,
+			field{Name: g.Name + "_limit", Type: "integer", Default: int64(0), Min: zeroMin, Max: zeroMax,
+				Desc: "An extra limit by " + g.Doc + ", with the same algorithm; 0 turns it off. A request must pass every limit."},
+			field{Name: g.Name + "_window", Type: "string", From: "/$defs/limit/properties/window", Default: "1m",
+				Desc: "The window of " + g.Name + "_limit, a duration such as 1s, 1m or 1h."},
+		)
+		if g.Name == "device" {
+			fs = append(fs, field{Name: "device_header", Type: "string", Default: "X-Device-Id",
+				Desc: "The request header that carries the device id, for device_limit."})
+		}
+	}
+	fs = append(fs,
+		field{Name: "shadow", Type: "boolean", Default: false,
+			Desc: "Shadow mode: never refuse a request, only log and count what would have been refused. Use it to try a limit on live traffic."},
+		field{Name: "ban", Type: "string", From: "/properties/ban", Default: "0s",
+			Desc: "After a refusal, refuse everything from the same identity for this long, a duration such as 10m; 0s is no ban."},
+		field{Name: "policy", Type: "string", Default: "local", OneOf: []string{"local", "redis"},
+			Desc: "Where the counts live: local (in this Kong node, shared by its workers) or redis (shared by every node, decided atomically by Lua scripts in Redis)."},
+		field{Name: "redis_host", Type: "string", Default: "127.0.0.1",
+			Desc: "policy redis: the Redis host, used when redis_addrs is empty."},
+		field{Name: "redis_port", Type: "integer", Default: int64(6379), Min: portMin, Max: portMax,
+			Desc: "policy redis: the Redis port, used with redis_host."},
+		field{Name: "redis_addrs", Type: "array", Default: []any{},
+			Desc: "policy redis: host:port addresses; several are a Redis Cluster, or the Sentinels when redis_sentinel_master is set. Empty: redis_host and redis_port."},
+		field{Name: "redis_sentinel_master", Type: "string",
+			Desc: "policy redis: the Sentinel master name; redis_addrs then lists the Sentinels."},
+		field{Name: "redis_cluster", Type: "boolean", Default: false,
+			Desc: "policy redis: the address is a Redis Cluster even if it is only one (a configuration endpoint)."},
+		field{Name: "redis_username", Type: "string",
+			Desc: "policy redis: the ACL user name, if Redis needs one."},
+		field{Name: "redis_password", Type: "string",
+			Desc: "policy redis: the password, if Redis needs one."},
+		field{Name: "redis_database", Type: "integer", Default: int64(0), Min: dbMin, Max: dbMax,
+			Desc: "policy redis: the database number (not with a Redis Cluster)."},
+		field{Name: "redis_ssl", Type: "boolean", Default: false,
+			Desc: "policy redis: connect with TLS."},
+		field{Name: "redis_ssl_skip_verify", Type: "boolean", Default: false,
+			Desc: "policy redis with TLS: do not verify the server's certificate (tests only)."},
+		field{Name: "redis_server_name", Type: "string",
+			Desc: "policy redis with TLS: the name to verify the certificate against, if not the host."},
+		field{Name: "redis_timeout", Type: "integer", Default: int64(50), Min: toMin, Max: toMax,
+			Desc: "policy redis: the longest a decision waits for Redis, in milliseconds. After a few failures Redis is left alone for a while, so an outage adds no latency."},
+		field{Name: "redis_prefix", Type: "string", Default: "diana:",
+			Desc: "policy redis: the prefix of every key Diana writes in Redis."},
+		field{Name: "fail_closed", Type: "boolean", Default: false,
+			Desc: "policy redis, when Redis cannot decide (down, slow, failing): refuse requests. Default (off): let them through, as Kong's fault_tolerant does."},
+		field{Name: "fallback_nodes", Type: "integer", From: "/properties/nodes", Default: int64(0), Min: nodesMin, Max: nodesMax,
+			Desc: "policy redis, when Redis cannot decide: if above 0, each node limits on its own with every limit divided by this number (the Kong nodes sharing the limit). 0: follow fail_closed."},
+		field{Name: "hide_client_headers", Type: "boolean", Default: false,
+			Desc: "Do not send the RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset and Retry-After headers."},
+		field{Name: "error_code", Type: "integer", From: "/properties/reply/properties/status",
+			Desc: "The HTTP status of a refusal, 400 to 599: 429 by default, 503 is common too."},
+		field{Name: "error_message", Type: "string", From: "/properties/reply/properties/message",
+			Desc: "The message of a refusal, sent as the JSON body {\"message\": MESSAGE, \"retry_after\": SECONDS}."},
+	)
+	return fs
+}

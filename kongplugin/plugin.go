@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net/http"
+	"net/netip"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/Kong/go-pdk"
+
+	"github.com/diana-gw/diana/httplimit"
+	"github.com/diana-gw/diana/shared/conf"
+	"github.com/diana-gw/diana/shared/rules"
+)
+
+// Config is one plugin instance, as go-pdk makes it for each nginx worker: Kong's config JSON
+// decoded into rules and an engine. It holds no counts (see stores.go), and never changes after
+// it is decoded, so concurrent events can share it.
+//
+// Its fields are unexported on purpose: go-pdk reflects on the config type only for its own
+// -dump, which main replaces.
+type Config struct {
+	s      *settings
+	engine *rules.Engine
+	err    error // the config is invalid: the instance lets every request through
+}
+
+// New makes an empty instance for go-pdk, which then decodes Kong's config JSON into it.
+func New() any { return &Config{} }
+
+// UnmarshalJSON decodes and validates the config. It never fails: a failure makes Kong answer
+// 500 to every request, whereas an invalid config here is reported once in Kong's error log
+// and the instance lets requests through (fail open).
+func (c *Config) UnmarshalJSON(b []byte) error {
+	defer func() {
+		if r := recover(); r != nil {
+			c.s, c.engine = nil, nil
+			c.err = fmt.Errorf("panic while decoding the config: %v", r)
+			report("", c.err)
+		}
+	}()
+	s, err := parse(b, false)
+	if err == nil {
+		c.engine, err = rules.New(s.Rules, rules.Options{Local: local, Cluster: clusterStore(s.Redis)})
+	}
+	if err != nil {
+		c.err = err
+		id := ""
+		if s != nil {
+			id = s.PluginID
+		}
+		report(id, err)
+		return nil
+	}
+	c.s = s
+	return nil
+}
+
+// parse reads a config JSON document.
+func parse(b []byte, strict bool) (*settings, error) {
+	doc, err := conf.ParseJSON(b)
+	if err != nil {
+		return nil, fmt.Errorf("config JSON: %w", err)
+	}
+	return decode(doc, strict)
+}
+
+// reported holds the errors already logged, so that each worker's copy of an invalid config
+// (and each restart of an instance) does not log it again.
+var reported sync.Map
+
+func report(pluginID string, err error) {
+	msg := err.Error()
+	if _, dup := reported.LoadOrStore(pluginID+"\x00"+msg, true); dup {
+		return
+	}
+	log.Printf("diana: plugin %s: invalid config, requests pass unlimited until it is fixed:\n%s", pluginID, msg)
+}
+
+// recovered logs a panic of an event handler: go-pdk has no recover, and a panic would kill
+// the plugin process, and with it every Go plugin request of the node.
+func recovered(event string) {
+	if r := recover(); r != nil {
+		log.Printf("diana: panic in %s (request let through): %v\n%s", event, r, debug.Stack())
+	}
+}
+
+// Access decides the request. On the allowed path of a per-IP limit it makes two PDK calls:
+// Client.GetForwardedIp and one Response.SetHeaders (none with hide_client_headers). A denial
+// is one Response.Exit with the JSON body and the headers. Other limits ask Kong only for what
+// they count by (consumer, credential, path, header, service).
+func (c *Config) Access(kong *pdk.PDK) {
+	defer recovered("access")
+	if c.engine == nil {
+		return // invalid config, already reported: fail open
+	}
+	in, ok := c.input(kong)
+	if !ok {
+		return // Kong did not answer: let the request through rather than guess
+	}
+	res := c.engine.Check(context.Background(), &in)
+	h := map[string][]string{}
+	httplimit.SetHeaders(http.Header(h), &res)
+	if !res.Allowed {
+		c.engine.Release(context.Background(), &res) // leases of a racing commit: the request ends here
+		status, body := httplimit.Denial(&res)
+		h["Content-Type"] = []string{"application/json; charset=utf-8"}
+		kong.Response.Exit(status, body, h)
+		return
+	}
+	if res.HasLeases() {
+		id := strconv.FormatUint(leaseSeq.Add(1), 10)
+		leases.Store(id, held{c.engine, res})
+		if err := kong.Ctx.SetShared(leaseKey, id); err != nil {
+			leases.Delete(id)
+			c.engine.Release(context.Background(), &res)
+		}
+	}
+	if len(h) > 0 {
+		kong.Response.SetHeaders(h)
+	}
+}
+
+// Log gives back the concurrency leases the request took. Instances without a concurrency
+// limit return at once, without a PDK call.
+func (c *Config) Log(kong *pdk.PDK) {
+	defer recovered("log")
+	if c.engine == nil || !c.s.needs.Leases {
+		return
+	}
+	id, err := kong.Ctx.GetSharedString(leaseKey)
+	if err != nil || id == "" {
+		return
+	}
+	if v, ok := leases.LoadAndDelete(id); ok {
+		h := v.(held)
+		h.engine.Release(context.Background(), &h.res)
+	}
+}
+
+// Leases held by requests in flight, from Access to Log, by an id kept in kong.ctx.shared.
+var (
+	leaseSeq atomic.Uint64
+	leases   sync.Map // id → held
+)
+
+const leaseKey = "diana_lease"
+
+type held struct {
+	engine *rules.Engine
+	res    rules.Result
+}
+
+// input asks Kong for what the rules count by, and nothing else.
+func (c *Config) input(kong *pdk.PDK) (rules.Input, bool) {
+	n := &c.s.needs
+	in := rules.Input{}
+	if n.IP {
+		ip, err := kong.Client.GetForwardedIp()
+		if err != nil {
+			return in, false
+		}
+		a, _ := netip.ParseAddr(ip)
+		in.ClientIP = httplimit.ClientKey(a, 64)
+	}
+	if n.Consumer {
+		if cons, err := kong.Client.GetConsumer(); err == nil {
+			in.Consumer = cons.Id
+		}
+	}
+	if n.Path {
+		if p, err := kong.Request.GetPath(); err == nil {
+			in.Path = p
+		}
+	}
+	if n.Service {
+		in.Route = c.s.ServiceID
+		if in.Route == "" { // a global or per-route instance: ask which service matched
+			if svc, err := kong.Router.GetService(); err == nil {
+				in.Route = svc.Id
+			}
+		}
+	}
+	if n.Headers || n.Credential {
+		h := &pdkHeaders{kong: kong}
+		if n.Credential {
+			if cred, err := kong.Client.GetCredential(); err == nil {
+				h.credential = cred.Id
+			}
+		}
+		in.Headers = h
+	}
+	return in, true
+}
+
+// pdkHeaders gives the rules the request headers they read, one PDK call each, and the
+// credential id under credentialHeader.
+type pdkHeaders struct {
+	kong       *pdk.PDK
+	credential string
+}
+
+func (h *pdkHeaders) Get(name string) string {
+	if name == credentialHeader {
+		return h.credential
+	}
+	v, err := h.kong.Request.GetHeader(name)
+	if err != nil {
+		return ""
+	}
+	return v
+}

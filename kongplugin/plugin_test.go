@@ -1,0 +1,351 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/Kong/go-pdk"
+	"github.com/Kong/go-pdk/bridge"
+	"github.com/Kong/go-pdk/bridge/bridgetest"
+	"github.com/Kong/go-pdk/test"
+)
+
+var pluginSeq atomic.Int64
+
+// newConfig decodes cfg as go-pdk does, with a fresh plugin id (so tests share no counts)
+// unless cfg has one.
+func newConfig(t testing.TB, cfg map[string]any) *Config {
+	t.Helper()
+	if _, ok := cfg["__plugin_id"]; !ok {
+		cfg["__plugin_id"] = fmt.Sprintf("test-%d-%d", pluginSeq.Add(1), len(t.Name()))
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New().(*Config)
+	if err := json.Unmarshal(b, c); err != nil {
+		t.Fatalf("UnmarshalJSON failed (Kong would answer 500): %v", err)
+	}
+	return c
+}
+
+func mustValid(t testing.TB, c *Config) {
+	t.Helper()
+	if c.err != nil {
+		t.Fatalf("config invalid: %v", c.err)
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  map[string]any
+		want string // "" valid; else a substring of the error, which starts with the field
+	}{
+		{"defaults", map[string]any{}, ""},
+		{"kong keys", map[string]any{"route_id": nil, "service_id": "s1", "consumer_id": nil, "__seq__": 3, "__key__": "k", "__ws_id": "w", "plugin_instance_name": "p"}, ""},
+		{"every group", map[string]any{"ip_limit": 5, "consumer_limit": 5, "device_limit": 5, "path_limit": 5, "global_limit": 5}, ""},
+		{"token bucket burst", map[string]any{"algorithm": "token_bucket", "limit": 10, "window": "1s", "burst": 20}, ""},
+		{"warm up", map[string]any{"algorithm": "warm_up", "limit": 10, "window": "1s", "warmup": "10s"}, ""},
+		{"concurrency", map[string]any{"algorithm": "concurrency", "limit": 10}, ""},
+		{"redis", map[string]any{"policy": "redis", "redis_addrs": []string{"a:1", "b:2"}, "fallback_nodes": 3}, ""},
+		{"bad algorithm", map[string]any{"algorithm": "nope"}, "algorithm: must be one of"},
+		{"bad window", map[string]any{"window": "60"}, "window: "},
+		{"zero window", map[string]any{"ip_limit": 1, "ip_window": "0s"}, "ip_window: "},
+		{"bad limit", map[string]any{"limit": 0}, "limit: "},
+		{"sliding log too big", map[string]any{"algorithm": "sliding_log", "limit": 20000}, "limit: "},
+		{"bad ban", map[string]any{"ban": "5"}, "ban: "},
+		{"bad limit_by", map[string]any{"limit_by": "cookie"}, "limit_by: "},
+		{"header without name", map[string]any{"limit_by": "header"}, "header_name: is required"},
+		{"bad header name", map[string]any{"limit_by": "header", "header_name": "X Bad"}, "header_name: "},
+		{"bad path", map[string]any{"limit_by": "path", "path": "api/**"}, "path: "},
+		{"path without limit_by path", map[string]any{"path": "/x"}, "path: applies only"},
+		{"bad device header", map[string]any{"device_limit": 3, "device_header": "a b"}, "device_header: "},
+		{"bad code", map[string]any{"error_code": 200}, "error_code: "},
+		{"closed and local", map[string]any{"policy": "redis", "fail_closed": true, "fallback_nodes": 2}, "fallback_nodes: cannot be combined"},
+		{"bad redis address", map[string]any{"policy": "redis", "redis_addrs": []string{"nohost"}}, "redis_addrs: "},
+		{"wrong type", map[string]any{"shadow": "yes"}, "shadow: "},
+		{"not JSON object", nil, "must be an object"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b []byte
+			if tc.cfg == nil {
+				b = []byte(`[1]`)
+			} else {
+				b, _ = json.Marshal(tc.cfg)
+			}
+			_, err := parse(b, false)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.want != "" && err == nil:
+				t.Fatalf("accepted; want an error with %q", tc.want)
+			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+				t.Fatalf("error %q; want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestStrictRejectsUnknownKeys(t *testing.T) {
+	if _, err := parse([]byte(`{"limt": 5}`), true); err == nil || !strings.Contains(err.Error(), "limt") {
+		t.Fatalf("got %v, want an error naming limt", err)
+	}
+	if _, err := parse([]byte(`{"limt": 5}`), false); err != nil {
+		t.Fatalf("Kong-sent configs tolerate unknown keys, got %v", err)
+	}
+}
+
+// The allowed path of a per-IP limit costs two PDK calls; a denial one exit with the headers
+// and the JSON body; clients are counted apart.
+func TestAccessPerIP(t *testing.T) {
+	c := newConfig(t, map[string]any{"algorithm": "fixed_window", "limit": 3, "window": "1h"})
+	mustValid(t, c)
+	for _, ip := range []string{"10.0.0.1", "10.0.0.2", "2001:db8::1"} {
+		for i := 1; i <= 4; i++ {
+			res := event(t, c, "access", &kongReq{IP: ip})
+			if i <= 3 {
+				want := []string{"kong.client.get_forwarded_ip", "kong.response.set_headers"}
+				if !reflect.DeepEqual(res.Calls, want) || res.Exit {
+					t.Fatalf("%s request %d: calls %v exit %v, want %v", ip, i, res.Calls, res.Exit, want)
+				}
+				if got := res.Headers["Ratelimit-Remaining"]; !reflect.DeepEqual(got, []string{fmt.Sprint(3 - i)}) {
+					t.Fatalf("%s request %d: RateLimit-Remaining %v", ip, i, got)
+				}
+				if got := res.Headers["Ratelimit-Limit"]; !reflect.DeepEqual(got, []string{"3"}) {
+					t.Fatalf("RateLimit-Limit %v", got)
+				}
+				continue
+			}
+			if !reflect.DeepEqual(res.Calls, []string{"kong.client.get_forwarded_ip", "kong.response.exit"}) {
+				t.Fatalf("%s denial: calls %v", ip, res.Calls)
+			}
+			var body struct {
+				Message    string `json:"message"`
+				RetryAfter int64  `json:"retry_after"`
+			}
+			if err := json.Unmarshal([]byte(res.Body), &body); err != nil {
+				t.Fatalf("body %q: %v", res.Body, err)
+			}
+			if res.Status != 429 || body.Message != "API rate limit exceeded" || body.RetryAfter < 1 || body.RetryAfter > 3600 {
+				t.Fatalf("denial %d %+v", res.Status, body)
+			}
+			if res.Headers["Retry-After"] == nil || res.Headers["Ratelimit-Remaining"][0] != "0" ||
+				res.Headers["Content-Type"][0] != "application/json; charset=utf-8" {
+				t.Fatalf("denial headers %v", res.Headers)
+			}
+		}
+	}
+	// IPv6 clients of one /64 share a count.
+	if res := event(t, c, "access", &kongReq{IP: "2001:db8::2"}); !res.Exit {
+		t.Fatal("2001:db8::2 (same /64 as 2001:db8::1) was admitted")
+	}
+}
+
+func TestHideHeadersAndErrorReply(t *testing.T) {
+	c := newConfig(t, map[string]any{"limit": 1, "hide_client_headers": true, "error_code": 503, "error_message": "slow down"})
+	mustValid(t, c)
+	if res := event(t, c, "access", &kongReq{IP: "1.1.1.1"}); !reflect.DeepEqual(res.Calls, []string{"kong.client.get_forwarded_ip"}) {
+		t.Fatalf("allowed with hidden headers: calls %v, want only get_forwarded_ip", res.Calls)
+	}
+	res := event(t, c, "access", &kongReq{IP: "1.1.1.1"})
+	if !res.Exit || res.Status != 503 || !strings.Contains(res.Body, `"message":"slow down"`) {
+		t.Fatalf("denial %+v", res)
+	}
+	if len(res.Headers) != 1 || res.Headers["Content-Type"] == nil {
+		t.Fatalf("hidden headers leaked on the denial: %v", res.Headers)
+	}
+}
+
+// Each dimension asks Kong for its value only, and counts by it; a request without the value
+// is not limited (no silent fallback to the IP).
+func TestDimensions(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cfg   map[string]any
+		calls []string
+		a, b  kongReq // two identities; a is also sent again to be denied
+		none  *kongReq
+	}{
+		{"consumer", map[string]any{"limit_by": "consumer"}, []string{"kong.client.get_consumer"},
+			kongReq{Consumer: "c1"}, kongReq{Consumer: "c2"}, &kongReq{}},
+		{"credential", map[string]any{"limit_by": "credential"}, []string{"kong.client.get_credential"},
+			kongReq{Credential: "k1"}, kongReq{Credential: "k2"}, &kongReq{Headers: map[string]string{lower(credentialHeader): "forged"}}},
+		{"header", map[string]any{"limit_by": "header", "header_name": "X-Api-Key"}, []string{"kong.request.get_header"},
+			kongReq{Headers: map[string]string{"x-api-key": "a"}}, kongReq{Headers: map[string]string{"x-api-key": "b"}}, &kongReq{}},
+		{"path", map[string]any{"limit_by": "path"}, []string{"kong.request.get_path"},
+			kongReq{Path: "/a"}, kongReq{Path: "/b"}, nil},
+		{"path pattern", map[string]any{"limit_by": "path", "path": "/api/**"}, []string{"kong.request.get_path"},
+			kongReq{Path: "/api/x"}, kongReq{Path: "/api/y"}, &kongReq{Path: "/other"}},
+		{"service from router", map[string]any{"limit_by": "service"}, []string{"kong.router.get_service"},
+			kongReq{Service: "s1"}, kongReq{Service: "s2"}, nil},
+		{"global", map[string]any{"limit_by": "global"}, nil, kongReq{}, kongReq{}, nil},
+		{"device group", map[string]any{"limit_by": "global", "limit": 1000, "device_limit": 1}, []string{"kong.request.get_header"},
+			kongReq{Headers: map[string]string{"x-device-id": "d1"}}, kongReq{Headers: map[string]string{"x-device-id": "d2"}}, &kongReq{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg["algorithm"] = "fixed_window"
+			if tc.cfg["limit"] == nil {
+				tc.cfg["limit"] = 1
+			}
+			c := newConfig(t, tc.cfg)
+			mustValid(t, c)
+			calls := append(append([]string{}, tc.calls...), "kong.response.set_headers")
+			if res := event(t, c, "access", &tc.a); !reflect.DeepEqual(res.Calls, calls) {
+				t.Fatalf("first request: calls %v, want %v", res.Calls, calls)
+			}
+			if tc.name != "global" {
+				if res := event(t, c, "access", &tc.b); res.Exit {
+					t.Fatal("another identity was denied")
+				}
+			}
+			if res := event(t, c, "access", &tc.a); !res.Exit {
+				t.Fatal("second request of the same identity was admitted")
+			}
+			if tc.none != nil {
+				for i := 0; i < 3; i++ {
+					if res := event(t, c, "access", tc.none); res.Exit {
+						t.Fatalf("a request without the identity was limited: %+v", res)
+					}
+				}
+			}
+		})
+	}
+}
+
+// A service-scoped instance takes the service from Kong's config keys, with no PDK call.
+func TestServiceFromConfig(t *testing.T) {
+	c := newConfig(t, map[string]any{"limit_by": "service", "service_id": "svc-1", "hide_client_headers": true})
+	mustValid(t, c)
+	if res := event(t, c, "access", &kongReq{}); len(res.Calls) != 0 {
+		t.Fatalf("calls %v, want none", res.Calls)
+	}
+}
+
+// Several limits in one instance: a request denied by one takes nothing from the others.
+func TestSeveralLimits(t *testing.T) {
+	c := newConfig(t, map[string]any{"algorithm": "fixed_window", "limit": 2, "window": "1h", "consumer_limit": 3, "consumer_window": "1h", "global_limit": 4, "global_window": "1h"})
+	mustValid(t, c)
+	admit := func(ip, cons string) bool { return !event(t, c, "access", &kongReq{IP: ip, Consumer: cons}).Exit }
+	seq := []struct {
+		ip, cons string
+		want     bool
+	}{
+		{"1.0.0.1", "a", true}, {"1.0.0.1", "a", true}, {"1.0.0.1", "a", false}, // ip limit 2
+		{"1.0.0.2", "a", true}, {"1.0.0.2", "a", false}, // consumer a limit 3
+		{"1.0.0.3", "b", true}, {"1.0.0.4", "b", false}, // global limit 4
+	}
+	for i, s := range seq {
+		if got := admit(s.ip, s.cons); got != s.want {
+			t.Fatalf("step %d (%s, %s): admitted %v, want %v", i, s.ip, s.cons, got, s.want)
+		}
+	}
+}
+
+// Two instances of one plugin (two nginx workers) share a count; another plugin does not.
+func TestInstancesShareCounts(t *testing.T) {
+	cfg := func(id string) map[string]any {
+		return map[string]any{"__plugin_id": id, "algorithm": "fixed_window", "limit": 2, "window": "1h"}
+	}
+	id := fmt.Sprintf("shared-%d", pluginSeq.Add(1))
+	w1, w2, other := newConfig(t, cfg(id)), newConfig(t, cfg(id)), newConfig(t, cfg(id+"-other"))
+	r := &kongReq{IP: "9.9.9.9"}
+	if event(t, w1, "access", r).Exit || event(t, w2, "access", r).Exit {
+		t.Fatal("first two requests denied")
+	}
+	if !event(t, w1, "access", r).Exit || !event(t, w2, "access", r).Exit {
+		t.Fatal("workers do not share the limit")
+	}
+	if event(t, other, "access", r).Exit {
+		t.Fatal("another plugin instance shares the count")
+	}
+}
+
+func TestInvalidConfigFailsOpen(t *testing.T) {
+	c := newConfig(t, map[string]any{"limit": "ten"})
+	if c.err == nil || !strings.Contains(c.err.Error(), "limit") {
+		t.Fatalf("err %v, want one naming limit", c.err)
+	}
+	if res := event(t, c, "access", &kongReq{IP: "1.2.3.4"}); len(res.Calls) != 0 {
+		t.Fatalf("calls %v, want none", res.Calls)
+	}
+	if res := event(t, c, "log", &kongReq{}); len(res.Calls) != 0 {
+		t.Fatalf("log calls %v, want none", res.Calls)
+	}
+}
+
+func TestShadow(t *testing.T) {
+	c := newConfig(t, map[string]any{"limit": 1, "shadow": true})
+	mustValid(t, c)
+	for i := 0; i < 3; i++ {
+		if res := event(t, c, "access", &kongReq{IP: "5.5.5.5"}); res.Exit {
+			t.Fatalf("shadow denied request %d", i)
+		}
+	}
+}
+
+// A concurrency limit holds a slot from access to log; others' log events cost no PDK call.
+func TestConcurrencyReleasedInLog(t *testing.T) {
+	c := newConfig(t, map[string]any{"algorithm": "concurrency", "limit": 1})
+	mustValid(t, c)
+	r1 := &kongReq{IP: "7.7.7.7"}
+	if res := event(t, c, "access", r1); res.Exit || res.Calls[len(res.Calls)-2] != "kong.ctx.shared.set" {
+		t.Fatalf("first: %+v", res)
+	}
+	if res := event(t, c, "access", &kongReq{IP: "7.7.7.7"}); !res.Exit {
+		t.Fatal("second in flight admitted")
+	}
+	if res := event(t, c, "log", r1); !reflect.DeepEqual(res.Calls, []string{"kong.ctx.shared.get"}) {
+		t.Fatalf("log calls %v", res.Calls)
+	}
+	if res := event(t, c, "access", &kongReq{IP: "7.7.7.7"}); res.Exit {
+		t.Fatal("slot not given back by log")
+	}
+	plain := newConfig(t, map[string]any{})
+	if res := event(t, plain, "log", &kongReq{}); len(res.Calls) != 0 {
+		t.Fatalf("log of an instance without leases made calls %v", res.Calls)
+	}
+}
+
+// A PDK error (Kong gone) lets the request through without a panic.
+func TestKongGone(t *testing.T) {
+	c := newConfig(t, map[string]any{})
+	conn := bridgetest.Mock(t, nil) // answers nothing and closes
+	c.Access(pdk.Init(conn))
+}
+
+// The exact call sequence, scripted with go-pdk's bridgetest.
+func TestBridgetestSequence(t *testing.T) {
+	c := newConfig(t, map[string]any{"limit_by": "header", "header_name": "X-Api-Key", "ip_limit": 5})
+	mustValid(t, c)
+	conn := bridgetest.Mock(t, []bridgetest.MockStep{
+		{Method: "kong.client.get_forwarded_ip", Ret: bridge.WrapString("10.1.1.1")},
+		{Method: "kong.request.get_header", Args: bridge.WrapString("X-Api-Key"), Ret: bridge.WrapString("key-1")},
+		{Method: "kong.response.set_headers"},
+	})
+	c.Access(pdk.Init(conn))
+}
+
+// go-pdk's test environment: a full request through the plugin (client IP 10.10.10.1).
+func TestPdkTestEnv(t *testing.T) {
+	c := newConfig(t, map[string]any{"limit": 1})
+	mustValid(t, c)
+	for i, want := range []int{200, 429} {
+		env, err := test.New(t, test.Request{Method: "GET", Url: "http://example.com/x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.DoHttps(c)
+		if env.ClientRes.Status != want {
+			t.Fatalf("request %d: status %d, want %d", i, env.ClientRes.Status, want)
+		}
+		if i == 1 && !strings.Contains(string(env.ClientRes.Body), "API rate limit exceeded") {
+			t.Fatalf("body %q", env.ClientRes.Body)
+		}
+	}
+}

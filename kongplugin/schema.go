@@ -1,0 +1,211 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"strings"
+	"sync"
+
+	"github.com/diana-gw/diana/schema"
+)
+
+// Version and Priority are what Kong is told about the plugin. The priority sits just below
+// Kong's authentication plugins (1000 to 1450), so the consumer is known when Diana runs, and
+// above Kong's own rate-limiting (910).
+const (
+	Version  = "0.1.0"
+	Priority = 999
+)
+
+// phases are the events Kong sends: access decides; log gives back concurrency leases (it
+// makes no PDK call unless the instance holds leases, and Kong runs it after the response).
+var phases = []string{"access", "log"}
+
+// ruleSchema returns rule.schema.json decoded, numbers kept exact.
+var ruleSchema = sync.OnceValues(func() (map[string]any, error) {
+	b, err := fs.ReadFile(schema.FS(), schema.RuleFile)
+	if err != nil {
+		return nil, err
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var m map[string]any
+	if err := d.Decode(&m); err != nil {
+		return nil, fmt.Errorf("%s: %w", schema.RuleFile, err)
+	}
+	return m, nil
+})
+
+// lookup returns the node at a JSON pointer of root, following local $refs, with the
+// properties of the pointed node winning over those of its $ref.
+func lookup(root map[string]any, ptr string) (map[string]any, error) {
+	var cur any = root
+	for _, p := range strings.Split(strings.TrimPrefix(ptr, "/"), "/") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("%s: %q is not inside an object", ptr, p)
+		}
+		if cur, ok = m[p]; !ok {
+			return nil, fmt.Errorf("%s: no %q", ptr, p)
+		}
+	}
+	m, ok := cur.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%s: not an object", ptr)
+	}
+	out := map[string]any{}
+	if ref, ok := m["$ref"].(string); ok && strings.HasPrefix(ref, "#/") {
+		r, err := lookup(root, ref[1:])
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range r {
+			out[k] = v
+		}
+	}
+	for k, v := range m {
+		out[k] = v
+	}
+	return out, nil
+}
+
+// resolveFields fills in the fields of the table from the rule schema: type, enum, bounds and
+// default where the table leaves them to it. It fails if the table contradicts the schema.
+func resolveFields() ([]field, error) {
+	root, err := ruleSchema()
+	if err != nil {
+		return nil, err
+	}
+	fs := fieldTable()
+	for i := range fs {
+		f := &fs[i]
+		if f.From == "" {
+			continue
+		}
+		n, err := lookup(root, f.From)
+		if err != nil {
+			return nil, fmt.Errorf("field %s: %w", f.Name, err)
+		}
+		if t, _ := n["type"].(string); t != f.Type {
+			return nil, fmt.Errorf("field %s is a %s but %s is a %s", f.Name, f.Type, f.From, t)
+		}
+		if e, ok := n["enum"].([]any); ok && f.OneOf == nil {
+			for _, v := range e {
+				f.OneOf = append(f.OneOf, v.(string))
+			}
+		}
+		if f.Min == nil {
+			f.Min = number(n["minimum"])
+		}
+		if f.Max == nil {
+			f.Max = number(n["maximum"])
+		}
+		if f.Default == nil {
+			switch v := n["default"].(type) {
+			case json.Number:
+				f.Default = *number(v)
+			case string, bool:
+				f.Default = v
+			}
+		}
+		if f.Desc == "" {
+			f.Desc, _ = n["description"].(string)
+		}
+	}
+	return fs, nil
+}
+
+func number(v any) *int64 {
+	n, ok := v.(json.Number)
+	if !ok {
+		return nil
+	}
+	i, err := n.Int64()
+	if err != nil {
+		return nil
+	}
+	return &i
+}
+
+var resolved = sync.OnceValues(resolveFields)
+
+// resolvedFields returns the resolved field table. The rule schema is embedded, so an error is
+// a build mistake that the tests catch; the table as written is used then.
+func resolvedFields() []field {
+	fs, err := resolved()
+	if err != nil {
+		return fieldTable()
+	}
+	return fs
+}
+
+// kongField is a field in Kong's schema language.
+func kongField(f field) map[string]any {
+	m := map[string]any{"type": f.Type, "description": f.Desc}
+	if f.Default != nil {
+		m["default"] = f.Default
+		m["required"] = true
+	} else {
+		m["required"] = false
+	}
+	if f.OneOf != nil {
+		m["one_of"] = f.OneOf
+	}
+	if f.Min != nil && f.Max != nil {
+		m["between"] = []int64{*f.Min, *f.Max}
+	}
+	if f.Type == "array" {
+		m["elements"] = map[string]any{"type": "string"}
+	}
+	return map[string]any{f.Name: m}
+}
+
+// pluginSchema is the plugin's schema as Kong's metaschema reads it.
+func pluginSchema() (map[string]any, error) {
+	fs, err := resolved()
+	if err != nil {
+		return nil, err
+	}
+	var cfg []any
+	for _, f := range fs {
+		cfg = append(cfg, kongField(f))
+	}
+	cond := func(ifField string, ifMatch any, thenField string, thenMatch any) map[string]any {
+		return map[string]any{"conditional": map[string]any{
+			"if_field": "config." + ifField, "if_match": ifMatch,
+			"then_field": "config." + thenField, "then_match": thenMatch,
+		}}
+	}
+	return map[string]any{
+		"name": "diana",
+		"fields": []any{
+			map[string]any{"config": map[string]any{"type": "record", "required": true, "fields": cfg}},
+		},
+		"entity_checks": []any{
+			cond("limit_by", map[string]any{"eq": "header"}, "header_name", map[string]any{"required": true}),
+			cond("fail_closed", map[string]any{"eq": true}, "fallback_nodes", map[string]any{"eq": 0}),
+		},
+	}, nil
+}
+
+// dumpInfo returns the plugin-info JSON Kong's query_cmd reads, in go-pdk's envelope.
+func dumpInfo(socketPath string) ([]byte, error) {
+	s, err := pluginSchema()
+	if err != nil {
+		return nil, err
+	}
+	info := map[string]any{
+		"Protocol":   "ProtoBuf:1",
+		"SocketPath": socketPath,
+		"Plugins": []any{map[string]any{
+			"Name": "diana", "Version": Version, "Priority": Priority, "Phases": phases, "Schema": s,
+		}},
+	}
+	b, err := json.MarshalIndent(info, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}

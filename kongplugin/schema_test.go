@@ -1,0 +1,182 @@
+package main
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// kongTypes are the field types of Kong's metaschema (kong/db/schema/metaschema.lua).
+var kongTypes = map[string]bool{"string": true, "integer": true, "number": true, "boolean": true,
+	"array": true, "set": true, "map": true, "record": true, "foreign": true, "function": true, "json": true}
+
+// optional are the fields without a default: absent means "not used".
+var optional = map[string]bool{"header_name": true, "path": true, "redis_sentinel_master": true,
+	"redis_username": true, "redis_password": true, "redis_server_name": true}
+
+// TestDump checks the -dump output against Kong's metaschema rules and Konga's rendering rules
+// (shared/notes/kong.md): the envelope, flat scalar fields in one config record, a known type
+// for each, one_of on enums, between on integers, defaults everywhere (and valid), descriptions
+// of 10 to 500 characters, arrays only of strings, no map, no record inside the config, no
+// field hidden by a leading underscore, and entity checks on existing fields.
+func TestDump(t *testing.T) {
+	b, err := dumpInfo("/usr/local/kong/diana.socket")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		Protocol string
+		Plugins  []struct {
+			Name     string
+			Version  string
+			Priority int
+			Phases   []string
+			Schema   struct {
+				Name         string
+				Fields       []map[string]map[string]any
+				EntityChecks []map[string]map[string]any `json:"entity_checks"`
+			}
+		}
+	}
+	if err := json.Unmarshal(b, &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.Protocol != "ProtoBuf:1" || len(info.Plugins) != 1 {
+		t.Fatalf("envelope %+v", info)
+	}
+	p := info.Plugins[0]
+	if p.Name != "diana" || p.Schema.Name != "diana" || p.Version == "" || p.Priority >= 1000 || p.Priority <= 910 {
+		t.Fatalf("plugin %s %s priority %d: want diana, below auth (1000) and above rate-limiting (910)", p.Name, p.Version, p.Priority)
+	}
+	if !reflect.DeepEqual(p.Phases, []string{"access", "log"}) {
+		t.Fatalf("phases %v", p.Phases)
+	}
+	if len(p.Schema.Fields) != 1 || p.Schema.Fields[0]["config"] == nil {
+		t.Fatalf("schema fields %v, want only config", p.Schema.Fields)
+	}
+	cfg := p.Schema.Fields[0]["config"]
+	if cfg["type"] != "record" {
+		t.Fatalf("config type %v", cfg["type"])
+	}
+	fields := map[string]map[string]any{}
+	defaults := map[string]any{}
+	for _, raw := range cfg["fields"].([]any) {
+		m := raw.(map[string]any)
+		if len(m) != 1 {
+			t.Fatalf("a field must be a map of one key: %v", m)
+		}
+		for name, v := range m {
+			f := v.(map[string]any)
+			fields[name] = f
+			typ, _ := f["type"].(string)
+			switch {
+			case !kongTypes[typ]:
+				t.Errorf("%s: unknown type %q", name, typ)
+			case typ == "map" || typ == "record" || typ == "json" || typ == "function" || typ == "foreign":
+				t.Errorf("%s: type %s cannot be edited in Konga", name, typ)
+			case typ == "array":
+				if el, _ := f["elements"].(map[string]any); el == nil || el["type"] != "string" && el["type"] != "integer" {
+					t.Errorf("%s: arrays must be of strings or integers, got %v", name, f["elements"])
+				}
+			}
+			if strings.HasPrefix(name, "_") {
+				t.Errorf("%s: Konga hides fields starting with _", name)
+			}
+			d, _ := f["description"].(string)
+			if len(d) < 10 || len(d) > 500 {
+				t.Errorf("%s: description of %d characters, want 10 to 500", name, len(d))
+			}
+			def, has := f["default"]
+			if !has && !optional[name] {
+				t.Errorf("%s: no default", name)
+			}
+			if has {
+				defaults[name] = def
+				if f["required"] != true {
+					t.Errorf("%s: has a default but is not required", name)
+				}
+			}
+			if typ == "boolean" && def != false {
+				t.Errorf("%s: a boolean must default to false (Konga cannot create false)", name)
+			}
+			if oneOf, ok := f["one_of"].([]any); ok {
+				if typ != "string" {
+					t.Errorf("%s: one_of on a %s", name, typ)
+				}
+				found := false
+				for _, v := range oneOf {
+					found = found || v == def
+				}
+				if !found {
+					t.Errorf("%s: default %v not in one_of %v", name, def, oneOf)
+				}
+			}
+			if btw, ok := f["between"].([]any); ok {
+				lo, hi := btw[0].(float64), btw[1].(float64)
+				if typ != "integer" || len(btw) != 2 || lo > hi {
+					t.Errorf("%s: bad between %v on %s", name, btw, typ)
+				} else if n, ok := def.(float64); ok && (n < lo || n > hi) {
+					t.Errorf("%s: default %v outside between %v", name, def, btw)
+				}
+			} else if typ == "integer" {
+				t.Errorf("%s: integer without between", name)
+			}
+		}
+	}
+	for _, ec := range p.Schema.EntityChecks {
+		c := ec["conditional"]
+		if c == nil {
+			t.Fatalf("entity check %v", ec)
+		}
+		for _, k := range []string{"if_field", "then_field"} {
+			name, _ := c[k].(string)
+			if fields[strings.TrimPrefix(name, "config.")] == nil || !strings.HasPrefix(name, "config.") {
+				t.Errorf("entity check %s names %q, not a config field", k, name)
+			}
+		}
+	}
+
+	// Derived from the rule schema, not restated.
+	root, err := ruleSchema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	algs := root["$defs"].(map[string]any)["limit"].(map[string]any)["properties"].(map[string]any)["algorithm"].(map[string]any)["enum"]
+	if !reflect.DeepEqual(toStrings(fields["algorithm"]["one_of"]), toStrings(algs)) {
+		t.Errorf("algorithm one_of %v, rule schema enum %v", fields["algorithm"]["one_of"], algs)
+	}
+	if got := fields["error_code"]; got["default"] != 429.0 || !reflect.DeepEqual(got["between"], []any{400.0, 599.0}) {
+		t.Errorf("error_code %v, want the rule schema's reply.status", got)
+	}
+	if fields["error_message"]["default"] != "API rate limit exceeded" {
+		t.Errorf("error_message default %v", fields["error_message"]["default"])
+	}
+
+	// The defaults, as Kong sends them, make a valid config; so does a config of only them.
+	db, _ := json.Marshal(defaults)
+	if _, err := parse(db, true); err != nil {
+		t.Fatalf("the defaults are not a valid config: %v", err)
+	}
+	// Every field the decoder reads is in the schema, and no other: a config naming every
+	// schema field passes strict decoding, and the decoder rejects what the schema lacks.
+	for name := range fields {
+		if _, err := parse([]byte(`{"`+name+`": null}`), true); err != nil {
+			t.Errorf("field %s is in the schema but the decoder rejects it: %v", name, err)
+		}
+	}
+}
+
+func toStrings(v any) []string {
+	var out []string
+	for _, s := range v.([]any) {
+		out = append(out, s.(string))
+	}
+	return out
+}
+
+func TestResolveFields(t *testing.T) {
+	if _, err := resolved(); err != nil {
+		t.Fatalf("the field table contradicts rule.schema.json: %v", err)
+	}
+}

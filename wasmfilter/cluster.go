@@ -1,0 +1,191 @@
+package main
+
+import (
+	"strconv"
+
+	"github.com/diana-gw/diana/shared/conf"
+	"github.com/diana-gw/diana/shared/rules"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// maxCheckBody keeps the request to dianad under its 64 KiB limit: headers that would pass it
+// are left out.
+const maxCheckBody = 60 << 10
+
+// sensitive headers are never sent to dianad unless cluster.headers names them.
+func sensitive(name string) bool {
+	return name == "authorization" || name == "cookie" || name == "proxy-authorization"
+}
+
+// callout sends the request to dianad's POST /v1/check and pauses it; onCheck resumes it or
+// replies.
+func (h *httpContext) callout(in *rules.Input) types.Action {
+	c := h.p.cfg.cluster
+	body := h.checkBody(in, c)
+	hdrs := [][2]string{
+		{":method", "POST"}, {":path", c.path}, {":authority", c.authority},
+		{"content-type", "application/json"},
+	}
+	if c.token != "" {
+		hdrs = append(hdrs, [2]string{"authorization", "Bearer " + c.token})
+	}
+	if _, err := proxywasm.DispatchHttpCall(c.name, hdrs, body, nil, c.timeoutMS, h.onCheck); err != nil {
+		return h.failed("dispatching to cluster "+c.name+": "+err.Error(), false)
+	}
+	return types.ActionPause
+}
+
+// checkBody is the JSON of dianad's CheckRequest (see docs/api.md).
+func (h *httpContext) checkBody(in *rules.Input, c *clusterConfig) []byte {
+	b := make([]byte, 0, 512)
+	b = append(b, `{"method":`...)
+	b = jsonString(b, in.Method)
+	b = append(b, `,"host":`...)
+	b = jsonString(b, in.Host)
+	b = append(b, `,"path":`...)
+	b = jsonString(b, in.Path)
+	if h.addr != "" {
+		b = append(b, `,"client_ip":`...)
+		b = jsonString(b, h.addr)
+	}
+	b = append(b, `,"headers":{`...)
+	n := 0
+	add := func(k, v string) {
+		if len(b)+len(k)+len(v)+16 > maxCheckBody {
+			return
+		}
+		if n > 0 {
+			b = append(b, ',')
+		}
+		n++
+		b = jsonString(b, k)
+		b = append(b, ':')
+		b = jsonString(b, v)
+	}
+	if c.headers != nil {
+		for _, k := range c.headers {
+			if v, err := proxywasm.GetHttpRequestHeader(k); err == nil {
+				add(k, v)
+			}
+		}
+	} else if all, err := proxywasm.GetHttpRequestHeaders(); err == nil {
+		for _, kv := range all {
+			if k := lower(kv[0]); k != "" && k[0] != ':' && !sensitive(k) {
+				add(k, kv[1])
+			}
+		}
+	}
+	return append(b, "}}"...)
+}
+
+// onCheck handles dianad's answer (or its absence: 0 headers on a reset, 504 on a timeout).
+func (h *httpContext) onCheck(numHeaders, bodySize, _ int) {
+	if numHeaders == 0 {
+		h.failed("no answer from cluster "+h.p.cfg.cluster.name+" (connection failed or reset)", true)
+		return
+	}
+	hdrs, err := proxywasm.GetHttpCallResponseHeaders()
+	if err != nil {
+		h.failed("reading dianad's answer: "+err.Error(), true)
+		return
+	}
+	status := ""
+	for _, kv := range hdrs {
+		if kv[0] == ":status" {
+			status = kv[1]
+		}
+	}
+	if len(status) != 3 || status[0] != '2' {
+		h.failed("dianad answered with status "+strconv.Quote(status), true)
+		return
+	}
+	var body []byte
+	if bodySize > 0 {
+		if body, err = proxywasm.GetHttpCallResponseBody(0, bodySize); err != nil {
+			h.failed("reading dianad's answer: "+err.Error(), true)
+			return
+		}
+	}
+	ans, reason := parseCheck(body)
+	if reason != "" {
+		h.failed("dianad's answer is unreadable: "+reason, true)
+		return
+	}
+	if !ans.allowed {
+		h.reply(ans.status, ans.headers, []byte(ans.body))
+		return
+	}
+	if len(ans.headers) > 0 {
+		h.hdrs = ans.headers
+	}
+	h.resume()
+}
+
+// resume lets a paused, allowed request go on.
+func (h *httpContext) resume() {
+	h.allow()
+	if err := proxywasm.ResumeHttpRequest(); err != nil {
+		proxywasm.LogWarn("diana.wasm: resuming the request: " + err.Error())
+	}
+}
+
+// checkAnswer is what the filter uses of dianad's CheckResponse.
+type checkAnswer struct {
+	allowed bool
+	status  int
+	headers [][2]string
+	body    string
+}
+
+// parseCheck reads dianad's answer; unknown fields are ignored (a newer dianad may add some).
+func parseCheck(body []byte) (checkAnswer, string) {
+	var a checkAnswer
+	v, err := conf.ParseJSON(body)
+	if err != nil {
+		return a, err.Error()
+	}
+	errs := &conf.Errors{}
+	o := conf.Read(v, errs)
+	o.Require("allowed")
+	a.allowed = o.Bool("allowed", false)
+	a.status = int(o.Int("status", 429, 100, 599))
+	names, vals := o.StringMap("headers")
+	for i, n := range names {
+		a.headers = append(a.headers, [2]string{lower(n), vals[i]})
+	}
+	a.body = o.String("body", "")
+	if err := errs.Err(); err != nil {
+		return a, err.Error()
+	}
+	if !a.allowed && a.status < 400 {
+		return a, "status: a denial needs a status of 400 or more, got " + strconv.Itoa(a.status)
+	}
+	return a, ""
+}
+
+// failed applies cluster.on_failure to a request dianad could not decide; paused tells
+// whether the request waits for the callout (it must then be resumed or answered).
+func (h *httpContext) failed(reason string, paused bool) types.Action {
+	p := h.p
+	p.m.backendErrors.Increment(1)
+	proxywasm.LogWarn("diana.wasm: cluster mode: " + reason)
+	switch p.cfg.cluster.onFailure {
+	case failClosed:
+		h.hdrs = nil
+		return h.reply(p.cfg.cluster.status, nil, denialBody("rate limit service unavailable", -1))
+	case failLocal:
+		in := h.input()
+		res := h.check(p.fallback, &in)
+		if !res.Allowed {
+			return h.deny(&res)
+		}
+		h.hdrs = appendHeaders(h.hdrs[:0], &res)
+	}
+	if paused {
+		h.resume()
+		return types.ActionPause // ignored: the callback's return
+	}
+	h.allow()
+	return types.ActionContinue
+}

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/diana-gw/diana/server"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// dianad starts a real dianad whose per-IP rule admits 2 requests an hour, with an admin token,
+// and returns its admin URL.
+func dianad(t *testing.T) string {
+	t.Helper()
+	cfg, err := server.Parse([]byte(`version: 1
+listen: "127.0.0.1:0"
+admin:
+  listen: "127.0.0.1:0"
+  token: s3cret
+upstreams:
+  - name: demo
+    url: "demo:"
+rules:
+  - name: per-ip
+    by: [ip]
+    limit: {algorithm: fixed_window, limit: 2, window: 1h}
+`), "dianad.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.New(cfg, server.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ShutdownTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("dianad: %v", err)
+		}
+	})
+	return "http://" + s.AdminAddr()
+}
+
+// forward plays Envoy's part: it sends the request's callout to dianad over HTTP and hands the
+// answer back to the filter.
+func (e *emu) forward(r result, admin string) result {
+	e.t.Helper()
+	calls := e.GetCalloutAttributesFromContext(r.id)
+	if len(calls) != 1 {
+		e.t.Fatalf("%d callouts, want 1", len(calls))
+	}
+	c := calls[0]
+	if c.Upstream != "dianad" {
+		e.t.Errorf("callout to cluster %q, want dianad", c.Upstream)
+	}
+	h := toMapAll(c.Headers)
+	req, err := http.NewRequest(h[":method"], admin+h[":path"], bytes.NewReader(c.Body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for k, v := range h {
+		if !strings.HasPrefix(k, ":") {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.CallOnHttpCallResponse(c.CalloutID, [][2]string{{":status", resp.Status[:3]}}, nil, body)
+	return e.finish(r)
+}
+
+// answer hands the filter a made-up callout answer (failures).
+func (e *emu) answer(r result, hdrs [][2]string, body string) result {
+	e.t.Helper()
+	calls := e.GetCalloutAttributesFromContext(r.id)
+	if len(calls) != 1 {
+		e.t.Fatalf("%d callouts, want 1", len(calls))
+	}
+	e.CallOnHttpCallResponse(calls[0].CalloutID, hdrs, nil, []byte(body))
+	return e.finish(r)
+}
+
+func toMapAll(h [][2]string) map[string]string {
+	m := map[string]string{}
+	for _, kv := range h {
+		m[strings.ToLower(kv[0])] = kv[1]
+	}
+	return m
+}
+
+const clusterCfg = `{"cluster": {"name": "dianad", "token": "s3cret", "timeout": "300ms", "on_failure": "%s",
+	"rules": [{"name": "fallback", "by": ["ip"], "limit": {"algorithm": "fixed_window", "limit": 1, "window": "1h"}}]}}`
+
+func clusterConfigWith(policy string) string { return strings.Replace(clusterCfg, "%s", policy, 1) }
+
+// Cluster mode against a real dianad: allowed requests resume with dianad's headers, the third
+// gets dianad's 429; the callout carries the request as /v1/check expects it.
+func TestClusterAllowedDenied(t *testing.T) {
+	admin := dianad(t)
+	for _, rn := range runners {
+		t.Run(rn.name, func(t *testing.T) {
+			e := start(t, rn.vm(t), clusterConfigWith("closed"))
+			ip := map[string]string{"go": "198.51.100.1:1", "wasm": "198.51.100.2:1"}[rn.name]
+			e.from(ip)
+			for i, want := range []string{"1", "0"} {
+				r := e.request("/x?q=1", "x-api-key", "k", "cookie", "secret")
+				if r.action != types.ActionPause {
+					t.Fatalf("request %d not paused for the callout", i+1)
+				}
+				if i == 0 {
+					var body map[string]any
+					c := e.GetCalloutAttributesFromContext(r.id)[0]
+					if err := json.Unmarshal(c.Body, &body); err != nil {
+						t.Fatalf("callout body %q: %v", c.Body, err)
+					}
+					hdrs, _ := body["headers"].(map[string]any)
+					if body["path"] != "/x" || body["method"] != "GET" || body["client_ip"] != strings.TrimSuffix(ip, ":1") ||
+						hdrs["x-api-key"] != "k" || hdrs["cookie"] != nil {
+						t.Errorf("callout body %s", c.Body)
+					}
+				}
+				r = e.forward(r, admin)
+				if r.status != 0 || r.headers["ratelimit-remaining"] != want {
+					t.Fatalf("request %d: status %d headers %v, want allowed with remaining %s", i+1, r.status, r.headers, want)
+				}
+				if e.GetCurrentHttpStreamAction(r.id) != types.ActionContinue {
+					t.Errorf("request %d not resumed", i+1)
+				}
+			}
+			r := e.forward(e.request("/x"), admin)
+			if r.status != 429 || !strings.Contains(r.body, `"retry_after"`) || r.headers["retry-after"] == "" {
+				t.Errorf("3rd request: %d %v %q, want dianad's 429", r.status, r.headers, r.body)
+			}
+			if a, d, b := e.counter(metricAllowed), e.counter(metricDenied), e.counter(metricBackendError); a != 2 || d != 1 || b != 0 {
+				t.Errorf("allowed %d denied %d backend errors %d", a, d, b)
+			}
+		})
+	}
+}
+
+// A failed callout (reset, timeout, non-2xx, unreadable body, refused token) follows
+// on_failure: open lets the request through, closed replies failure_status, local decides the
+// fallback rules in shared data.
+func TestClusterFailure(t *testing.T) {
+	fails := []struct {
+		name string
+		hdrs [][2]string
+		body string
+	}{
+		{"reset", nil, ""},
+		{"timeout", [][2]string{{":status", "504"}}, "upstream request timeout"},
+		{"500", [][2]string{{":status", "500"}}, `{"error": "x"}`},
+		{"garbage", [][2]string{{":status", "200"}}, `{"allowed": tru`},
+	}
+	for _, rn := range runners {
+		for _, f := range fails {
+			for _, policy := range []string{"open", "closed", "local"} {
+				t.Run(rn.name+"/"+f.name+"/"+policy, func(t *testing.T) {
+					e := start(t, rn.vm(t), clusterConfigWith(policy))
+					var got []uint32
+					for i := 0; i < 2; i++ {
+						got = append(got, e.answer(e.request("/"), f.hdrs, f.body).status)
+					}
+					want := map[string][2]uint32{"open": {0, 0}, "closed": {503, 503}, "local": {0, 429}}[policy]
+					if got[0] != want[0] || got[1] != want[1] {
+						t.Errorf("on_failure %s: statuses %v, want %v", policy, got, want)
+					}
+					if n := e.counter(metricBackendError); n != 2 {
+						t.Errorf("on_failure %s: backend errors %d, want 2", policy, n)
+					}
+				})
+			}
+		}
+	}
+	t.Run("wrong token", func(t *testing.T) {
+		admin := dianad(t)
+		e := start(t, &vmContext{}, strings.Replace(clusterConfigWith("closed"), "s3cret", "nope", 1))
+		if r := e.forward(e.request("/"), admin); r.status != 503 || !strings.Contains(r.body, "unavailable") {
+			t.Errorf("401 from dianad: %d %q, want the fail-closed 503", r.status, r.body)
+		}
+	})
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"errors"
+	"strconv"
+
+	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/conf"
+	"github.com/diana-gw/diana/shared/rules"
+)
+
+// config is the filter's plugin configuration: the JSON of the PluginConfig's
+// google.protobuf.StringValue. See docs/envoy.md for the reference.
+type config struct {
+	rules []*rules.Rule // local rules, decided in shared data
+
+	xffHops    int // X-Forwarded-For entries appended by trusted proxies; 0: source.address
+	ipv6Prefix int // IPv6 clients are counted by this prefix (128: the address)
+
+	slots       int // shared-data keys per rule
+	slotEntries int // identities one slot holds before it evicts
+	casRetries  int // attempts of get → decide → set before giving up
+
+	cluster *clusterConfig // nil: local mode only
+}
+
+// clusterConfig is cluster mode: every request that the local rules admit is checked with
+// dianad's POST /v1/check on an Envoy cluster.
+type clusterConfig struct {
+	name      string   // the Envoy cluster of dianad's admin listener
+	authority string   // :authority of the callout (Envoy hashes on it); default name
+	path      string   // default /v1/check
+	timeoutMS uint32   // callout timeout
+	token     string   // dianad's admin.token, sent as a bearer token
+	headers   []string // request headers to send (lower case); nil: all but the sensitive ones
+	onFailure failure  // what a failed callout does
+	status    int      // fail closed: the reply status
+	rules     []*rules.Rule
+}
+
+// failure is the policy of a failed callout (reset, timeout, non-2xx, unreadable body).
+type failure uint8
+
+const (
+	failOpen   failure = iota // let the request through
+	failClosed                // deny it with cluster.failure_status
+	failLocal                 // decide cluster.rules in shared data instead
+)
+
+var failures = [...]string{failOpen: "open", failClosed: "closed", failLocal: "local"}
+
+// Limits of the filter-specific fields.
+const (
+	maxSlots       = 1 << 16
+	maxSlotEntries = 256
+	maxCASRetries  = 100
+	maxTimeout     = 60 * algos.Second
+)
+
+// parseConfig parses and validates the plugin configuration. The error lists every invalid
+// field with its path ("rules[0].limit.rate: must be ...").
+func parseConfig(data []byte) (*config, error) {
+	doc, err := conf.ParseJSON(data)
+	if err != nil {
+		return nil, errors.New("diana.wasm configuration: " + err.Error())
+	}
+	errs := &conf.Errors{Source: "diana.wasm configuration"}
+	o := conf.Read(doc, errs)
+	c := &config{}
+	c.rules = decodeRules(o)
+	c.xffHops = int(o.Int("xff_trusted_hops", 0, 0, 64))
+	c.ipv6Prefix = int(o.Int("ipv6_prefix", 64, 1, 128))
+	c.slots = int(o.Int("slots", 512, 1, maxSlots))
+	c.slotEntries = int(o.Int("slot_entries", 16, 1, maxSlotEntries))
+	c.casRetries = int(o.Int("cas_retries", 8, 1, maxCASRetries))
+	if o.Has("cluster") {
+		c.cluster = decodeCluster(o.Obj("cluster"))
+	}
+	if !o.Has("rules") && !o.Has("cluster") {
+		o.Fail("rules", "is required unless cluster is set (the filter would limit nothing)")
+	}
+	o.Done()
+	if err := errs.Err(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func decodeCluster(o *conf.Obj) *clusterConfig {
+	c := &clusterConfig{}
+	o.Require("name")
+	c.name = o.String("name", "")
+	if o.Has("name") && c.name == "" {
+		o.Fail("name", "cannot be empty: it is the Envoy cluster of dianad")
+	}
+	c.authority = o.String("authority", c.name)
+	c.path = o.String("path", "/v1/check")
+	if len(c.path) == 0 || c.path[0] != '/' {
+		o.Fail("path", "must start with /, got "+strconv.Quote(c.path))
+	}
+	c.timeoutMS = uint32(o.Duration("timeout", 200*algos.Millisecond, algos.Millisecond, maxTimeout) / algos.Millisecond)
+	c.token = o.String("token", "")
+	if o.Has("headers") {
+		c.headers = []string{}
+		for _, h := range o.Strings("headers") {
+			c.headers = append(c.headers, lower(h))
+		}
+	}
+	v := o.Enum("on_failure", "open", failures[:]...)
+	for i, f := range failures {
+		if f == v {
+			c.onFailure = failure(i)
+		}
+	}
+	c.status = int(o.Int("failure_status", 503, 400, 599))
+	c.rules = decodeRules(o)
+	if c.onFailure == failLocal && len(c.rules) == 0 {
+		o.Fail("rules", "is required when on_failure is local: the rules to decide in shared data while dianad cannot")
+	}
+	o.Done()
+	return c
+}
+
+// decodeRules reads o's "rules" and rejects what the filter cannot do: cluster-mode rules
+// (cluster mode goes through dianad), delays (the filter does not hold requests) and the
+// log-based algorithms, whose state does not fit a fixed-size slot entry.
+func decodeRules(o *conf.Obj) []*rules.Rule {
+	rs := rules.Decode(o)
+	for i, r := range rs {
+		p := "rules[" + strconv.Itoa(i) + "]"
+		switch {
+		case r.Mode == rules.Cluster:
+			o.Fail(p+".mode", "must be local: the filter's cluster mode asks dianad (set cluster), which holds the cluster rules")
+		case r.Action == rules.Delay:
+			o.Fail(p+".action", "delay is not supported by the Envoy filter; use reject or shadow")
+		case r.Alg != nil && r.Alg.Script().Log:
+			o.Fail(p+".limit.algorithm", r.Algorithm+" keeps a log per client, which the filter's fixed-size shared-data slots cannot hold; use sliding_window, fixed_window or token_bucket")
+		}
+	}
+	return rs
+}
+
+func lower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}

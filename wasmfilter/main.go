@@ -1,0 +1,266 @@
+// Command wasmfilter is diana.wasm, Diana's Envoy filter (proxy-wasm, built with TinyGo):
+//
+//	TINYGO=$(build/tinygo.sh) && "$TINYGO" build -o bin/diana.wasm -scheduler=none \
+//	    -target=wasip1 -buildmode=wasi-legacy -no-debug ./wasmfilter
+//
+// or make wasm. It decides each request against the rules of its plugin configuration (a JSON
+// StringValue, see docs/envoy.md): local rules in Envoy's shared data, node-wide across the
+// worker threads of one vm_id, and, in cluster mode, dianad's rules through POST /v1/check on an
+// Envoy cluster. A denied request gets a local reply (the rule's status, 429 by default) with a
+// JSON body and the rate-limit headers; an allowed one gets the headers on its response.
+//
+// TinyGo has no recover: nothing here may panic on any input.
+package main
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/diana-gw/diana/shared/rules"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+func main() { proxywasm.SetVMContext(&vmContext{}) }
+
+// vmContext is the VM. Its fields are for tests; zero values use the host.
+type vmContext struct {
+	types.DefaultVMContext
+	data sharedData   // nil: the host's shared data
+	now  func() int64 // µs; nil: time.Now
+}
+
+func (vm *vmContext) NewPluginContext(uint32) types.PluginContext {
+	p := &pluginContext{data: vm.data, now: vm.now}
+	if p.data == nil {
+		p.data = hostData{}
+	}
+	if p.now == nil {
+		p.now = func() int64 { return time.Now().UnixMicro() }
+	}
+	return p
+}
+
+// Metric names; Envoy prefixes them with "wasmcustom.".
+const (
+	metricAllowed      = "diana.allowed"       // requests let through (shadow denials included)
+	metricDenied       = "diana.denied"        // requests refused with a local reply
+	metricShadowDenied = "diana.shadow_denied" // requests a shadow rule would have refused
+	metricBackendError = "diana.backend_errors"
+	metricCASExhausted = "diana.cas_retries_exhausted"
+	metricHeap         = "diana.heap_bytes" // gauge: this VM's heap, updated every tick
+)
+
+// tickMS is how often each VM updates its heap gauge.
+const tickMS = 10_000
+
+type metrics struct {
+	allowed, denied, shadowDenied, backendErrors, casExhausted proxywasm.MetricCounter
+	heap                                                       proxywasm.MetricGauge
+}
+
+// pluginContext is one filter configuration.
+type pluginContext struct {
+	types.DefaultPluginContext
+	data sharedData
+	now  func() int64
+
+	cfg      *config
+	local    *rules.Engine // cfg.rules; nil when there are none
+	fallback *rules.Engine // cfg.cluster.rules, for on_failure: local
+	m        metrics
+	heap     int64 // the heap gauge's value
+	shadow   bool  // a shadow rule would have denied the request being checked (the VM is single-threaded)
+}
+
+// OnPluginStart parses and validates the configuration; a bad one fails the start (Envoy then
+// refuses the listener or the update), with a critical log line naming each invalid field.
+func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
+	data, err := proxywasm.GetPluginConfiguration()
+	if err != nil && !errors.Is(err, types.ErrorStatusNotFound) {
+		proxywasm.LogCritical("diana.wasm: reading the plugin configuration: " + err.Error())
+		return types.OnPluginStartStatusFailed
+	}
+	if len(data) == 0 {
+		proxywasm.LogCritical("diana.wasm configuration: is empty: set configuration to a google.protobuf.StringValue holding the JSON config (see docs/envoy.md)")
+		return types.OnPluginStartStatusFailed
+	}
+	cfg, err := parseConfig(data)
+	if err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			proxywasm.LogCritical(line)
+		}
+		return types.OnPluginStartStatusFailed
+	}
+	p.m = metrics{
+		allowed:       proxywasm.DefineCounterMetric(metricAllowed),
+		denied:        proxywasm.DefineCounterMetric(metricDenied),
+		shadowDenied:  proxywasm.DefineCounterMetric(metricShadowDenied),
+		backendErrors: proxywasm.DefineCounterMetric(metricBackendError),
+		casExhausted:  proxywasm.DefineCounterMetric(metricCASExhausted),
+		heap:          proxywasm.DefineGaugeMetric(metricHeap),
+	}
+	if err := proxywasm.SetTickPeriodMilliSeconds(tickMS); err != nil {
+		proxywasm.LogWarn("diana.wasm: no ticks, the heap gauge stays 0: " + err.Error())
+	}
+	store := &slotStore{data: p.data, now: p.now, slots: cfg.slots, entries: cfg.slotEntries, retries: cfg.casRetries,
+		exhausted: func() { p.m.casExhausted.Increment(1) }}
+	all := cfg.rules
+	if cfg.cluster != nil {
+		all = append(all[:len(all):len(all)], cfg.cluster.rules...)
+	}
+	if err := store.precreate(all); err != nil {
+		proxywasm.LogCritical("diana.wasm: " + err.Error())
+		return types.OnPluginStartStatusFailed
+	}
+	observe := func(_ *rules.Rule, o rules.Outcome, _ error) {
+		if o == rules.ShadowDenied {
+			p.shadow = true
+		}
+	}
+	if len(cfg.rules) > 0 {
+		if p.local, err = rules.New(cfg.rules, rules.Options{Local: store, Observe: observe}); err != nil {
+			proxywasm.LogCritical("diana.wasm configuration: " + err.Error())
+			return types.OnPluginStartStatusFailed
+		}
+	}
+	if cfg.cluster != nil && len(cfg.cluster.rules) > 0 {
+		if p.fallback, err = rules.New(cfg.cluster.rules, rules.Options{Local: store, Observe: observe}); err != nil {
+			proxywasm.LogCritical("diana.wasm configuration: cluster: " + err.Error())
+			return types.OnPluginStartStatusFailed
+		}
+	}
+	p.cfg = cfg
+	return types.OnPluginStartStatusOK
+}
+
+// OnTick records the heap's size: with TinyGo, the linear memory the VM has grown to.
+func (p *pluginContext) OnTick() {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	p.m.heap.Add(int64(ms.Sys) - p.heap)
+	p.heap = int64(ms.Sys)
+}
+
+func (p *pluginContext) NewHttpContext(uint32) types.HttpContext { return &httpContext{p: p} }
+
+// httpContext is one request.
+type httpContext struct {
+	types.DefaultHttpContext
+	p       *pluginContext
+	addr    string      // the client address sent to dianad
+	hdrs    [][2]string // rate-limit headers to add to the response
+	replied bool        // a local reply was sent: its headers are already set
+	shadow  bool        // a shadow rule would have denied the request
+}
+
+// reqHeaders reads request headers from the host, only those the rules ask for.
+type reqHeaders struct{}
+
+func (reqHeaders) Get(name string) string {
+	v, err := proxywasm.GetHttpRequestHeader(lower(name))
+	if err != nil {
+		return ""
+	}
+	return v
+}
+
+func header(name string) string {
+	v, _ := proxywasm.GetHttpRequestHeader(name)
+	return v
+}
+
+// input is what the rules see of the request.
+func (h *httpContext) input() rules.Input {
+	path := header(":path")
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	src, _ := proxywasm.GetProperty([]string{"source", "address"})
+	a := clientAddr(src, header("x-forwarded-for"), h.p.cfg.xffHops)
+	if a.IsValid() {
+		h.addr = a.String()
+	}
+	return rules.Input{
+		Method:   header(":method"),
+		Host:     header(":authority"),
+		Path:     path,
+		ClientIP: clientKey(a, h.p.cfg.ipv6Prefix),
+		Headers:  reqHeaders{},
+	}
+}
+
+func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
+	p := h.p
+	if p.cfg == nil { // not started; Envoy does not create contexts then
+		return types.ActionContinue
+	}
+	in := h.input()
+	if p.local != nil {
+		res := h.check(p.local, &in)
+		if !res.Allowed {
+			return h.deny(&res)
+		}
+		h.hdrs = appendHeaders(h.hdrs[:0], &res)
+	}
+	if p.cfg.cluster != nil {
+		return h.callout(&in)
+	}
+	h.allow()
+	return types.ActionContinue
+}
+
+// check decides in against e, noting whether a shadow rule would have denied it.
+func (h *httpContext) check(e *rules.Engine, in *rules.Input) rules.Result {
+	h.p.shadow = false
+	res := e.Check(context.Background(), in)
+	h.shadow = h.shadow || h.p.shadow
+	return res
+}
+
+// allow counts an admitted request.
+func (h *httpContext) allow() {
+	h.p.m.allowed.Increment(1)
+	if h.shadow {
+		h.p.m.shadowDenied.Increment(1)
+	}
+}
+
+// deny answers a request the local rules refused.
+func (h *httpContext) deny(res *rules.Result) types.Action {
+	status, body := denial(res)
+	hdrs := appendHeaders(make([][2]string, 0, 8), res)
+	return h.reply(status, hdrs, body)
+}
+
+// reply sends a local reply with a JSON body. Should the host refuse it, the request goes on.
+func (h *httpContext) reply(status int, hdrs [][2]string, body []byte) types.Action {
+	hdrs = append(hdrs, [2]string{"content-type", "application/json; charset=utf-8"})
+	if err := proxywasm.SendHttpResponse(uint32(status), hdrs, body, -1); err != nil {
+		proxywasm.LogWarn("diana.wasm: sending the local reply: " + err.Error())
+		h.allow()
+		return types.ActionContinue
+	}
+	h.replied = true
+	h.p.m.denied.Increment(1)
+	if h.shadow {
+		h.p.m.shadowDenied.Increment(1)
+	}
+	return types.ActionPause
+}
+
+// OnHttpResponseHeaders adds the rate-limit headers of an allowed request.
+func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
+	if h.replied {
+		return types.ActionContinue
+	}
+	for _, kv := range h.hdrs {
+		if err := proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1]); err != nil {
+			proxywasm.LogWarn("diana.wasm: setting " + kv[0] + ": " + err.Error())
+		}
+	}
+	return types.ActionContinue
+}
