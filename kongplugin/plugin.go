@@ -108,7 +108,7 @@ func (c *Config) Access(kong *pdk.PDK) {
 	httplimit.SetHeaders(http.Header(h), &res)
 	if !res.Allowed {
 		c.engine.Release(context.Background(), &res) // leases of a racing commit: the request ends here
-		status, body := httplimit.Denial(&res)
+		status, body := res.Denial()
 		h["Content-Type"] = []string{"application/json; charset=utf-8"}
 		kong.Response.Exit(status, body, h)
 		return

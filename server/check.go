@@ -160,12 +160,12 @@ func checkResponse(res *rules.Result) *CheckResponse {
 		Status:    http.StatusOK,
 		Limit:     d.Limit,
 		Remaining: d.Remaining,
-		Reset:     httplimit.Seconds(d.ResetAfter),
+		Reset:     rules.Seconds(d.ResetAfter),
 		DelayMS:   (res.Delay + algos.Millisecond - 1) / algos.Millisecond,
 		Headers:   map[string]string{},
 	}
 	if d.RetryAfter != algos.Never {
-		ra := httplimit.Seconds(d.RetryAfter)
+		ra := rules.Seconds(d.RetryAfter)
 		out.RetryAfter = &ra
 	}
 	if res.Rule != nil {
@@ -177,7 +177,7 @@ func checkResponse(res *rules.Result) *CheckResponse {
 		out.Headers[k] = strings.Join(v, ", ")
 	}
 	if !res.Allowed {
-		status, body := httplimit.Denial(res)
+		status, body := res.Denial()
 		out.Status, out.Body = status, string(body)
 	}
 	return out

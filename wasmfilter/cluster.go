@@ -40,14 +40,14 @@ func (h *httpContext) callout(in *rules.Input) types.Action {
 func (h *httpContext) checkBody(in *rules.Input, c *clusterConfig) []byte {
 	b := make([]byte, 0, 512)
 	b = append(b, `{"method":`...)
-	b = jsonString(b, in.Method)
+	b = conf.AppendJSONString(b, in.Method)
 	b = append(b, `,"host":`...)
-	b = jsonString(b, in.Host)
+	b = conf.AppendJSONString(b, in.Host)
 	b = append(b, `,"path":`...)
-	b = jsonString(b, in.Path)
+	b = conf.AppendJSONString(b, in.Path)
 	if h.addr != "" {
 		b = append(b, `,"client_ip":`...)
-		b = jsonString(b, h.addr)
+		b = conf.AppendJSONString(b, h.addr)
 	}
 	b = append(b, `,"headers":{`...)
 	n := 0
@@ -59,9 +59,9 @@ func (h *httpContext) checkBody(in *rules.Input, c *clusterConfig) []byte {
 			b = append(b, ',')
 		}
 		n++
-		b = jsonString(b, k)
+		b = conf.AppendJSONString(b, k)
 		b = append(b, ':')
-		b = jsonString(b, v)
+		b = conf.AppendJSONString(b, v)
 	}
 	if c.headers != nil {
 		for _, k := range c.headers {
@@ -173,7 +173,7 @@ func (h *httpContext) failed(reason string, paused bool) types.Action {
 	switch p.cfg.cluster.onFailure {
 	case failClosed:
 		h.hdrs = nil
-		return h.reply(p.cfg.cluster.status, nil, denialBody("rate limit service unavailable", -1))
+		return h.reply(p.cfg.cluster.status, nil, rules.DenialBody("rate limit service unavailable", -1))
 	case failLocal:
 		in := h.input()
 		res := h.check(p.fallback, &in)

@@ -231,7 +231,7 @@ func (h *httpContext) allow() {
 
 // deny answers a request the local rules refused.
 func (h *httpContext) deny(res *rules.Result) types.Action {
-	status, body := denial(res)
+	status, body := res.Denial()
 	hdrs := appendHeaders(make([][2]string, 0, 8), res)
 	return h.reply(status, hdrs, body)
 }
