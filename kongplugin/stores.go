@@ -1,12 +1,9 @@
 package main
 
 import (
-	"crypto/tls"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/failover"
@@ -38,30 +35,12 @@ func clusterStore(rc *redisConf) rules.Store {
 		return s
 	}
 	timeout := time.Duration(rc.TimeoutMS) * time.Millisecond
-	s := failover.New(redisstore.New(newRedisClient(rc), redisstore.Options{Prefix: rc.Prefix}),
+	s := failover.New(redisstore.New(redisstore.NewClient(redisstore.Conn{
+		Addrs: strings.Split(rc.Addrs, ","), MasterName: rc.MasterName, Cluster: rc.Cluster,
+		Username: rc.Username, Password: rc.Password, DB: rc.DB,
+		TLS: rc.TLS, ServerName: rc.ServerName, SkipVerify: rc.SkipVerify,
+	}), redisstore.Options{Prefix: rc.Prefix}),
 		failover.Options{Timeout: timeout})
 	clusters[*rc] = s
 	return s
-}
-
-// newRedisClient connects to a standalone Redis, a Sentinel group (MasterName) or a Cluster
-// (several addresses, or Cluster set). Commands honour context deadlines, so failover's
-// timeout bounds each decision; the client's own timeouts are short too, as a backstop.
-func newRedisClient(rc *redisConf) redis.UniversalClient {
-	o := &redis.UniversalOptions{
-		Addrs:                 strings.Split(rc.Addrs, ","),
-		MasterName:            rc.MasterName,
-		Username:              rc.Username,
-		Password:              rc.Password,
-		DB:                    rc.DB,
-		IsClusterMode:         rc.Cluster,
-		ContextTimeoutEnabled: true,
-		DialTimeout:           time.Second,
-		ReadTimeout:           time.Second,
-		WriteTimeout:          time.Second,
-	}
-	if rc.TLS {
-		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: rc.ServerName, InsecureSkipVerify: rc.SkipVerify}
-	}
-	return redis.NewUniversalClient(o)
 }

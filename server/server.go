@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -98,7 +97,9 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 	}()
 	s.mem = memstore.New(memstore.Options{MaxEntries: o.MaxEntries})
 	if cfg.Redis != nil {
-		s.rdb = newRedisClient(cfg.Redis)
+		r := cfg.Redis
+		s.rdb = redisstore.NewClient(redisstore.Conn{Addrs: r.Addrs, MasterName: r.MasterName, Cluster: r.Cluster,
+			Username: r.Username, Password: r.Password, DB: r.DB, TLS: r.TLS})
 		s.cluster = failover.New(redisstore.New(s.rdb, redisstore.Options{Prefix: cfg.Redis.Prefix}), failover.Options{
 			Timeout:  time.Duration(cfg.Redis.Timeout) * time.Microsecond,
 			Failures: cfg.Redis.Failures,
@@ -144,28 +145,6 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	return s, nil
-}
-
-// newRedisClient connects to the Redis of r: standalone, Sentinel (MasterName) or Cluster
-// (several addresses, or Cluster set). Commands honour context deadlines, so that failover's short timeout
-// bounds each decision; the client's own timeouts are short too, as a backstop.
-func newRedisClient(r *Redis) redis.UniversalClient {
-	o := &redis.UniversalOptions{
-		Addrs:                 r.Addrs,
-		MasterName:            r.MasterName,
-		Username:              r.Username,
-		Password:              r.Password,
-		DB:                    r.DB,
-		IsClusterMode:         r.Cluster,
-		ContextTimeoutEnabled: true,
-		DialTimeout:           time.Second,
-		ReadTimeout:           time.Second,
-		WriteTimeout:          time.Second,
-	}
-	if r.TLS {
-		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
-	return redis.NewUniversalClient(o)
 }
 
 // ProxyAddr returns the address the reverse proxy listens on, "" without one.
