@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/netip"
 	"testing"
+
+	"github.com/diana-gw/diana/shared/rules"
 )
 
 func TestClientIP(t *testing.T) {
@@ -84,11 +86,11 @@ func TestInputIPv6Prefix(t *testing.T) {
 	}{{0, "2001:db8:1:2::/64"}, {64, "2001:db8:1:2::/64"}, {48, "2001:db8:1::/48"}, {128, "2001:db8:1:2:3:4:5:6"}} {
 		l := New(nil, Options{IPv6Prefix: tt.bits})
 		o := l.state.Load().opts
-		if got := ClientKey(ClientIP(r, nil), o.IPv6Prefix); got != tt.want {
+		if got := rules.ClientKey(ClientIP(r, nil), o.IPv6Prefix); got != tt.want {
 			t.Errorf("IPv6Prefix %d: %s, want %s", tt.bits, got, tt.want)
 		}
 	}
-	if got := ClientKey(netip.MustParseAddr("192.0.2.1"), 64); got != "192.0.2.1" {
+	if got := rules.ClientKey(netip.MustParseAddr("192.0.2.1"), 64); got != "192.0.2.1" {
 		t.Errorf("IPv4 = %s", got)
 	}
 }

@@ -57,7 +57,7 @@ func (l *Limiter) Set(e *rules.Engine, o Options) {
 // Input builds what the rules see of r.
 func (o *Options) Input(r *http.Request) rules.Input {
 	in := rules.Input{Method: r.Method, Host: r.Host, Path: r.URL.Path, Headers: r.Header}
-	in.ClientIP = ClientKey(ClientIP(r, o.TrustedProxies), o.IPv6Prefix)
+	in.ClientIP = rules.ClientKey(ClientIP(r, o.TrustedProxies), o.IPv6Prefix)
 	if o.ConsumerHeader != "" && isTrusted(parseAddr(r.RemoteAddr), o.TrustedProxies) {
 		in.Consumer = r.Header.Get(o.ConsumerHeader)
 	}
@@ -65,20 +65,6 @@ func (o *Options) Input(r *http.Request) rules.Input {
 		in.Route = o.Route(r)
 	}
 	return in
-}
-
-// ClientKey is the "ip" dimension's value of a client address: the address, or for IPv6 its
-// first ipv6Prefix bits (128: the address); "" if ip is not valid.
-func ClientKey(ip netip.Addr, ipv6Prefix int) string {
-	if !ip.IsValid() {
-		return ""
-	}
-	ip = ip.Unmap().WithZone("")
-	if ip.Is6() && ipv6Prefix > 0 && ipv6Prefix < 128 {
-		p, _ := ip.Prefix(ipv6Prefix)
-		return p.String()
-	}
-	return ip.String()
 }
 
 // Handler limits the requests to next.

@@ -166,7 +166,7 @@ func (c *Config) input(kong *pdk.PDK) (rules.Input, bool) {
 			return in, false
 		}
 		a, _ := netip.ParseAddr(ip)
-		in.ClientIP = httplimit.ClientKey(a, 64)
+		in.ClientIP = rules.ClientKey(a, 64)
 	}
 	if n.Consumer {
 		if cons, err := kong.Client.GetConsumer(); err == nil {

@@ -124,7 +124,7 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusBadRequest, errorBody{"client_ip: not an IP address: " + req.ClientIP})
 			return
 		}
-		in.ClientIP = httplimit.ClientKey(ip, l.opts.IPv6Prefix)
+		in.ClientIP = rules.ClientKey(ip, l.opts.IPv6Prefix)
 	}
 	h := make(headerMap, len(req.Headers))
 	for k, v := range req.Headers {

@@ -33,17 +33,3 @@ func clientAddr(source []byte, xff string, hops int) netip.Addr {
 	a, _ := netip.ParseAddr(string(source)) // a pipe or an address without port
 	return a
 }
-
-// clientKey is the "ip" dimension's value of a client address, as dianad computes it: the
-// address, or for IPv6 its first ipv6Prefix bits (128: the address); "" if a is not valid.
-func clientKey(a netip.Addr, ipv6Prefix int) string {
-	if !a.IsValid() {
-		return ""
-	}
-	a = a.Unmap().WithZone("")
-	if a.Is6() && ipv6Prefix > 0 && ipv6Prefix < 128 {
-		p, _ := a.Prefix(ipv6Prefix)
-		return p.String()
-	}
-	return a.String()
-}

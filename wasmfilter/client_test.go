@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/diana-gw/diana/shared/rules"
+)
 
 func TestClientAddr(t *testing.T) {
 	for _, tc := range []struct {
@@ -43,8 +47,8 @@ func TestClientKey(t *testing.T) {
 		{"[fe80::1%eth0]:1", 128, "fe80::1"},
 		{"bad", 64, ""},
 	} {
-		if got := clientKey(clientAddr([]byte(tc.addr), "", 0), tc.prefix); got != tc.want {
-			t.Errorf("clientKey(%s, %d) = %q, want %q", tc.addr, tc.prefix, got, tc.want)
+		if got := rules.ClientKey(clientAddr([]byte(tc.addr), "", 0), tc.prefix); got != tc.want {
+			t.Errorf("ClientKey(%s, %d) = %q, want %q", tc.addr, tc.prefix, got, tc.want)
 		}
 	}
 }

@@ -188,7 +188,7 @@ func (h *httpContext) input() rules.Input {
 		Method:   header(":method"),
 		Host:     header(":authority"),
 		Path:     path,
-		ClientIP: clientKey(a, h.p.cfg.ipv6Prefix),
+		ClientIP: rules.ClientKey(a, h.p.cfg.ipv6Prefix),
 		Headers:  reqHeaders{},
 	}
 }
