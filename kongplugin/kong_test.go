@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -113,7 +114,7 @@ func answer(conn net.Conn, r *kongReq, rpcReturn bool) (res kongResult, closed b
 			if err := proto.Unmarshal(args, &name); err != nil {
 				return res, false, err
 			}
-			ret = bridge.WrapString(r.Headers[lower(name.V)])
+			ret = bridge.WrapString(r.Headers[strings.ToLower(name.V)])
 		case "kong.response.set_headers":
 			var st structpb.Struct
 			if err := proto.Unmarshal(args, &st); err != nil {
@@ -161,16 +162,6 @@ func answer(conn net.Conn, r *kongReq, rpcReturn bool) (res kongResult, closed b
 			return res, false, fmt.Errorf("answering %s: %w", method, err)
 		}
 	}
-}
-
-func lower(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
 }
 
 // event runs one event of c in process, as go-pdk's server does, with Kong's side played by

@@ -175,7 +175,7 @@ func TestDimensions(t *testing.T) {
 		{"consumer", map[string]any{"limit_by": "consumer"}, []string{"kong.client.get_consumer"},
 			kongReq{Consumer: "c1"}, kongReq{Consumer: "c2"}, &kongReq{}},
 		{"credential", map[string]any{"limit_by": "credential"}, []string{"kong.client.get_credential"},
-			kongReq{Credential: "k1"}, kongReq{Credential: "k2"}, &kongReq{Headers: map[string]string{lower(credentialHeader): "forged"}}},
+			kongReq{Credential: "k1"}, kongReq{Credential: "k2"}, &kongReq{Headers: map[string]string{strings.ToLower(credentialHeader): "forged"}}},
 		{"header", map[string]any{"limit_by": "header", "header_name": "X-Api-Key"}, []string{"kong.request.get_header"},
 			kongReq{Headers: map[string]string{"x-api-key": "a"}}, kongReq{Headers: map[string]string{"x-api-key": "b"}}, &kongReq{}},
 		{"path", map[string]any{"limit_by": "path"}, []string{"kong.request.get_path"},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/diana-gw/diana/shared/conf"
 	"github.com/diana-gw/diana/shared/rules"
@@ -71,7 +72,7 @@ func (h *httpContext) checkBody(in *rules.Input, c *clusterConfig) []byte {
 		}
 	} else if all, err := proxywasm.GetHttpRequestHeaders(); err == nil {
 		for _, kv := range all {
-			if k := lower(kv[0]); k != "" && k[0] != ':' && !sensitive(k) {
+			if k := strings.ToLower(kv[0]); k != "" && k[0] != ':' && !sensitive(k) {
 				add(k, kv[1])
 			}
 		}
@@ -152,7 +153,7 @@ func parseCheck(body []byte) (checkAnswer, string) {
 	a.status = int(o.Int("status", 429, 100, 599))
 	names, vals := o.StringMap("headers")
 	for i, n := range names {
-		a.headers = append(a.headers, [2]string{lower(n), vals[i]})
+		a.headers = append(a.headers, [2]string{strings.ToLower(n), vals[i]})
 	}
 	a.body = o.String("body", "")
 	if err := errs.Err(); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"strconv"
+	"strings"
 
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/conf"
@@ -103,7 +104,7 @@ func decodeCluster(o *conf.Obj) *clusterConfig {
 	if o.Has("headers") {
 		c.headers = []string{}
 		for _, h := range o.Strings("headers") {
-			c.headers = append(c.headers, lower(h))
+			c.headers = append(c.headers, strings.ToLower(h))
 		}
 	}
 	v := o.Enum("on_failure", "open", failures[:]...)
@@ -138,14 +139,4 @@ func decodeRules(o *conf.Obj) []*rules.Rule {
 		}
 	}
 	return rs
-}
-
-func lower(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
 }

@@ -161,7 +161,7 @@ type httpContext struct {
 type reqHeaders struct{}
 
 func (reqHeaders) Get(name string) string {
-	v, err := proxywasm.GetHttpRequestHeader(lower(name))
+	v, err := proxywasm.GetHttpRequestHeader(strings.ToLower(name))
 	if err != nil {
 		return ""
 	}
