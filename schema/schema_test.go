@@ -200,6 +200,17 @@ func validDocs() map[string]doc {
 	docs["redis cluster endpoint"] = doc{json: `{"version": 1, "redis": {"addrs": "127.0.0.1:6379", "cluster": true}}`}
 	docs["short forms"] = doc{json: `{"version": 1, "trusted_proxies": "10.0.0.1", "redis": {"addrs": "127.0.0.1:6379"},
 		"rules": [{"name": "a", "by": "ip", "match": {"methods": "GET", "paths": "/", "hosts": "example.com"}, "limit": {"algorithm": "token_bucket", "rate": 1}}]}`}
+	for alg, limit := range map[string]string{
+		"fixed_window":   `{"algorithm": "fixed_window", "limit": 100, "window": "1s"}`,
+		"sliding_window": `{"algorithm": "sliding_window", "limit": 100, "window": "1m"}`,
+		"sliding_log":    `{"algorithm": "sliding_log", "limit": 100, "window": "1s"}`,
+		"token_bucket":   `{"algorithm": "token_bucket", "rate": 100, "burst": 200}`,
+		"leaky_bucket":   `{"algorithm": "leaky_bucket", "rate": 100, "burst": 50, "nodelay": true}`,
+	} {
+		rule := `{"name": "b", "mode": "cluster", "action": "shadow", "limit": ` + limit + `, "batch": {"max": 50, "min": 5, "max_age": "200ms"}}`
+		docs["batch "+alg] = doc{json: `{"version": 1, "redis": {"addrs": "127.0.0.1:6379"}, "rules": [` + rule + `]}`}
+		docs["remote batch "+alg] = doc{json: `{"version": 1, "rules": [` + rule + `]}`, remote: true}
+	}
 	docs["minimal"] = doc{json: `{"version": 1}`}
 	docs["minimal remote"] = doc{json: `{"version": 1}`, remote: true}
 	docs["empty lists"] = doc{json: `{"version": 1, "trusted_proxies": [], "upstreams": [], "rules": [{"name": "a", "by": [], "limit": {"algorithm": "fixed_window", "limit": 1, "window": "1s"}}]}`}
@@ -279,6 +290,16 @@ func TestInvalidDocuments(t *testing.T) {
 		remote bool
 		path   string // where the decoder reports the error
 	}{
+		// Leased mode.
+		{"batch in local mode", `{"version": 1, "rules": [{"name": "a", "limit": {"algorithm": "fixed_window", "limit": 5, "window": "1s"}, "batch": {"max": 5}}]}`, true, "rules[0].batch"},
+		{"batch without max", `{"version": 1, "rules": [{"name": "a", "mode": "cluster", "limit": {"algorithm": "fixed_window", "limit": 5, "window": "1s"}, "batch": {"min": 5}}]}`, true, "rules[0].batch.max"},
+		{"batch max 0", `{"version": 1, "rules": [{"name": "a", "mode": "cluster", "limit": {"algorithm": "fixed_window", "limit": 5, "window": "1s"}, "batch": {"max": 0}}]}`, true, "rules[0].batch.max"},
+		{"unknown batch field", `{"version": 1, "rules": [{"name": "a", "mode": "cluster", "limit": {"algorithm": "fixed_window", "limit": 5, "window": "1s"}, "batch": {"max": 5, "size": 2}}]}`, true, "rules[0].batch.size"},
+		{"batch of concurrency", `{"version": 1, "rules": [{"name": "a", "mode": "cluster", "limit": {"algorithm": "concurrency", "max": 5}, "batch": {"max": 5}}]}`, true, "rules[0].batch"},
+		{"batch of warm_up", `{"version": 1, "rules": [{"name": "a", "mode": "cluster", "limit": {"algorithm": "warm_up", "rate": 5, "warmup": "1s"}, "batch": {"max": 5}}]}`, true, "rules[0].batch"},
+		{"batch with delay", `{"version": 1, "rules": [{"name": "a", "mode": "cluster", "action": "delay", "max_delay": "1s", "limit": {"algorithm": "token_bucket", "rate": 5}, "batch": {"max": 5}}]}`, true, "rules[0].batch"},
+		{"batch max_age negative", `{"version": 1, "rules": [{"name": "a", "mode": "cluster", "limit": {"algorithm": "fixed_window", "limit": 5, "window": "1s"}, "batch": {"max": 5, "max_age": "-1s"}}]}`, true, "rules[0].batch.max_age"},
+
 		// Unknown fields, at each level.
 		{"unknown root field", `{"version": 1, "bogus": 1}`, false, "bogus"},
 		{"unknown admin field", `{"version": 1, "admin": {"port": 9090}}`, false, "admin.port"},
@@ -658,6 +679,9 @@ func baseDocs() []doc {
 		{json: `{"version": 1, "upstreams": [{"name": "a", "url": "http://127.0.0.1:9000"}]}`},
 		{json: `{"version": 1}`, remote: true},
 	}
+	batched := `{"version": 1, "redis": {"addrs": "127.0.0.1:6379"}, "rules": [{"name": "r", "mode": "cluster", "limit": {"algorithm": "fixed_window", "limit": 100, "window": "1s"}, "batch": {"max": 10}}]}`
+	docs = append(docs, doc{json: batched},
+		doc{json: `{"version": 1, "rules": [{"name": "r", "mode": "cluster", "limit": {"algorithm": "token_bucket", "rate": 100}, "batch": {"max": 10}}]}`, remote: true})
 	for _, limit := range minimalLimits() {
 		docs = append(docs,
 			doc{json: `{"version": 1, "rules": [{"name": "r", "limit": ` + limit + `}]}`},

@@ -129,6 +129,7 @@ func DecodeRule(o *conf.Obj) *Rule {
 	rep.Done()
 
 	r.decodeLimit(o)
+	r.decodeBatch(o)
 	o.Done()
 	return r
 }

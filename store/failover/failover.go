@@ -42,17 +42,22 @@ type Options struct {
 	Observe func(d time.Duration, err error)
 }
 
+// Backend decides calls in Redis: *redisstore.Store, or *batch.Store in front of one.
+type Backend interface {
+	DecideAll(ctx context.Context, calls []redisstore.Call)
+}
+
 // Store decides ops in Redis, falling back to their fail policies; it implements rules.Store
 // and is safe for concurrent use.
 type Store struct {
-	r *redisstore.Store
+	r Backend
 	o Options
 	b breaker
 }
 
 // New returns a Store deciding in r. For Options.Timeout to bound a round trip, r's client must
 // be made with ContextTimeoutEnabled.
-func New(r *redisstore.Store, o Options) *Store {
+func New(r Backend, o Options) *Store {
 	if o.Timeout <= 0 {
 		o.Timeout = 50 * time.Millisecond
 	}
@@ -91,6 +96,7 @@ func (s *Store) Open() bool { return s.b.state.Load() == isOpen }
 //
 // A round trip fails, counting towards opening the breaker, when Redis decided none of its ops
 // (a Redis error, a timeout, a refused connection); one that decided any closes the breaker.
+// Calls a leasing backend answered from units it held (Call.Cached) count for neither.
 // When ctx is done before or after the round trip, the caller went away: that is not Redis's
 // fault and does not count as a failure; each op Redis did not decide gets Err = ctx.Err() and a
 // zero Decision.
@@ -122,21 +128,29 @@ func (s *Store) Decide(ctx context.Context, ops []*rules.Op) {
 	took := time.Since(start)
 	cancel()
 
-	decided := 0
+	sent, decided := 0, 0
 	var first error
 	for i := range calls {
-		if calls[i].Err == nil {
+		switch {
+		case calls[i].Cached:
+		case calls[i].Err == nil:
+			sent++
 			decided++
-		} else if first == nil {
-			first = calls[i].Err
+		default:
+			sent++
+			if first == nil {
+				first = calls[i].Err
+			}
 		}
 	}
-	if s.o.Observe != nil {
+	if s.o.Observe != nil && sent > 0 {
 		s.o.Observe(took, first)
 	}
 
 	cerr := ctx.Err()
 	switch {
+	case sent == 0:
+		s.b.cancel(t) // every call was answered from leased units: nothing learnt about Redis
 	case decided > 0:
 		s.b.success()
 		retry = unknownRetry // closed: no probe is scheduled

@@ -91,6 +91,9 @@ type Call struct {
 	Req algos.Request
 	Dec algos.Decision
 	Err error
+	// Cached is set by a store in front of this one that decided the call without a round trip
+	// (store/batch, from units leased earlier): its outcome says nothing about Redis.
+	Cached bool
 }
 
 // DecideAll decides every call in one round trip (a pipeline of EVALSHA; the calls are
@@ -108,7 +111,7 @@ func (s *Store) DecideAll(ctx context.Context, calls []Call) {
 	p := s.c.Pipeline()
 	for i := range calls {
 		c := &calls[i]
-		c.Dec, c.Err = algos.Decision{}, nil
+		c.Dec, c.Err, c.Cached = algos.Decision{}, nil, false
 		if evals[i], c.Err = s.eval(c.Key, c.Alg, c.Req); c.Err == nil {
 			cmds[i] = evals[i].script.EvalSha(ctx, p, evals[i].keys, evals[i].args...)
 		}

@@ -1,0 +1,168 @@
+package algos
+
+// Leaser is an algorithm whose units a node may take from a shared store in batches, ahead of
+// use, and spend later on its own (leased mode). A batch is taken as a partial request of the
+// Lease's algorithm, so it is pre-debited: the shared store never hands out more than that
+// algorithm allows.
+type Leaser interface {
+	Algorithm
+	// Lease returns how to lease this algorithm's units with batches spent at most maxAge µs
+	// after they were granted; maxAge 0 asks for the algorithm's default.
+	Lease(maxAge int64) (*Lease, error)
+}
+
+// Lease says how units may be taken ahead of use. Units spent no later than Life(d) µs after the
+// grant d of their batch never exceed the leased algorithm's limit, whatever the nodes do.
+//
+// Spending a unit later than it was granted could let it count in the wrong window, so each
+// algorithm's lease is chosen to make up for at most MaxAge µs of delay:
+//   - fixed window: the same algorithm; units are spent within the window of their grant;
+//   - sliding window: likewise (its estimate uses the count of each aligned window);
+//   - sliding log: the window is MaxAge longer: units spent in any window W were granted in a
+//     window of W + MaxAge, which holds at most Limit of them;
+//   - token bucket (GCRA) and leaky bucket: the burst is smaller by ⌈MaxAge·Rate/Period⌉: units
+//     spent in any interval x were granted in an interval x + MaxAge, at most
+//     Burst' + (x + MaxAge)·Rate/Period ≤ Burst + x·Rate/Period of them.
+//
+// The cost is under-admission, never over-admission: units granted but not spent in time are
+// lost, and the sliding log and the buckets are a little stricter than configured.
+type Lease struct {
+	Alg    Algorithm // takes the batches (partial requests) in the shared store
+	MaxAge int64     // µs a unit may be spent after its grant, at most
+	// window > 0: a grant's units must also be spent within the aligned window it counted in,
+	// which ends ResetAfter − tail after the grant (tail 0: fixed window; one window: sliding).
+	window, tail int64
+}
+
+// Life returns how long after a grant with decision d (of l.Alg) its units may be spent; 0 when
+// they may not be spent at all.
+func (l *Lease) Life(d Decision) int64 {
+	if l.window == 0 {
+		return l.MaxAge
+	}
+	return max(0, min(l.MaxAge, d.ResetAfter-l.tail))
+}
+
+// second is the longest default MaxAge of the window algorithms, in µs.
+const second = 1_000_000
+
+// leaseAge checks maxAge, 0 asking for def.
+func leaseAge(name string, maxAge, def int64) (int64, error) {
+	if maxAge < 0 {
+		return 0, paramError(name, "max_age", "must be at least 0, got "+itoa(maxAge))
+	}
+	if maxAge == 0 {
+		return max(1, def), nil
+	}
+	return min(maxAge, MaxSafe/4), nil
+}
+
+// Lease implements Leaser: batches are spent within the window they were granted in, and within
+// MaxAge (default: one second, at most the window).
+func (f *FixedWindow) Lease(maxAge int64) (*Lease, error) {
+	age, err := leaseAge("fixed_window", maxAge, min(second, f.window))
+	if err != nil {
+		return nil, err
+	}
+	return &Lease{Alg: f, MaxAge: age, window: f.window}, nil
+}
+
+// Lease implements Leaser: batches are spent within the window they were granted in. A grant
+// leaves the current window's count above 0, so its ResetAfter runs to the end of the next
+// window: the current one ends one window earlier. MaxAge defaults to one second, at most the
+// window.
+func (s *SlidingWindow) Lease(maxAge int64) (*Lease, error) {
+	age, err := leaseAge("sliding_window", maxAge, min(second, s.window))
+	if err != nil {
+		return nil, err
+	}
+	return &Lease{Alg: s, MaxAge: age, window: s.window, tail: s.window}, nil
+}
+
+// Lease implements Leaser with a window MaxAge longer (default: a tenth of the window, at most
+// one second, so saturated traffic gets about 9% less than the limit).
+func (s *SlidingLog) Lease(maxAge int64) (*Lease, error) {
+	age, err := leaseAge("sliding_log", maxAge, min(second, s.window/10))
+	if err != nil {
+		return nil, err
+	}
+	w := s.window + age
+	if w > MaxSafe/4 {
+		return nil, paramError("sliding_log", "max_age", "window + max_age must be at most "+itoa(MaxSafe/4)+" µs")
+	}
+	alg, err := NewSlidingLog(s.limit, w)
+	if err != nil {
+		return nil, err
+	}
+	return &Lease{Alg: alg, MaxAge: age}, nil
+}
+
+// Lease implements Leaser with a burst smaller by ⌈MaxAge·Rate/Period⌉ units, at least one unit
+// (default: a tenth of the burst, at least one unit, and MaxAge the time that many units take
+// to refill). The leased burst must keep at least one unit.
+func (g *GCRA) Lease(maxAge int64) (*Lease, error) {
+	burst, age, err := bucketLease("token_bucket", g.rate, g.period, g.burst, 1, maxAge)
+	if err != nil {
+		return nil, err
+	}
+	alg, err := NewGCRA(g.rate, g.period, burst)
+	if err != nil {
+		return nil, err
+	}
+	return &Lease{Alg: alg, MaxAge: age}, nil
+}
+
+// Lease implements Leaser as GCRA does, for a bucket that forwards its burst at once (NoDelay):
+// a node cannot hold back units it spends on its own.
+func (l *LeakyBucket) Lease(maxAge int64) (*Lease, error) {
+	const name = "leaky_bucket"
+	if l.delay < l.burst {
+		return nil, paramError(name, "delay", "is below the burst, and leased mode needs nodelay: a node spending leased units cannot hold requests back")
+	}
+	burst, age, err := bucketLease(name, l.rate, l.period, l.burst, 0, maxAge)
+	if err != nil {
+		return nil, err
+	}
+	alg, err := NewLeakyBucket(l.rate, l.period, burst, NoDelay)
+	if err != nil {
+		return nil, err
+	}
+	return &Lease{Alg: alg, MaxAge: age}, nil
+}
+
+// bucketLease returns the burst a bucket is leased with, reduced by the units that refill in
+// maxAge, and maxAge itself (0: the time a tenth of the burst, at least one unit, takes to
+// refill). The leased burst must stay at least least.
+func bucketLease(name string, rate, period, burst, least, maxAge int64) (int64, int64, error) {
+	if maxAge < 0 {
+		return 0, 0, paramError(name, "max_age", "must be at least 0, got "+itoa(maxAge))
+	}
+	if maxAge == 0 {
+		maxAge = max(1, burst/10) * period / rate
+	}
+	// ⌈maxAge·rate/period⌉ ≤ burst − least ⟺ maxAge ≤ ⌊(burst − least)·period/rate⌋, and then
+	// maxAge·rate ≤ burst·period < 2^53: no overflow.
+	if longest := (burst - least) * period / rate; maxAge == 0 || maxAge > longest {
+		return 0, 0, paramError(name, "max_age", "units refilled in "+itoa(maxAge)+" µs would leave less than "+itoa(least)+
+			" of the burst; leasing needs max_age of at most "+itoa(longest)+" µs (a larger burst allows more)")
+	}
+	return burst - ceilDiv(maxAge*rate, period), maxAge, nil
+}
+
+// Lease implements Leaser when the inner algorithm does: the inner lease, banning as b does.
+func (b *Ban) Lease(maxAge int64) (*Lease, error) {
+	in, ok := b.inner.(Leaser)
+	if !ok {
+		return nil, paramError(b.inner.Script().Name, "batch", "cannot be leased")
+	}
+	l, err := in.Lease(maxAge)
+	if err != nil {
+		return nil, err
+	}
+	alg, err := NewBan(l.Alg, b.dur)
+	if err != nil {
+		return nil, err
+	}
+	l.Alg = alg
+	return l, nil
+}

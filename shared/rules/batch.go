@@ -1,0 +1,66 @@
+package rules
+
+import (
+	"strconv"
+
+	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/conf"
+)
+
+// Batched is the algorithm of a cluster rule in leased mode: a node takes the rule's units from
+// Redis in batches of Min to Max units (Lease.Alg, pre-debited) and spends them on its own
+// within their Lease.Life. A store that does not lease (no store/batch in the stack) decides with
+// the embedded algorithm, exactly; so do the fail policies, and it gives the Limit.
+type Batched struct {
+	algos.Algorithm
+	Lease    *algos.Lease
+	Min, Max int64 // units a node asks for at a time; the batch adapts to its rate in between
+}
+
+// MaxBatch is the largest batch a rule may ask for.
+const MaxBatch = 1_000_000
+
+// decodeBatch reads the rule's batch object and wraps r.Alg in Batched.
+func (r *Rule) decodeBatch(o *conf.Obj) {
+	if !o.Has("batch") {
+		return
+	}
+	bo := o.Obj("batch")
+	if failed(o, "batch") {
+		return
+	}
+	bo.Require("max")
+	hi := bo.Int("max", 1, 1, MaxBatch)
+	lo := bo.Int("min", 1, 1, MaxBatch)
+	age := bo.Duration("max_age", 0, 0, algos.MaxSafe/4)
+	bo.Done()
+	switch {
+	case lo > hi && !failed(bo, "min") && !failed(bo, "max"):
+		bo.Fail("min", "must be at most max ("+strconv.FormatInt(hi, 10)+"), got "+strconv.FormatInt(lo, 10))
+	case r.Mode != Cluster:
+		o.Fail("batch", "applies only to cluster mode: a local rule already decides in this process")
+	case r.Action == Delay:
+		o.Fail("batch", "cannot be combined with action delay: a node spending leased units cannot hold requests")
+	case r.Alg == nil:
+		return // the limit's errors are reported already
+	default:
+		l, ok := r.Alg.(algos.Leaser)
+		if !ok {
+			o.Fail("batch", r.Algorithm+" cannot be leased (leased mode takes fixed_window, sliding_window, sliding_log, token_bucket or leaky_bucket)")
+			return
+		}
+		lease, err := l.Lease(age)
+		if err != nil {
+			switch pe, ok := err.(*algos.ParamError); {
+			case ok && pe.Param == "max_age":
+				bo.Fail("max_age", pe.Reason)
+			case ok:
+				o.Fail("batch", r.Algorithm+" cannot be leased: "+pe.Param+" "+pe.Reason)
+			default:
+				o.Fail("batch", err.Error())
+			}
+			return
+		}
+		r.Alg = &Batched{Algorithm: r.Alg, Lease: lease, Min: lo, Max: hi}
+	}
+}

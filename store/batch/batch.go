@@ -1,0 +1,311 @@
+// Package batch is the leased (batched) cluster mode: a node takes a rule's units from Redis in
+// batches, pre-debited by a partial request of the rule's lease algorithm, and spends them on its
+// own, so that Redis sees one call per batch instead of one per request.
+//
+// Nothing is ever over-admitted: every unit spent was granted by Redis, and is spent within its
+// lease's life (algos.Lease), for which the lease algorithm makes up. The cost is under-admission:
+// units a node holds but does not spend in time expire unused, and the lease algorithms of the
+// sliding log and the buckets are a little stricter than the rule (see algos.Lease).
+//
+// The batch a node asks for adapts to the rate the node spends a key's units at: about the units
+// it spends in three quarters of a lease life, within the rule's [Min, Max]. A refusal from Redis is
+// remembered until its RetryAfter (at most a lease life), so an exhausted key costs no call per
+// request either.
+package batch
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/store/redisstore"
+)
+
+// Backend decides calls in Redis (*redisstore.Store).
+type Backend interface {
+	DecideAll(ctx context.Context, calls []redisstore.Call)
+}
+
+// Options tune a Store.
+type Options struct {
+	// Now is this node's clock in µs; default the wall clock. Lease lives are measured on it,
+	// from just before the round trip that granted a batch, so they never run long.
+	Now func() int64
+	// MaxKeys bounds the keys the node holds units of; default 100,000. When it is reached, keys
+	// whose units have expired are dropped, and a new key that still finds no room is decided
+	// in Redis request by request, exactly.
+	MaxKeys int
+}
+
+// Store decides the calls whose Alg is a *rules.Batched from leased units, asking its Backend
+// for a batch when a key's units run out; every other call goes to the Backend as it is. It is
+// safe for concurrent use and starts no goroutines.
+type Store struct {
+	next   Backend
+	now    func() int64
+	seed   maphash.Seed
+	perMax int
+	shards [shards]shard
+	stats  counters
+}
+
+const shards = 32
+
+type shard struct {
+	mu    sync.Mutex
+	pools map[string]*pool
+	swept int64 // µs: the last sweep, which a full shard runs at most every sweepEvery
+}
+
+// sweepEvery keeps a flood of new keys on a full shard from sweeping it on every request.
+const sweepEvery = 100_000
+
+// pool is what a node holds of one key. Fields are guarded by the shard's mutex.
+type pool struct {
+	units   int64          // leased units left
+	until   int64          // µs: units left then have expired
+	deny    int64          // µs: until then a refusal from Redis answers every request
+	denied  algos.Decision // that refusal
+	grant   algos.Decision // the last grant, for the headers of local decisions
+	granted int64          // µs: when it was asked for
+	spent   int64          // units spent since `since`, to measure the rate
+	since   int64
+	rate    float64 // units per µs, smoothed over batches
+	asking  bool    // a batch is being asked for: other requests go to Redis one by one
+}
+
+// Stats counts what a Store did since it was made.
+type Stats struct {
+	Batches  int64 // round trips that asked for a batch
+	Leased   int64 // units Redis granted in batches
+	Spent    int64 // leased units spent (requests decided without a round trip, by cost)
+	Expired  int64 // leased units that expired unspent
+	Direct   int64 // calls sent to Redis one by one (not leased, or no batch could be asked)
+	Refusals int64 // requests denied from a remembered refusal, without a round trip
+}
+
+type counters struct{ batches, leased, spent, expired, direct, refusals atomic.Int64 }
+
+// New returns a Store in front of next.
+func New(next Backend, o Options) *Store {
+	if o.Now == nil {
+		o.Now = func() int64 { return time.Now().UnixMicro() }
+	}
+	if o.MaxKeys <= 0 {
+		o.MaxKeys = 100_000
+	}
+	s := &Store{next: next, now: o.Now, seed: maphash.MakeSeed(), perMax: max(1, o.MaxKeys/shards)}
+	for i := range s.shards {
+		s.shards[i].pools = map[string]*pool{}
+	}
+	return s
+}
+
+// Stats returns the Store's counters.
+func (s *Store) Stats() Stats {
+	c := &s.stats
+	return Stats{Batches: c.batches.Load(), Leased: c.leased.Load(), Spent: c.spent.Load(),
+		Expired: c.expired.Load(), Direct: c.direct.Load(), Refusals: c.refusals.Load()}
+}
+
+// DecideAll decides calls: those of batched rules from the units this node holds when it can
+// (Cached set, no round trip), the others in one round trip to the Backend, in which the keys
+// that ran out ask for a new batch. A dry run is answered from the held units without taking
+// them. A batch that the Backend could not grant (an error) leaves the call's Err for the caller's
+// fail policy.
+func (s *Store) DecideAll(ctx context.Context, calls []redisstore.Call) {
+	var send []redisstore.Call
+	var from []int  // calls[from[j]] is answered by send[j]
+	var asked []int // ... which asked for a batch for it
+	for i := range calls {
+		c := &calls[i]
+		c.Dec, c.Err, c.Cached = algos.Decision{}, nil, false
+		b, ok := c.Alg.(*rules.Batched)
+		if !ok || c.Req.Release {
+			send, from = append(send, *c), append(from, i)
+			continue
+		}
+		want, local := s.local(c, b)
+		switch {
+		case local:
+			c.Cached = true
+			continue
+		case want > 0:
+			asked = append(asked, len(send))
+			send = append(send, redisstore.Call{Key: c.Key, Alg: b.Lease.Alg,
+				Req: algos.Request{Now: c.Req.Now, Cost: want, Partial: true}})
+		default:
+			// Another request of this node is asking for the key's batch: decide this one
+			// exactly, as a lease spent at once.
+			send = append(send, redisstore.Call{Key: c.Key, Alg: b.Lease.Alg, Req: c.Req})
+		}
+		from = append(from, i)
+	}
+	if len(send) == 0 {
+		return
+	}
+	t0 := s.now()
+	s.next.DecideAll(ctx, send)
+	s.stats.direct.Add(int64(len(send) - len(asked)))
+	for j, i := range from {
+		calls[i].Dec, calls[i].Err = send[j].Dec, send[j].Err
+	}
+	for _, j := range asked {
+		c := &calls[from[j]]
+		s.granted(c, c.Alg.(*rules.Batched), &send[j], t0)
+	}
+	for j, i := range from {
+		if b, ok := calls[i].Alg.(*rules.Batched); ok && send[j].Err == nil && !send[j].Req.Partial {
+			calls[i].Dec.Limit = b.Script().Limit // decided directly with the lease algorithm
+		}
+	}
+}
+
+// local answers c from the units held for its key, if it can. Otherwise it returns the batch to
+// ask for (0 when another request is asking already), and marks the key as asking.
+func (s *Store) local(c *redisstore.Call, b *rules.Batched) (want int64, done bool) {
+	sh := s.shard(c.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now := s.now()
+	n := c.Req.Bounded().Cost
+	p := sh.pools[c.Key]
+	if p == nil {
+		if len(sh.pools) >= s.perMax && (now-sh.swept < sweepEvery || s.sweep(sh, now) == 0) {
+			return 0, false // no room: decided in Redis, one by one
+		}
+		p = &pool{since: now}
+		sh.pools[c.Key] = p
+	}
+	s.expire(p, now)
+	switch {
+	case now < p.deny:
+		c.Dec = p.denied
+		c.Dec.RetryAfter = max(0, p.deny-now)
+		if p.denied.RetryAfter == algos.Never {
+			c.Dec.RetryAfter = algos.Never
+		}
+		c.Dec.ResetAfter = max(c.Dec.ResetAfter-(now-p.granted), c.Dec.RetryAfter)
+		s.stats.refusals.Add(1)
+		return 0, true
+	case p.units >= n:
+		s.spend(p, c, b, n, now)
+		return 0, true
+	case p.asking:
+		return 0, false
+	}
+	p.asking = true
+	// The rate (units per µs) since the last batch, averaged with the one before; the batch is
+	// what that rate spends in three quarters of a lease life, leaving a margin for the rate to
+	// vary before the units expire. (Floating point: a heuristic, safe from overflow.)
+	if el := now - p.since; el > 0 {
+		r := float64(p.spent) / float64(el)
+		if p.rate > 0 {
+			r = (r + p.rate) / 2
+		}
+		p.rate, p.spent, p.since = r, 0, now
+	}
+	want = b.Max
+	if w := p.rate * float64(b.Lease.MaxAge) * 3 / 4; w < float64(b.Max) {
+		want = max(int64(w), b.Min)
+	}
+	return max(want, n), false
+}
+
+// granted records the batch answer a for call c, asked for at t0, and decides c from it.
+func (s *Store) granted(c *redisstore.Call, b *rules.Batched, a *redisstore.Call, t0 int64) {
+	sh := s.shard(c.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	p := sh.pools[c.Key]
+	if p == nil { // swept meanwhile
+		p = &pool{since: t0}
+		sh.pools[c.Key] = p
+	}
+	p.asking = false
+	if a.Err != nil {
+		return // the caller's fail policy decides
+	}
+	now := s.now()
+	s.stats.batches.Add(1)
+	d := a.Dec
+	n := c.Req.Bounded().Cost
+	if g := d.Granted; g > 0 {
+		s.stats.leased.Add(g)
+		until := t0 + b.Lease.Life(d)
+		if p.units > 0 {
+			until = min(until, p.until) // older units keep their own end
+		}
+		p.units += g
+		p.until, p.grant, p.granted = until, d, t0
+		s.expire(p, now)
+	}
+	if p.units >= n {
+		s.spend(p, c, b, n, now)
+		return
+	}
+	c.Dec = d
+	c.Dec.Allowed, c.Dec.Granted, c.Dec.Delay = false, 0, 0
+	c.Dec.Limit = b.Script().Limit
+	c.Dec.Remaining = p.units
+	if d.Granted > 0 {
+		// Redis had fewer units than the request's cost: they are kept here; the request may
+		// fit once the whole limit is back.
+		c.Dec.RetryAfter = max(d.ResetAfter, 1)
+		return
+	}
+	p.denied, p.granted = c.Dec, t0
+	if d.RetryAfter != algos.Never {
+		p.deny = t0 + min(d.RetryAfter, b.Lease.MaxAge)
+	}
+}
+
+// spend takes n held units for c (unless it is a dry run) and sets its decision.
+func (s *Store) spend(p *pool, c *redisstore.Call, b *rules.Batched, n, now int64) {
+	if !c.Req.DryRun {
+		p.units -= n
+		p.spent += n
+		s.stats.spent.Add(n)
+	}
+	limit := b.Script().Limit
+	c.Dec = algos.Decision{
+		Allowed:    true,
+		Limit:      limit,
+		Remaining:  min(limit, p.units+p.grant.Remaining),
+		ResetAfter: max(0, p.grant.ResetAfter-(now-p.granted)),
+		Granted:    n,
+	}
+	if c.Req.DryRun {
+		c.Dec.Granted = 0
+	}
+}
+
+// expire drops p's units if their life is over.
+func (s *Store) expire(p *pool, now int64) {
+	if p.units > 0 && now >= p.until {
+		s.stats.expired.Add(p.units)
+		p.units = 0
+	}
+}
+
+// sweep drops the pools of sh that hold nothing worth keeping at now, and returns how many.
+func (s *Store) sweep(sh *shard, now int64) int {
+	sh.swept = now
+	n := 0
+	for k, p := range sh.pools {
+		s.expire(p, now)
+		if p.units == 0 && now >= p.deny && !p.asking {
+			delete(sh.pools, k)
+			n++
+		}
+	}
+	return n
+}
+
+func (s *Store) shard(key string) *shard {
+	return &s.shards[maphash.String(s.seed, key)%shards]
+}
