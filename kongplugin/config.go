@@ -105,6 +105,8 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 	rc.Prefix = str("redis_prefix")
 	failClosed := boolean("fail_closed")
 	nodes := integer("fallback_nodes", 0, 10000)
+	batchMax := integer("batch_max", 0, rules.MaxBatch)
+	batchAge := str("batch_max_age")
 	hide := boolean("hide_client_headers")
 	status := o.Int("error_code", 429, 400, 599)
 	message := o.String("error_message", rules.DefaultMessage)
@@ -135,6 +137,9 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 		}
 		rc.Addrs = strings.Join(addrs, ",")
 		s.Redis = &rc
+	}
+	if batchMax > 0 && s.Redis == nil {
+		o.Fail("batch_max", "applies only with policy redis: a local limit already decides in this process")
 	}
 	if failClosed && nodes > 0 {
 		o.Fail("fallback_nodes", "cannot be combined with fail_closed: while Redis is down, either refuse (fail_closed) or limit locally (fallback_nodes)")
@@ -195,6 +200,13 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 			case nodes > 0:
 				r.Set("on_error", "local")
 				r.Set("nodes", conf.Number(strconv.FormatInt(nodes, 10)))
+			}
+			if batchMax > 0 {
+				b := &conf.Object{}
+				b.Set("max", conf.Number(strconv.FormatInt(batchMax, 10)))
+				b.Set("max_age", batchAge)
+				r.Set("batch", b)
+				names["batch"], names["batch.max_age"] = "batch_max", "batch_max_age"
 			}
 		}
 		rep := &conf.Object{}

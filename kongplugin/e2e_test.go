@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -243,6 +244,35 @@ func TestE2E(t *testing.T) {
 			if res := s.access(id, &kongReq{IP: "192.0.2.1"}); res.Exit || len(res.Calls) != 0 {
 				t.Fatalf("request %d: %+v", i, res)
 			}
+		}
+	})
+
+	t.Run("leased across two Kong nodes", func(t *testing.T) {
+		// Two plugin processes, as on two Kong nodes, share one Redis limit in leased mode:
+		// never above the limit, with a Redis call per batch rather than per request.
+		r := redistest.Start(t)
+		host, port, _ := net.SplitHostPort(r.Addr)
+		cfg := map[string]any{"policy": "redis", "redis_host": host, "redis_port": json.Number(port), "redis_timeout": 500,
+			"algorithm": "fixed_window", "limit": 100, "window": "1h", "batch_max": 20}
+		nodes := []*pluginServer{s, startServer(t, bin)}
+		ids := []int32{nodes[0].start(cfg, "e2e-leased"), nodes[1].start(cfg, "e2e-leased")}
+		admitted := 0
+		for i := range 300 {
+			if !nodes[i%2].access(ids[i%2], &kongReq{IP: "192.0.2.77"}).Exit {
+				admitted++
+			}
+		}
+		stats, err := r.CommandStats(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls := stats["evalsha"].Calls + stats["eval"].Calls
+		t.Logf("leased: %d of 300 admitted with %d Redis calls", admitted, calls)
+		if admitted > 100 || admitted < 60 {
+			t.Fatalf("admitted %d, want at most the limit of 100 and most of it", admitted)
+		}
+		if calls > 40 {
+			t.Fatalf("%d Redis calls for 300 requests: batches are not used", calls)
 		}
 	})
 

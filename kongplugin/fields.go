@@ -49,6 +49,7 @@ func fieldTable() []field {
 	dbMin, dbMax := bounds(0, 1<<31-1)
 	toMin, toMax := bounds(1, 60000)
 	nodesMin, nodesMax := bounds(0, 10000)
+	batchMin, batchMax := bounds(0, 1_000_000)
 	fs := []field{
 		{Name: "limit_by", Type: "string", Default: "ip", OneOf: limitBy,
 			Desc: "What the main limit counts by: ip (the client IP as Kong resolves it), consumer, credential, header (the header header_name), path (the URL path), service, or global. A request without that value (no consumer, no header) is not limited by the main limit; it never falls back to the IP."},
@@ -116,6 +117,10 @@ func fieldTable() []field {
 			Desc: "policy redis, when Redis cannot decide (down, slow, failing): refuse requests. Default (off): let them through, as Kong's fault_tolerant does."},
 		field{Name: "fallback_nodes", Type: "integer", From: "/properties/nodes", Default: int64(0), Min: nodesMin, Max: nodesMax,
 			Desc: "policy redis, when Redis cannot decide: if above 0, each node limits on its own with every limit divided by this number (the Kong nodes sharing the limit). 0: follow fail_closed."},
+		field{Name: "batch_max", Type: "integer", Default: int64(0), Min: batchMin, Max: batchMax,
+			Desc: "policy redis, leased mode: if above 0, each Kong node takes units from Redis in pre-debited batches of up to this many and spends them on its own: one Redis call per batch, never over the limit. 0: one call per request."},
+		field{Name: "batch_max_age", Type: "string", From: "/properties/batch/properties/max_age", Default: "0s",
+			Desc: "policy redis with batch_max: how long a node may hold leased units before they expire unspent, e.g. 200ms. 0s: the algorithm's default."},
 		field{Name: "hide_client_headers", Type: "boolean", Default: false,
 			Desc: "Do not send the RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset and Retry-After headers."},
 		field{Name: "error_code", Type: "integer", From: "/properties/reply/properties/status",

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/store/batch"
 	"github.com/diana-gw/diana/store/failover"
 	"github.com/diana-gw/diana/store/memstore"
 	"github.com/diana-gw/diana/store/redisstore"
@@ -35,11 +36,11 @@ func clusterStore(rc *redisConf) rules.Store {
 		return s
 	}
 	timeout := time.Duration(rc.TimeoutMS) * time.Millisecond
-	s := failover.New(redisstore.New(redisstore.NewClient(redisstore.Conn{
+	s := failover.New(batch.New(redisstore.New(redisstore.NewClient(redisstore.Conn{
 		Addrs: strings.Split(rc.Addrs, ","), MasterName: rc.MasterName, Cluster: rc.Cluster,
 		Username: rc.Username, Password: rc.Password, DB: rc.DB,
 		TLS: rc.TLS, ServerName: rc.ServerName, SkipVerify: rc.SkipVerify,
-	}), redisstore.Options{Prefix: rc.Prefix}),
+	}), redisstore.Options{Prefix: rc.Prefix}), batch.Options{}),
 		failover.Options{Timeout: timeout})
 	clusters[*rc] = s
 	return s

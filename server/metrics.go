@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/store/batch"
 )
 
 // metrics are the server's Prometheus metrics, on a registry of its own (several servers in
@@ -90,4 +91,24 @@ func (m *metrics) reload(source string, err error) {
 func (m *metrics) configInfo(source string) {
 	m.info.Reset()
 	m.info.WithLabelValues(source).Set(1)
+}
+
+// leases exports a leased-mode store's counters.
+func (m *metrics) leases(s *batch.Store) {
+	units := func(name string, f func(batch.Stats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "diana_leased_units_total",
+			Help:        "Units of batched (leased) cluster rules, by what became of them: leased from Redis, spent on this node, expired unspent.",
+			ConstLabels: prometheus.Labels{"outcome": name},
+		}, func() float64 { return float64(f(s.Stats())) })
+	}
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "diana_lease_batches_total",
+			Help: "Round trips to Redis that asked for a batch of units for a batched (leased) cluster rule.",
+		}, func() float64 { return float64(s.Stats().Batches) }),
+		units("leased", func(st batch.Stats) int64 { return st.Leased }),
+		units("spent", func(st batch.Stats) int64 { return st.Spent }),
+		units("expired", func(st batch.Stats) int64 { return st.Expired }),
+	)
 }

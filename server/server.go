@@ -16,6 +16,7 @@ import (
 	"github.com/diana-gw/diana/config"
 	"github.com/diana-gw/diana/httplimit"
 	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/store/batch"
 	"github.com/diana-gw/diana/store/failover"
 	"github.com/diana-gw/diana/store/memstore"
 	"github.com/diana-gw/diana/store/redisstore"
@@ -100,7 +101,10 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 		r := cfg.Redis
 		s.rdb = redisstore.NewClient(redisstore.Conn{Addrs: r.Addrs, MasterName: r.MasterName, Cluster: r.Cluster,
 			Username: r.Username, Password: r.Password, DB: r.DB, TLS: r.TLS})
-		s.cluster = failover.New(redisstore.New(s.rdb, redisstore.Options{Prefix: cfg.Redis.Prefix}), failover.Options{
+		// Calls of batched rules are answered from leased units; the others pass through.
+		leased := batch.New(redisstore.New(s.rdb, redisstore.Options{Prefix: cfg.Redis.Prefix}), batch.Options{})
+		s.met.leases(leased)
+		s.cluster = failover.New(leased, failover.Options{
 			Timeout:  time.Duration(cfg.Redis.Timeout) * time.Microsecond,
 			Failures: cfg.Redis.Failures,
 			OpenFor:  time.Duration(cfg.Redis.OpenFor) * time.Microsecond,
