@@ -1,10 +1,15 @@
 // Command dianad is Diana's rate-limiting reverse proxy and decision service.
 //
 //	dianad [--config FILE] [--log-level debug|info|warn|error] [--log-format text|json]
+//	dianad simulate [-out DIR] [-redis ADDR] [-seed N] [-quick] [-nodes N] [-parallel N]
 //
 // Without --config it runs the embedded demo config (examples/diana.yaml). The config file is
 // re-read when it changes and on SIGHUP; SIGINT and SIGTERM shut down gracefully, letting the
 // requests in flight finish. An invalid config at start prints its errors and exits with 1.
+//
+// The simulate subcommand writes the accuracy report (package sim): it replays request traces
+// through every algorithm in local, cluster and leased modes and writes DIR/accuracy.md with
+// SVG charts in DIR/img. Without -redis it starts a redis-server of its own.
 package main
 
 import (
@@ -20,9 +25,18 @@ import (
 
 	"github.com/diana-gw/diana/examples"
 	"github.com/diana-gw/diana/server"
+	"github.com/diana-gw/diana/sim"
 )
 
-func main() { os.Exit(run()) }
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "simulate" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := sim.Main(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
+	os.Exit(run())
+}
 
 func run() int {
 	fs := flag.NewFlagSet("dianad", flag.ContinueOnError)

@@ -17,7 +17,8 @@ type Leaser interface {
 // Spending a unit later than it was granted could let it count in the wrong window, so each
 // algorithm's lease is chosen to make up for at most MaxAge µs of delay:
 //   - fixed window: the same algorithm; units are spent within the window of their grant;
-//   - sliding window: likewise (its estimate uses the count of each aligned window);
+//   - sliding window: likewise (its estimate uses the count of each aligned window); as the
+//     estimate counts units from their grant, those held unspent make it refuse a little early;
 //   - sliding log: the window is MaxAge longer: units spent in any window W were granted in a
 //     window of W + MaxAge, which holds at most Limit of them;
 //   - token bucket (GCRA) and leaky bucket: the burst is smaller by ⌈MaxAge·Rate/Period⌉: units
@@ -41,6 +42,20 @@ func (l *Lease) Life(d Decision) int64 {
 		return l.MaxAge
 	}
 	return max(0, min(l.MaxAge, d.ResetAfter-l.tail))
+}
+
+// Left returns how long units granted elapsed µs after the grant d could be spent, at most, as
+// far as d tells: MaxAge, or for the window algorithms the time to the end of the window they
+// would count in (windows are aligned, so the window of d tells where every later one ends).
+func (l *Lease) Left(d Decision, elapsed int64) int64 {
+	if l.window == 0 || d.ResetAfter == 0 {
+		return l.MaxAge
+	}
+	left := (d.ResetAfter - l.tail - elapsed) % l.window
+	if left <= 0 {
+		left += l.window
+	}
+	return min(l.MaxAge, left)
 }
 
 // second is the longest default MaxAge of the window algorithms, in µs.
@@ -69,10 +84,11 @@ func (f *FixedWindow) Lease(maxAge int64) (*Lease, error) {
 
 // Lease implements Leaser: batches are spent within the window they were granted in. A grant
 // leaves the current window's count above 0, so its ResetAfter runs to the end of the next
-// window: the current one ends one window earlier. MaxAge defaults to one second, at most the
-// window.
+// window: the current one ends one window earlier. MaxAge defaults to a tenth of the window, at
+// most one second: the estimate counts leased units from their grant, so units held unspent
+// make it refuse early, and short leases keep few of them outstanding.
 func (s *SlidingWindow) Lease(maxAge int64) (*Lease, error) {
-	age, err := leaseAge("sliding_window", maxAge, min(second, s.window))
+	age, err := leaseAge("sliding_window", maxAge, min(second, s.window/10))
 	if err != nil {
 		return nil, err
 	}

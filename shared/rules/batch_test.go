@@ -17,8 +17,8 @@ func TestDecodeBatch(t *testing.T) {
 	}{
 		{"fixed window keeps its algorithm", `{"algorithm": "fixed_window", "limit": 100, "window": "1m"}`, `{"max": 50}`,
 			script(algos.NewFixedWindow(100, algos.Minute)), algos.Second, 1, 50},
-		{"short window bounds the default age", `{"algorithm": "sliding_window", "limit": 100, "window": "200ms"}`, `{"max": 50, "min": 2}`,
-			script(algos.NewSlidingWindow(100, 200*algos.Millisecond)), 200 * algos.Millisecond, 2, 50},
+		{"sliding window: a tenth of the window", `{"algorithm": "sliding_window", "limit": 100, "window": "200ms"}`, `{"max": 50, "min": 2}`,
+			script(algos.NewSlidingWindow(100, 200*algos.Millisecond)), 20 * algos.Millisecond, 2, 50},
 		{"sliding log is lengthened by a tenth", `{"algorithm": "sliding_log", "limit": 100, "window": "1s"}`, `{"max": 50}`,
 			script(algos.NewSlidingLog(100, 1100*algos.Millisecond)), 100 * algos.Millisecond, 1, 50},
 		{"sliding log with an age", `{"algorithm": "sliding_log", "limit": 100, "window": "1s"}`, `{"max": 50, "max_age": "20ms"}`,

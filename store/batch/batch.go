@@ -8,9 +8,10 @@
 // sliding log and the buckets are a little stricter than the rule (see algos.Lease).
 //
 // The batch a node asks for adapts to the rate the node spends a key's units at: about the units
-// it spends in three quarters of a lease life, within the rule's [Min, Max]. A refusal from Redis is
-// remembered until its RetryAfter (at most a lease life), so an exhausted key costs no call per
-// request either.
+// it spends in a lease life, within the rule's [Min, Max]. When the limit is scarce (Redis refused
+// a batch, or granted less than asked for), the node asks again only after half a lease life (or
+// the refusal's RetryAfter, if longer; at most a lease life) and refuses meanwhile, so that an
+// exhausted key costs no call per request either: each call then takes what came back.
 package batch
 
 import (
@@ -66,16 +67,17 @@ const sweepEvery = 100_000
 
 // pool is what a node holds of one key. Fields are guarded by the shard's mutex.
 type pool struct {
-	units   int64          // leased units left
-	until   int64          // µs: units left then have expired
-	deny    int64          // µs: until then a refusal from Redis answers every request
-	denied  algos.Decision // that refusal
-	grant   algos.Decision // the last grant, for the headers of local decisions
-	granted int64          // µs: when it was asked for
-	spent   int64          // units spent since `since`, to measure the rate
-	since   int64
-	rate    float64 // units per µs, smoothed over batches
-	asking  bool    // a batch is being asked for: other requests go to Redis one by one
+	units    int64          // leased units left
+	until    int64          // µs: units left then have expired
+	deny     int64          // µs: until then the node refuses the key without asking (scarcity)
+	denied   algos.Decision // Redis's answer that said so
+	deniedAt int64          // µs: when it was asked for
+	grant    algos.Decision // the last grant, for the headers of local decisions
+	granted  int64          // µs: when it was asked for
+	spent    int64          // units spent since `since`, to measure the rate
+	since    int64
+	rate     float64 // units per µs, smoothed over batches
+	asking   bool    // a batch is being asked for: other requests go to Redis one by one
 }
 
 // Stats counts what a Store did since it was made.
@@ -183,25 +185,24 @@ func (s *Store) local(c *redisstore.Call, b *rules.Batched) (want int64, done bo
 	}
 	s.expire(p, now)
 	switch {
-	case now < p.deny:
-		c.Dec = p.denied
-		c.Dec.RetryAfter = max(0, p.deny-now)
-		if p.denied.RetryAfter == algos.Never {
-			c.Dec.RetryAfter = algos.Never
-		}
-		c.Dec.ResetAfter = max(c.Dec.ResetAfter-(now-p.granted), c.Dec.RetryAfter)
-		s.stats.refusals.Add(1)
-		return 0, true
 	case p.units >= n:
 		s.spend(p, c, b, n, now)
+		return 0, true
+	case now < p.deny:
+		c.Dec = p.denied
+		c.Dec.Remaining = p.units
+		c.Dec.RetryAfter = p.deny - now
+		c.Dec.ResetAfter = max(c.Dec.ResetAfter-(now-p.deniedAt), c.Dec.RetryAfter)
+		s.stats.refusals.Add(1)
 		return 0, true
 	case p.asking:
 		return 0, false
 	}
 	p.asking = true
 	// The rate (units per µs) since the last batch, averaged with the one before; the batch is
-	// what that rate spends in three quarters of a lease life, leaving a margin for the rate to
-	// vary before the units expire. (Floating point: a heuristic, safe from overflow.)
+	// what that rate spends in the life the batch would have (less near a window's end, where
+	// units left unspent would be lost to every node). (Floating point: a heuristic, safe from
+	// overflow.)
 	if el := now - p.since; el > 0 {
 		r := float64(p.spent) / float64(el)
 		if p.rate > 0 {
@@ -210,7 +211,7 @@ func (s *Store) local(c *redisstore.Call, b *rules.Batched) (want int64, done bo
 		p.rate, p.spent, p.since = r, 0, now
 	}
 	want = b.Max
-	if w := p.rate * float64(b.Lease.MaxAge) * 3 / 4; w < float64(b.Max) {
+	if w := p.rate * float64(b.Lease.Left(p.grant, now-p.granted)); w < float64(b.Max) {
 		want = max(int64(w), b.Min)
 	}
 	return max(want, n), false
@@ -244,6 +245,21 @@ func (s *Store) granted(c *redisstore.Call, b *rules.Batched, a *redisstore.Call
 		p.until, p.grant, p.granted = until, d, t0
 		s.expire(p, now)
 	}
+	if d.Granted < a.Req.Cost && d.RetryAfter != algos.Never {
+		// The limit is scarce: Redis refused the batch or had fewer units than asked for. Asking
+		// again as each unit comes back would cost a call per unit; the node waits half a lease
+		// life (or the refusal's retry-after, if longer; at most a lease life, and never past
+		// the time the whole limit is back, such as a fixed window's end), and its next call
+		// takes what came back meanwhile.
+		hold := min(max(d.RetryAfter, b.Lease.MaxAge/2), b.Lease.MaxAge)
+		if d.ResetAfter > 0 {
+			hold = min(hold, max(d.ResetAfter, d.RetryAfter))
+		}
+		p.deny = t0 + hold
+		p.denied, p.deniedAt = d, t0
+		p.denied.Allowed, p.denied.Granted, p.denied.Delay = false, 0, 0
+		p.denied.Limit = b.Script().Limit
+	}
 	if p.units >= n {
 		s.spend(p, c, b, n, now)
 		return
@@ -252,15 +268,9 @@ func (s *Store) granted(c *redisstore.Call, b *rules.Batched, a *redisstore.Call
 	c.Dec.Allowed, c.Dec.Granted, c.Dec.Delay = false, 0, 0
 	c.Dec.Limit = b.Script().Limit
 	c.Dec.Remaining = p.units
-	if d.Granted > 0 {
-		// Redis had fewer units than the request's cost: they are kept here; the request may
-		// fit once the whole limit is back.
-		c.Dec.RetryAfter = max(d.ResetAfter, 1)
-		return
-	}
-	p.denied, p.granted = c.Dec, t0
-	if d.RetryAfter != algos.Never {
-		p.deny = t0 + min(d.RetryAfter, b.Lease.MaxAge)
+	if now < p.deny {
+		c.Dec.RetryAfter = p.deny - now
+		c.Dec.ResetAfter = max(c.Dec.ResetAfter, c.Dec.RetryAfter)
 	}
 }
 

@@ -1,0 +1,84 @@
+package sim
+
+import (
+	"fmt"
+
+	"github.com/diana-gw/diana/shared/algos"
+)
+
+// Algo is one algorithm under test, configured from a Limit.
+type Algo struct {
+	Name  string
+	About string // its parameters, for the report
+	// New returns the algorithm with its limit divided by div (1: the full limit; the node count:
+	// the usual advice for local mode on several nodes). Divided parameters are rounded down, to
+	// at least 1.
+	New func(div int64) (algos.Algorithm, error)
+	// Contract is the exact reference the algorithm is judged against: the limit it promises.
+	// For every algorithm but the sliding window it is the algorithm itself (the Go transition,
+	// deciding each client's requests in order on one state); the weighted sliding window
+	// promises Units per sliding Window, which the exact sliding log keeps.
+	Contract func() (algos.Algorithm, error)
+	// Window is the span over which excess and peaks are counted (µs); Aligned: in the fixed
+	// windows [k·Window, (k+1)·Window) rather than in every sliding window.
+	Window  int64
+	Aligned bool
+	// InFlight marks the concurrency limit: it limits requests in flight, not a rate.
+	InFlight bool
+	// Leasable says whether leased mode supports the algorithm.
+	Leasable bool
+}
+
+// Algorithms returns every algorithm of shared/algos configured from l, with hold the time a
+// request stays in flight (for the concurrency limit):
+//
+//   - fixed-window: l.Units per aligned l.Window;
+//   - sliding-window: l.Units per sliding l.Window, weighted two-window estimate;
+//   - sliding-log: l.Units per sliding l.Window, exact;
+//   - token-bucket: GCRA, l.Units per l.Window, burst l.Units (starts full);
+//   - warm-up: l.Units per l.Window at the stable rate, warming up over one l.Window;
+//   - leaky-bucket: nginx limit_req, l.Units per l.Window, burst l.Units/2, nodelay;
+//   - concurrency: l.Units·hold/l.Window requests in flight (leases expire after 2·hold), which
+//     admits l.Units per l.Window when every request is held for hold.
+func Algorithms(l Limit, hold int64) []Algo {
+	u, w := l.Units, l.Window
+	div := func(v, d int64) int64 { return max(1, v/d) }
+	inflight := max(1, u*hold/w)
+	same := func(a func(int64) (algos.Algorithm, error)) func() (algos.Algorithm, error) {
+		return func() (algos.Algorithm, error) { return a(1) }
+	}
+	fixed := func(d int64) (algos.Algorithm, error) { return algos.NewFixedWindow(div(u, d), w) }
+	sliding := func(d int64) (algos.Algorithm, error) { return algos.NewSlidingWindow(div(u, d), w) }
+	log := func(d int64) (algos.Algorithm, error) { return algos.NewSlidingLog(div(u, d), w) }
+	gcra := func(d int64) (algos.Algorithm, error) { return algos.NewGCRA(div(u, d), w, div(u, d)) }
+	warm := func(d int64) (algos.Algorithm, error) { return algos.NewWarmUp(div(u, d), w, w) }
+	leaky := func(d int64) (algos.Algorithm, error) {
+		return algos.NewLeakyBucket(div(u, d), w, div(u/2, d), algos.NoDelay)
+	}
+	conc := func(d int64) (algos.Algorithm, error) { return algos.NewConcurrency(div(inflight, d), 2*hold) }
+	per := fmt.Sprintf("%d per %s", u, duration(w))
+	return []Algo{
+		{Name: "fixed-window", About: per + ", aligned windows", New: fixed, Contract: same(fixed), Window: w, Aligned: true, Leasable: true},
+		{Name: "sliding-window", About: per + ", weighted estimate (judged against the exact sliding log)", New: sliding, Contract: same(log), Window: w, Leasable: true},
+		{Name: "sliding-log", About: per + ", exact", New: log, Contract: same(log), Window: w, Leasable: true},
+		{Name: "token-bucket", About: fmt.Sprintf("GCRA, %s, burst %d", per, u), New: gcra, Contract: same(gcra), Window: w, Leasable: true},
+		{Name: "warm-up", About: fmt.Sprintf("%s stable, warm-up %s, cold factor 3", per, duration(w)), New: warm, Contract: same(warm), Window: w},
+		{Name: "leaky-bucket", About: fmt.Sprintf("nginx limit_req, %s, burst %d, nodelay", per, u/2), New: leaky, Contract: same(leaky), Window: w, Leasable: true},
+		{Name: "concurrency", About: fmt.Sprintf("%d in flight, each request held %s", inflight, duration(hold)), New: conc, Contract: same(conc), Window: w, InFlight: true},
+	}
+}
+
+// duration formats µs briefly: "1m", "12s", "250ms", "40µs".
+func duration(us int64) string {
+	switch {
+	case us%algos.Hour == 0:
+		return fmt.Sprintf("%dh", us/algos.Hour)
+	case us%algos.Minute == 0:
+		return fmt.Sprintf("%dm", us/algos.Minute)
+	case us%algos.Second == 0:
+		return fmt.Sprintf("%ds", us/algos.Second)
+	case us%algos.Millisecond == 0:
+		return fmt.Sprintf("%dms", us/algos.Millisecond)
+	}
+	return fmt.Sprintf("%dµs", us)
+}

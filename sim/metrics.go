@@ -1,0 +1,260 @@
+package sim
+
+import (
+	"fmt"
+
+	"github.com/diana-gw/diana/shared/algos"
+)
+
+// replay decides evs in order through decide and reports which were admitted. With hold > 0
+// (the concurrency limit) each request takes lease ID = its index + 1, and an admitted one
+// gives it back hold µs after it arrived, on the same node, before any request arriving at
+// that instant is decided.
+func replay(evs []Event, hold int64, decide func(ev Event, r algos.Request) (bool, error)) ([]bool, error) {
+	admitted := make([]bool, len(evs))
+	var pending []int // admitted requests still in flight, in release order
+	for i, ev := range evs {
+		for hold > 0 && len(pending) > 0 && evs[pending[0]].At+hold <= ev.At {
+			j := pending[0]
+			pending = pending[1:]
+			rel := evs[j]
+			rel.At += hold
+			if _, err := decide(rel, algos.Request{Now: rel.At, Release: true, ID: int64(j + 1)}); err != nil {
+				return nil, err
+			}
+		}
+		r := algos.Request{Now: ev.At, Cost: 1}
+		if hold > 0 {
+			r.ID = int64(i + 1)
+		}
+		ok, err := decide(ev, r)
+		if err != nil {
+			return nil, err
+		}
+		admitted[i] = ok
+		if ok && hold > 0 {
+			pending = append(pending, i)
+		}
+	}
+	return admitted, nil
+}
+
+// exact replays evs through alg in one process, one state per client: the reference limiter
+// that sees every request of a client in order.
+func exact(evs []Event, hold int64, alg algos.Algorithm) ([]bool, error) {
+	states := map[int32]*algos.State{}
+	return replay(evs, hold, func(ev Event, r algos.Request) (bool, error) {
+		st := states[ev.Key]
+		if st == nil {
+			st = &algos.State{}
+			states[ev.Key] = st
+		}
+		return alg.Decide(st, r).Allowed, nil
+	})
+}
+
+// Result holds the figures of one run: a trace replayed through one algorithm in one mode.
+// Counts are requests (every request costs 1 unit).
+type Result struct {
+	Trace, Algo, Mode string
+	// Skipped, when not empty, says why the mode does not run the algorithm; the figures are 0.
+	Skipped string
+
+	Offered  int64 // requests in the trace
+	Admitted int64 // requests the nodes admitted
+	// Ideal is what the algorithm's contract (Algo.Contract), deciding every request of each
+	// client in order in one place, admits of the offered requests.
+	Ideal int64
+	// Over counts the admitted requests beyond the contract: replaying only the admitted
+	// requests through the contract, those it denies. MaxExcess is the most of them in one
+	// window of Algo.Window (aligned or sliding, as Algo.Aligned says) for one client; for the
+	// concurrency limit, the most requests in flight beyond the limit at one instant.
+	Over, MaxExcess int64
+	// Under is the sum over clients of what the contract admits beyond what the nodes admitted
+	// (ideal − admitted, where positive).
+	Under int64
+	// Peak is the most requests admitted for one client in any sliding window of Algo.Window
+	// (the concurrency limit: the most in flight at once).
+	Peak int64
+	// RedisCalls and RoundTrips count the script calls and the round trips to Redis (0 in local
+	// modes).
+	RedisCalls, RoundTrips int64
+}
+
+// OverPct and UnderPct are Over and Under as a percentage of Ideal.
+func (r Result) OverPct() float64  { return pct(r.Over, r.Ideal) }
+func (r Result) UnderPct() float64 { return pct(r.Under, r.Ideal) }
+
+// CallsPerAdmitted is the number of Redis script calls per admitted request.
+func (r Result) CallsPerAdmitted() float64 {
+	if r.Admitted == 0 {
+		return 0
+	}
+	return float64(r.RedisCalls) / float64(r.Admitted)
+}
+
+func pct(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return 100 * float64(a) / float64(b)
+}
+
+// measure fills the figures of r for trace t and algorithm a from which requests were admitted
+// and which the contract admits of the offered ones (ideal).
+func measure(r *Result, t *Trace, a Algo, admitted, ideal []bool) error {
+	contract, err := a.Contract()
+	if err != nil {
+		return fmt.Errorf("sim: %s: contract: %w", a.Name, err)
+	}
+	hold := int64(0)
+	if a.InFlight {
+		hold = t.Hold
+	}
+	perKey := func(flags []bool) []int64 {
+		n := make([]int64, t.Keys)
+		for i, ok := range flags {
+			if ok {
+				n[t.Events[i].Key]++
+			}
+		}
+		return n
+	}
+	adm, idl := perKey(admitted), perKey(ideal)
+	r.Offered = int64(len(t.Events))
+	for k := range adm {
+		r.Admitted += adm[k]
+		r.Ideal += idl[k]
+		r.Under += max(0, idl[k]-adm[k])
+	}
+
+	// The admitted requests, replayed through the contract: what it denies is over-admission.
+	var in []Event
+	for i, ok := range admitted {
+		if ok {
+			in = append(in, t.Events[i])
+		}
+	}
+	conform, err := exact(in, hold, contract)
+	if err != nil {
+		return err
+	}
+	var over []Event
+	for i, ok := range conform {
+		if !ok {
+			over = append(over, in[i])
+		}
+	}
+	r.Over = int64(len(over))
+	if a.InFlight {
+		r.Peak = maxInFlight(in, hold)
+		r.MaxExcess = max(0, r.Peak-contract.Script().Limit)
+	} else {
+		r.Peak = maxInWindow(in, a.Window, false)
+		r.MaxExcess = maxInWindow(over, a.Window, a.Aligned)
+	}
+	return nil
+}
+
+// maxInWindow returns the most events of one client in a window of w µs: any half-open
+// (t − w, t], or, aligned, any [k·w, (k+1)·w). evs is sorted by time.
+func maxInWindow(evs []Event, w int64, aligned bool) int64 {
+	byKey := map[int32][]int64{}
+	for _, ev := range evs {
+		byKey[ev.Key] = append(byKey[ev.Key], ev.At)
+	}
+	best := 0
+	for _, ts := range byKey {
+		lo := 0
+		for hi, t := range ts {
+			if aligned {
+				for floorDiv(ts[lo], w) != floorDiv(t, w) {
+					lo++
+				}
+			} else {
+				for ts[lo] <= t-w {
+					lo++
+				}
+			}
+			best = max(best, hi-lo+1)
+		}
+	}
+	return int64(best)
+}
+
+// maxInFlight returns the most admitted requests of one client in flight at once, each held
+// hold µs from its arrival (a release at t comes before an arrival at t). evs is sorted by time.
+func maxInFlight(evs []Event, hold int64) int64 {
+	byKey := map[int32][]int64{}
+	for _, ev := range evs {
+		byKey[ev.Key] = append(byKey[ev.Key], ev.At)
+	}
+	best := 0
+	for _, ts := range byKey {
+		lo := 0 // the requests before lo have been released
+		for hi, t := range ts {
+			for ts[lo]+hold <= t {
+				lo++
+			}
+			best = max(best, hi-lo+1)
+		}
+	}
+	return int64(best)
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// Wrong counts the decisions of the weighted sliding window on a trace that the exact sliding
+// log would have made differently, given the same history: each request is judged by both
+// against the requests the sliding window admitted before it.
+type Wrong struct {
+	Trace                    string
+	Requests                 int64
+	FalseAllows, FalseDenies int64 // admitted though the exact log denies; denied though it admits
+}
+
+// Rate is the share of wrong decisions, in %.
+func (w Wrong) Rate() float64 { return pct(w.FalseAllows+w.FalseDenies, w.Requests) }
+
+// wrongDecisions replays evs through a weighted sliding window of limit per window µs (one
+// state per client) and counts its decisions that differ from the exact sliding log's on the
+// same history.
+func wrongDecisions(evs []Event, limit, window int64) (Wrong, error) {
+	sw, err := algos.NewSlidingWindow(limit, window)
+	if err != nil {
+		return Wrong{}, err
+	}
+	states := map[int32]*algos.State{}
+	logs := map[int32][]int64{} // per client: the times the sliding window admitted, live ones last
+	w := Wrong{Requests: int64(len(evs))}
+	for _, ev := range evs {
+		st := states[ev.Key]
+		if st == nil {
+			st = &algos.State{}
+			states[ev.Key] = st
+		}
+		allowed := sw.Decide(st, algos.Request{Now: ev.At, Cost: 1}).Allowed
+		log := logs[ev.Key]
+		for len(log) > 0 && log[0] <= ev.At-window {
+			log = log[1:]
+		}
+		exactAllows := int64(len(log))+1 <= limit
+		switch {
+		case allowed && !exactAllows:
+			w.FalseAllows++
+		case !allowed && exactAllows:
+			w.FalseDenies++
+		}
+		if allowed {
+			log = append(log, ev.At)
+		}
+		logs[ev.Key] = log
+	}
+	return w, nil
+}

@@ -1,0 +1,78 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/diana-gw/diana/shared/algos"
+)
+
+// ScaleLimit is the limit of the leased-mode run: one hot key, such as an account's API quota,
+// at 1,000 requests per second.
+func ScaleLimit() Limit { return Limit{Units: 1000, Window: algos.Second} }
+
+// ScaleLease is the batch block of the leased-mode run: batches of up to 100 units, each
+// algorithm's default max_age (see algos.Lease).
+func ScaleLease() LeaseOptions { return LeaseOptions{Min: 1, Max: 100} }
+
+// RunScale measures what leased mode is for: the steady traces and the uneven-nodes trace of one
+// hot key at ScaleLimit, through the algorithms leased mode runs, in cluster and in leased mode
+// (ScaleLease) on nodes nodes.
+func RunScale(ctx context.Context, c redis.UniversalClient, seed uint64, nodes, parallel int) (*Report, error) {
+	l := ScaleLimit()
+	all, err := Traces(TraceOptions{Seed: seed, Limit: l, Nodes: nodes, Clients: 2})
+	if err != nil {
+		return nil, err
+	}
+	var traces []*Trace
+	for _, t := range all {
+		switch t.Name {
+		case "steady-50", "steady-100", "steady-200", "uneven-nodes":
+			traces = append(traces, t)
+		}
+	}
+	var leasable []Algo
+	for _, a := range Algorithms(l, l.Window/5) {
+		if a.Leasable {
+			leasable = append(leasable, a)
+		}
+	}
+	return Run(ctx, Options{Seed: seed, Limit: l, Traces: traces, Algos: leasable, Parallel: parallel,
+		Modes: []Mode{Cluster(c), Leased(c, ScaleLease())}})
+}
+
+// ScaleMarkdown returns the section of the report on r, a RunScale report: Redis calls per
+// request in cluster and leased mode, and what leasing costs.
+func (r *Report) ScaleMarkdown() []byte {
+	var b bytes.Buffer
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	lo := ScaleLease()
+	p("## Leased mode on a hot key\n\n")
+	p("The tables above limit each client to %d per %s, so a node spends a few units a minute and its batches stay small. ",
+		DefaultLimit().Units, duration(DefaultLimit().Window))
+	p("Leased mode is made for hot keys: here one client at **%d requests per %s**, spread over %d nodes, ",
+		r.Limit.Units, duration(r.Limit.Window), r.Traces[0].Nodes)
+	p("in cluster mode and in leased mode with `batch: {max: %d}` (min %d, each algorithm's default max_age). ", lo.Max, lo.Min)
+	p("Calls are Redis script calls per offered request; over and under are as above, in %% of ideal.\n\n")
+	p("| trace | algorithm | cluster calls/request | leased calls/request | fewer calls | cluster over / under | leased over / under |\n")
+	p("|---|---|---:|---:|---:|---:|---:|\n")
+	for _, t := range r.Traces {
+		for _, a := range r.Algos {
+			c, ok1 := r.Result(t.Name, a.Name, "cluster")
+			l, ok2 := r.Result(t.Name, a.Name, "leased")
+			if !ok1 || !ok2 || l.Skipped != "" || c.Offered == 0 || l.RedisCalls == 0 {
+				continue
+			}
+			p("| %s | %s | %.3f | %.4f | %.1f× | %s | %s |\n", t.Name, a.Name,
+				float64(c.RedisCalls)/float64(c.Offered), float64(l.RedisCalls)/float64(l.Offered),
+				float64(c.RedisCalls)/float64(l.RedisCalls), cell(c), cell(l))
+		}
+	}
+	p("\nThe sliding window's over-admission is its estimate's (cluster mode shows the same). ")
+	p("A batch is about what the node spends in max_age, so the saving grows with the rate and with max_age; ")
+	p("the sliding log and the buckets pay for a longer max_age in strictness (a longer log window, a smaller burst), the windows do not.\n")
+	return b.Bytes()
+}

@@ -1,0 +1,350 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"errors"
+	"io"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/diana-gw/diana/internal/redistest"
+	"github.com/diana-gw/diana/shared/algos"
+)
+
+// smallLimit keeps the test traces short: 20 requests per minute per client.
+var smallLimit = Limit{Units: 20, Window: algos.Minute}
+
+func smallTraces(t *testing.T, seed uint64) []*Trace {
+	t.Helper()
+	ts, err := Traces(TraceOptions{Seed: seed, Limit: smallLimit, Length: 4, Clients: 50, Load: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts
+}
+
+// TestRun replays short traces through every algorithm in every mode, on a real Redis, and
+// checks the figures the report stands on.
+func TestRun(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	opts := func() Options {
+		return Options{Seed: 7, Limit: smallLimit, Traces: smallTraces(t, 7), Parallel: 4,
+			Modes: []Mode{LocalFull(), LocalSplit(), Cluster(c), Leased(c, StandardLease(smallLimit))}}
+	}
+	ctx := context.Background()
+	rep, err := Run(ctx, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("exact algorithms never over-admit in cluster and leased modes", func(t *testing.T) {
+		for _, r := range rep.Results {
+			if r.Skipped != "" || r.Algo == "sliding-window" || (r.Mode != "cluster" && r.Mode != "leased") {
+				continue // the weighted estimate is judged against the exact log, which it only approximates
+			}
+			if r.Over != 0 || r.MaxExcess != 0 {
+				t.Errorf("%s, %s, %s: over-admitted %d (max %d in a window)", r.Trace, r.Algo, r.Mode, r.Over, r.MaxExcess)
+			}
+		}
+	})
+
+	t.Run("cluster mode admits exactly what the contract admits", func(t *testing.T) {
+		// The Lua scripts are the Go transitions' twins: in cluster mode every algorithm but the
+		// weighted estimate admits exactly its ideal.
+		for _, r := range rep.Results {
+			if r.Mode == "cluster" && r.Algo != "sliding-window" && (r.Admitted != r.Ideal || r.Under != 0) {
+				t.Errorf("%s, %s: admitted %d, ideal %d, under %d", r.Trace, r.Algo, r.Admitted, r.Ideal, r.Under)
+			}
+		}
+	})
+
+	t.Run("local mode with the full limit on every node over-admits", func(t *testing.T) {
+		for _, algo := range []string{"fixed-window", "sliding-log", "token-bucket", "leaky-bucket", "concurrency"} {
+			r, _ := rep.Result("steady-200", algo, "local-full")
+			if r.Over <= 0 || r.Admitted <= r.Ideal {
+				t.Errorf("steady-200, %s, local-full: admitted %d, ideal %d, over %d: want over-admission", algo, r.Admitted, r.Ideal, r.Over)
+			}
+		}
+	})
+
+	t.Run("local mode with the limit split under-admits uneven traffic", func(t *testing.T) {
+		for _, algo := range []string{"fixed-window", "sliding-log", "token-bucket"} {
+			r, _ := rep.Result("uneven-nodes", algo, "local-split")
+			if r.Under <= 0 || r.Over != 0 {
+				t.Errorf("uneven-nodes, %s, local-split: under %d, over %d: want under-admission only", algo, r.Under, r.Over)
+			}
+		}
+	})
+
+	t.Run("leased mode calls Redis less than cluster mode", func(t *testing.T) {
+		for _, algo := range []string{"fixed-window", "sliding-log"} {
+			cl, _ := rep.Result("boundary", algo, "cluster")
+			le, _ := rep.Result("boundary", algo, "leased")
+			if cl.RedisCalls != cl.Offered {
+				t.Errorf("boundary, %s, cluster: %d Redis calls for %d requests, want one each", algo, cl.RedisCalls, cl.Offered)
+			}
+			if le.RedisCalls == 0 || le.RedisCalls >= cl.RedisCalls {
+				t.Errorf("boundary, %s: leased made %d Redis calls, cluster %d: want fewer", algo, le.RedisCalls, cl.RedisCalls)
+			}
+		}
+		if r, _ := rep.Result("steady-100", "concurrency", "leased"); r.Skipped == "" {
+			t.Error("leased mode ran the concurrency limit, which cannot be leased")
+		}
+	})
+
+	t.Run("the same seed gives the same report", func(t *testing.T) {
+		again, err := Run(ctx, opts())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(again.Results, rep.Results) || !reflect.DeepEqual(again.Wrong, rep.Wrong) ||
+			!reflect.DeepEqual(again.Series, rep.Series) {
+			t.Error("two runs with the same seed differ")
+		}
+		m := Machine{CPU: "test", Cores: 1}
+		if a, b := again.Markdown(m, "x"), rep.Markdown(m, "x"); !bytes.Equal(stripElapsed(a), stripElapsed(b)) {
+			t.Error("two runs with the same seed write different reports")
+		}
+	})
+
+	t.Run("charts are valid SVG", func(t *testing.T) {
+		for ti := range rep.Traces {
+			for _, svg := range [][]byte{rep.TimelineSVG(ti), rep.ErrorSVG(ti)} {
+				checkSVG(t, svg)
+			}
+		}
+	})
+
+	t.Run("the report writes its files", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := rep.WriteDir(dir, Machine{CPU: "test <cpu>", Cores: 2, Go: "go", Redis: "7"}, "dianad simulate"); err != nil {
+			t.Fatal(err)
+		}
+		md := readFile(t, dir+"/accuracy.md")
+		for _, want := range []string{"test <cpu>", "| fixed-window | local-full |", "img/accuracy-time-steady-100.svg", "false denies"} {
+			if !strings.Contains(md, want) {
+				t.Errorf("accuracy.md lacks %q", want)
+			}
+		}
+		checkSVG(t, []byte(readFile(t, dir+"/img/accuracy-error-bursty.svg")))
+	})
+}
+
+// stripElapsed drops the first paragraph of a report, which states the run's duration.
+func stripElapsed(md []byte) []byte {
+	_, rest, _ := bytes.Cut(md, []byte("\n\nEach trace"))
+	return rest
+}
+
+// checkSVG parses svg as XML and checks its root element.
+func checkSVG(t *testing.T, svg []byte) {
+	t.Helper()
+	d := xml.NewDecoder(bytes.NewReader(svg))
+	root := ""
+	for {
+		tok, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("invalid XML: %v\n%s", err, svg)
+		}
+		if se, ok := tok.(xml.StartElement); ok && root == "" {
+			root = se.Name.Space + " " + se.Name.Local
+		}
+	}
+	if root != "http://www.w3.org/2000/svg svg" {
+		t.Errorf("root element %q, want svg in the SVG namespace", root)
+	}
+}
+
+func TestSVGWriterEscapes(t *testing.T) {
+	g := newSVG(100, 50)
+	g.text(1, 2, "start", 12, "bold", -90, `a <b> & "c"`)
+	g.line(0, 0, 1, 1, `#000"/><script/>`, 1, "4 2")
+	g.polyline([]float64{0, 1}, []float64{2, 3}, "red", 1, "")
+	g.rectAlpha(0, 0, -5, -5, "blue", 0.5)
+	out := g.bytes()
+	checkSVG(t, out)
+	if bytes.Contains(out, []byte("<script")) {
+		t.Errorf("an attribute was not escaped:\n%s", out)
+	}
+}
+
+func TestTicks(t *testing.T) {
+	cases := []struct {
+		lo, hi float64
+		n      int
+		want   []float64
+	}{
+		{0, 100, 5, []float64{0, 20, 40, 60, 80, 100}},
+		{0, 4, 8, []float64{0, 0.5, 1, 1.5, 2, 2.5, 3, 3.5, 4}},
+		{-40, 0, 3, []float64{-40, -20, 0}},
+		{0, 0, 5, []float64{0}},
+	}
+	for _, c := range cases {
+		if got := ticks(c.lo, c.hi, c.n); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("ticks(%v, %v, %d) = %v, want %v", c.lo, c.hi, c.n, got, c.want)
+		}
+	}
+	if got := niceMax(263, 4); got != 300 {
+		t.Errorf("niceMax(263, 4) = %v, want 300", got)
+	}
+	if got := fmtTick(-0.0 * 1); got != "0" {
+		t.Errorf("fmtTick(-0) = %q", got)
+	}
+}
+
+// TestWrongDecisions checks the count on a trace worked out by hand: 2 per 10s.
+func TestWrongDecisions(t *testing.T) {
+	const s = algos.Second
+	at := func(key int32, sec float64) Event { return Event{At: start + int64(sec*float64(s)), Key: key} }
+	evs := []Event{
+		at(0, 0),    // allowed by both
+		at(0, 1),    // allowed by both: 2 in the window
+		at(0, 2),    // denied by both
+		at(1, 8),    // key 1: allowed by both
+		at(1, 9),    // allowed by both
+		at(0, 10.5), // estimate 2·0.95 = 1.9 + 1 > 2: denied; the log holds only t=1 in (0.5, 10.5]: FALSE DENY
+		at(0, 15),   // estimate 2·0.5 = 1: allowed; nothing in (5, 15]: allowed
+		at(1, 15),   // estimate 2·0.5 = 1: allowed; but t=8 and 9 are in (5, 15]: FALSE ALLOW
+		at(0, 19),   // estimate 2·0.1 + 1 = 1.2: denied; only t=15 in (9, 19]: FALSE DENY
+	}
+	w, err := wrongDecisions(evs, 2, 10*s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Wrong{Requests: 9, FalseAllows: 1, FalseDenies: 2}
+	if w != want {
+		t.Errorf("got %+v, want %+v", w, want)
+	}
+	if r := w.Rate(); r < 33.33 || r > 33.34 {
+		t.Errorf("rate %v%%, want 33.3%%", r)
+	}
+}
+
+// TestMeasure checks the figures of one run worked out by hand: a fixed window of 2 per 10s.
+func TestMeasure(t *testing.T) {
+	const s = algos.Second
+	tr := &Trace{Name: "hand", Nodes: 1, Keys: 2, Start: start, End: start + 20*s}
+	for _, e := range []struct {
+		key int32
+		sec int64
+	}{{0, 0}, {0, 1}, {0, 2}, {1, 3}, {0, 11}, {0, 12}, {0, 13}} {
+		tr.Events = append(tr.Events, Event{At: start + e.sec*s, Key: e.key})
+	}
+	a := Algorithms(Limit{Units: 2, Window: 10 * s}, s)[0] // fixed-window
+	admitted := []bool{true, true, true, true, true, true, false}
+	ideal := []bool{true, true, false, true, true, true, false}
+	var r Result
+	if err := measure(&r, tr, a, admitted, ideal); err != nil {
+		t.Fatal(err)
+	}
+	want := Result{Offered: 7, Admitted: 6, Ideal: 5, Over: 1, MaxExcess: 1, Under: 0, Peak: 3}
+	if r != want {
+		t.Errorf("got %+v, want %+v", r, want)
+	}
+
+	// Under-admission counts per client: client 1 denied does not offset client 0's excess.
+	admitted[3] = false
+	r = Result{}
+	if err := measure(&r, tr, a, admitted, ideal); err != nil {
+		t.Fatal(err)
+	}
+	if r.Over != 1 || r.Under != 1 {
+		t.Errorf("over %d, under %d: want 1 and 1", r.Over, r.Under)
+	}
+}
+
+func TestMaxInFlight(t *testing.T) {
+	evs := []Event{{At: 0}, {At: 5}, {At: 10}, {At: 10, Key: 1}}
+	// A release at t comes before an arrival at t; clients are counted apart.
+	for hold, want := range map[int64]int64{5: 1, 6: 2, 11: 3} {
+		if got := maxInFlight(evs, hold); got != want {
+			t.Errorf("maxInFlight(hold %d) = %d, want %d", hold, got, want)
+		}
+	}
+}
+
+func TestTraces(t *testing.T) {
+	a, b := smallTraces(t, 1), smallTraces(t, 1)
+	if !reflect.DeepEqual(a, b) {
+		t.Error("the same seed gave different traces")
+	}
+	if c := smallTraces(t, 2); reflect.DeepEqual(a[0].Events, c[0].Events) {
+		t.Error("two seeds gave the same trace")
+	}
+	names := map[string]bool{}
+	for _, tr := range a {
+		names[tr.Name] = true
+		if len(tr.Events) == 0 {
+			t.Errorf("%s: no events", tr.Name)
+		}
+		for i, ev := range tr.Events {
+			if ev.At < tr.Start || ev.At >= tr.End || ev.Node < 0 || int(ev.Node) >= tr.Nodes || ev.Key < 0 || int(ev.Key) >= tr.Keys ||
+				i > 0 && ev.At < tr.Events[i-1].At {
+				t.Fatalf("%s: event %d %+v out of order or range", tr.Name, i, ev)
+			}
+		}
+	}
+	for _, n := range []string{"steady-50", "steady-100", "steady-200", "bursty", "boundary", "many-clients", "uneven-nodes"} {
+		if !names[n] {
+			t.Errorf("no trace %s", n)
+		}
+	}
+	for _, bad := range []TraceOptions{
+		{Limit: Limit{Units: 0, Window: 1}},
+		{Limit: Limit{Units: 1, Window: 0}},
+		{Limit: smallLimit, Nodes: 65},
+		{Limit: smallLimit, Length: 1},
+	} {
+		if _, err := Traces(bad); err == nil {
+			t.Errorf("Traces(%+v): no error", bad)
+		}
+	}
+}
+
+func TestMainFlags(t *testing.T) {
+	cases := []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"-nodes", "0"}, 2, "-nodes must be between 1 and 64"},
+		{[]string{"-parallel", "0"}, 2, "-parallel must be at least 1"},
+		{[]string{"extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"-bogus"}, 2, "flag provided but not defined"},
+		{[]string{"-redis", "127.0.0.1:1"}, 1, "Redis at 127.0.0.1:1"},
+	}
+	for _, c := range cases {
+		var out, errOut bytes.Buffer
+		if code := Main(context.Background(), c.args, &out, &errOut); code != c.code || !strings.Contains(errOut.String(), c.msg) {
+			t.Errorf("Main(%q) = %d, %q; want %d and %q", c.args, code, errOut.String(), c.code, c.msg)
+		}
+	}
+}
+
+func TestStartRedis(t *testing.T) {
+	addr, stop, err := StartRedis(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Errorf("addr %q", addr)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

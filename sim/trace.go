@@ -1,0 +1,221 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+
+	"github.com/diana-gw/diana/shared/algos"
+)
+
+// Event is one request of cost 1 in a trace.
+type Event struct {
+	At   int64 // µs of virtual time
+	Key  int32 // the client: index into the trace's keys
+	Node int32 // the gateway node that receives it, 0 ≤ Node < Trace.Nodes
+}
+
+// Trace is a sequence of requests, sorted by time, replayed in virtual time.
+type Trace struct {
+	Name  string
+	About string // one line for the report
+	Nodes int    // gateway nodes the requests are spread over
+	Keys  int    // distinct clients
+	Start int64  // µs: the first instant of the trace, a multiple of every window
+	End   int64  // µs: the trace covers [Start, End)
+	// Hold is how long an admitted request stays in flight (µs), for the concurrency limit: its
+	// lease is released at At + Hold on the node that took it.
+	Hold   int64
+	Events []Event
+}
+
+// Limit is the limit every algorithm of a run is configured with, stated once as a rate: Units
+// per Window, per client. Each algorithm's parameters derive from it (see Algorithms), so that
+// all of them admit about Units per Window under saturation.
+type Limit struct {
+	Units  int64 // per Window
+	Window int64 // µs
+}
+
+// TraceOptions size the traces.
+type TraceOptions struct {
+	Seed  uint64
+	Limit Limit
+	// Length is the duration of each single-client trace in windows (default 10); the many-clients
+	// trace is half as long.
+	Length int64
+	// Clients is the number of clients of the many-clients trace (default 10,000).
+	Clients int
+	// Load is the many-clients trace's total rate as a multiple of the limit (default 50).
+	Load int64
+	// Nodes is the number of gateway nodes (default 4).
+	Nodes int
+}
+
+func (o *TraceOptions) defaults() error {
+	if o.Length == 0 {
+		o.Length = 10
+	}
+	if o.Clients == 0 {
+		o.Clients = 10_000
+	}
+	if o.Nodes == 0 {
+		o.Nodes = 4
+	}
+	if o.Load == 0 {
+		o.Load = 50
+	}
+	switch {
+	case o.Limit.Units <= 0:
+		return fmt.Errorf("sim: Limit.Units must be greater than 0, got %d", o.Limit.Units)
+	case o.Limit.Window <= 0:
+		return fmt.Errorf("sim: Limit.Window must be greater than 0 µs, got %d", o.Limit.Window)
+	case o.Length < 2:
+		return fmt.Errorf("sim: Length must be at least 2 windows, got %d", o.Length)
+	case o.Clients < 2:
+		return fmt.Errorf("sim: Clients must be at least 2, got %d", o.Clients)
+	case o.Load < 1:
+		return fmt.Errorf("sim: Load must be at least 1, got %d", o.Load)
+	case o.Nodes < 1 || o.Nodes > 64:
+		return fmt.Errorf("sim: Nodes must be between 1 and 64, got %d", o.Nodes)
+	}
+	return nil
+}
+
+// start is where every trace begins: one hour past the epoch, a multiple of any window that
+// divides an hour, so that fixed windows start with the trace.
+const start = algos.Hour
+
+// Traces returns the standard traces, generated from o.Seed: the same options give the same
+// traces.
+//
+//   - steady-50, steady-100, steady-200: one client sending Poisson arrivals at 50%, 100% and
+//     200% of the limit, spread round-robin over the nodes;
+//   - bursty: one client alternating bursts at 10× the limit (a sixth of each window) with
+//     silence, spread randomly over the nodes;
+//   - boundary: one client sending a full limit in the last 2% of a window and another full
+//     limit in the first 2% of the next, every third window (the fixed window's weak spot);
+//   - many-clients: o.Clients clients whose shares of o.Load × the limit follow a Zipf law (s = 1.1):
+//     a few heavy clients above the limit, a long tail far below; spread randomly over the nodes;
+//   - uneven-nodes: one client at 150% of the limit, whose requests reach the nodes unevenly
+//     (40%, 30%, 20%, 10% with four nodes), as behind a load balancer with sticky connections.
+func Traces(o TraceOptions) ([]*Trace, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	w, u := o.Limit.Window, o.Limit.Units
+	end := start + o.Length*w
+	rate := float64(u) / float64(w) // requests per µs at the limit
+	var ts []*Trace
+	rng := func(i uint64) *rand.Rand { return rand.New(rand.NewPCG(o.Seed, i)) }
+
+	for i, pct := range []int64{50, 100, 200} {
+		r := rng(uint64(i))
+		t := &Trace{Name: fmt.Sprintf("steady-%d", pct), Nodes: o.Nodes, Keys: 1, Start: start, End: end,
+			About: fmt.Sprintf("one client, Poisson arrivals at %d%% of the limit, round-robin over %d nodes", pct, o.Nodes)}
+		n := 0
+		for at := range poisson(r, start, end, rate*float64(pct)/100) {
+			t.Events = append(t.Events, Event{At: at, Node: int32(n % o.Nodes)})
+			n++
+		}
+		ts = append(ts, t)
+	}
+
+	{
+		r := rng(3)
+		t := &Trace{Name: "bursty", Nodes: o.Nodes, Keys: 1, Start: start, End: end,
+			About: fmt.Sprintf("one client, bursts at 10× the limit for 1/6 of each window, then silence; random over %d nodes", o.Nodes)}
+		for ws := start; ws < end; ws += w {
+			for at := range poisson(r, ws, ws+w/6, 10*rate) {
+				t.Events = append(t.Events, Event{At: at, Node: int32(r.IntN(o.Nodes))})
+			}
+		}
+		ts = append(ts, t)
+	}
+
+	{
+		t := &Trace{Name: "boundary", Nodes: o.Nodes, Keys: 1, Start: start, End: end,
+			About: fmt.Sprintf("one client, a full limit in the last 2%% of a window and another in the first 2%% of the next, every third window; round-robin over %d nodes", o.Nodes)}
+		span := max(w/50, 1)
+		n := 0
+		for b := start + w; b < end; b += 3 * w {
+			for _, from := range []int64{b - span, b} {
+				for i := range u {
+					t.Events = append(t.Events, Event{At: from + i*span/u, Node: int32(n % o.Nodes)})
+					n++
+				}
+			}
+		}
+		ts = append(ts, t)
+	}
+
+	{
+		r := rng(5)
+		half := start + max(2, o.Length/2)*w
+		t := &Trace{Name: "many-clients", Nodes: o.Nodes, Keys: o.Clients, Start: start, End: half,
+			About: fmt.Sprintf("%d clients, Zipf-distributed (s = 1.1) shares of %d× the limit; random over %d nodes", o.Clients, o.Load, o.Nodes)}
+		z := rand.NewZipf(r, 1.1, 1, uint64(o.Clients-1))
+		for at := range poisson(r, start, half, float64(o.Load)*rate) {
+			t.Events = append(t.Events, Event{At: at, Key: int32(z.Uint64()), Node: int32(r.IntN(o.Nodes))})
+		}
+		ts = append(ts, t)
+	}
+
+	{
+		r := rng(6)
+		t := &Trace{Name: "uneven-nodes", Nodes: o.Nodes, Keys: 1, Start: start, End: end,
+			About: fmt.Sprintf("one client at 150%% of the limit, reaching %d nodes unevenly (weights %v)", o.Nodes, unevenWeights(o.Nodes))}
+		weights := unevenWeights(o.Nodes)
+		total := 0
+		for _, x := range weights {
+			total += x
+		}
+		for at := range poisson(r, start, end, 1.5*rate) {
+			pick, node := r.IntN(total), 0
+			for pick >= weights[node] {
+				pick -= weights[node]
+				node++
+			}
+			t.Events = append(t.Events, Event{At: at, Node: int32(node)})
+		}
+		ts = append(ts, t)
+	}
+
+	for _, t := range ts {
+		// Stable: events generated at one instant keep their order.
+		sort.SliceStable(t.Events, func(i, j int) bool { return t.Events[i].At < t.Events[j].At })
+		// Requests are held a fifth of a window: the concurrency limit of Algorithms then admits
+		// the same rate as the others.
+		t.Hold = w / 5
+	}
+	return ts, nil
+}
+
+// unevenWeights returns n node weights in %: 40, 30, 20, 10 for four nodes; in general
+// proportional to n, n−1, …, 1.
+func unevenWeights(n int) []int {
+	ws := make([]int, n)
+	for i := range ws {
+		ws[i] = n - i
+	}
+	return ws
+}
+
+// poisson yields the arrival times of a Poisson process of rate per µs in [from, to), rounded
+// down to whole µs.
+func poisson(r *rand.Rand, from, to int64, rate float64) func(func(int64) bool) {
+	return func(yield func(int64) bool) {
+		if rate <= 0 {
+			return
+		}
+		t := float64(from)
+		for {
+			t += r.ExpFloat64() / rate
+			at := int64(math.Floor(t))
+			if at >= to || !yield(at) {
+				return
+			}
+		}
+	}
+}
