@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Makes sure the programs the tests need are installed, from the Debian packages of the same
-# names: redis-server (the tests start their own servers on loopback ports) and deck (it
-# validates examples/kong.yml).
+# Makes sure the programs the tests need are installed, from Debian packages: redis-server,
+# redis-sentinel and redis-cli (package redis-tools) — the tests start their own servers,
+# Sentinels and Redis Clusters on loopback ports — and deck (it validates examples/kong.yml).
 set -euo pipefail
+# program:package
+needs=(redis-server:redis-server redis-sentinel:redis-sentinel redis-cli:redis-tools deck:deck)
 missing=()
-for p in redis-server deck; do
-  command -v "$p" >/dev/null 2>&1 || missing+=("$p")
+for n in "${needs[@]}"; do
+  command -v "${n%%:*}" >/dev/null 2>&1 || missing+=("${n#*:}")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 echo "not found: ${missing[*]}: installing the Debian packages" >&2
@@ -15,8 +17,9 @@ if ! { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get 
   echo "error: could not install ${missing[*]} (apt-get failed); install them and run make test again" >&2
   exit 1
 fi
-# The redis-server package starts a system service on 6379; the tests do not use it.
+# The packages start system services on 6379 and 26379; the tests do not use them.
 $sudo service redis-server stop >/dev/null 2>&1 || true
-for p in "${missing[@]}"; do
-  command -v "$p" >/dev/null || { echo "error: $p still not on PATH" >&2; exit 1; }
+$sudo service redis-sentinel stop >/dev/null 2>&1 || true
+for n in "${needs[@]}"; do
+  command -v "${n%%:*}" >/dev/null || { echo "error: ${n%%:*} still not on PATH" >&2; exit 1; }
 done

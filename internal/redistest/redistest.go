@@ -1,12 +1,16 @@
-// Package redistest starts real redis-server processes on free loopback ports for tests.
+// Package redistest starts real Redis processes on free loopback ports for tests: a standalone
+// redis-server (Start, StartWith for TLS and ACL users), a one-node cluster (StartCluster), a
+// master and replica watched by three Sentinels (StartSentinel) and a Redis Cluster of three
+// masters with one replica each (StartRedisCluster). Every process is killed when the test ends.
 //
-// A missing redis-server fails the test: it never skips, so CI cannot pass without Redis
-// (make test installs it).
+// A missing program (redis-server, redis-sentinel, redis-cli) fails the test: it never skips, so
+// CI cannot pass without Redis (make test installs it).
 package redistest
 
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -30,111 +34,227 @@ type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
 
-// Server is a redis-server child process, stopped when the test ends.
+// startTimeout bounds the wait for a process to answer, and each wait of a topology's set-up.
+const startTimeout = 20 * time.Second
+
+// Server is a Redis process (redis-server, or redis-sentinel for a Sentinel), stopped when the
+// test ends.
 type Server struct {
-	Addr    string
-	t       testing.TB
-	dir     string
-	port    int
-	cluster bool
-	cmd     *exec.Cmd
+	Addr string
+	// CA signs the certificate of a TLS server (StartWith with Options.TLS); nil otherwise.
+	CA *CA
+	// CAFile is the path of CA.PEM, for clients configured with a file; "" without TLS.
+	CAFile string
+
+	t    testing.TB
+	dir  string
+	port int
+	bin  string   // the program: redis-server or redis-sentinel
+	args []string // arguments after the common ones
+	conf string   // a config file passed first (Sentinels rewrite theirs), or ""
+	tls  *tls.Config
+	user string // the helpers' login on a server with ACL users
+	pass string
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
+}
+
+// Options change what StartWith starts.
+type Options struct {
+	// TLS makes the server speak TLS only, with a certificate for 127.0.0.1, ::1 and localhost
+	// signed by a CA made for it (Server.CA). Clients need not present a certificate.
+	TLS bool
+	// Users are ACL users, each as the config file's user directive takes it after "user": a
+	// name then rules, e.g. "diana on >secret ~diana:* +@all". With any user, the default user
+	// is off, and the helpers (Client, CommandStats, the start-up check) log in as a user of
+	// their own.
+	Users []string
 }
 
 // Start starts a fresh redis-server (no persistence) on a free loopback port.
-func Start(t testing.TB) *Server { return start(t, false) }
+func Start(t testing.TB) *Server { return StartWith(t, Options{}) }
+
+// StartWith starts a fresh redis-server (no persistence) on a free loopback port, with TLS and
+// ACL users as o says.
+func StartWith(t testing.TB, o Options) *Server {
+	t.Helper()
+	s := newServer(t, "redis-server")
+	if o.TLS {
+		s.CA = NewCA(t)
+		cert, key := s.CA.Issue(t, "127.0.0.1", "::1", "localhost")
+		files := map[string][]byte{"ca.crt": s.CA.PEM, "server.crt": cert, "server.key": key}
+		for name, b := range files {
+			if err := os.WriteFile(filepath.Join(s.dir, name), b, 0o600); err != nil {
+				t.Fatalf("write %s: %v", name, err)
+			}
+		}
+		s.args = append(s.args, "--port", "0", "--tls-port", strconv.Itoa(s.port),
+			"--tls-cert-file", filepath.Join(s.dir, "server.crt"),
+			"--tls-key-file", filepath.Join(s.dir, "server.key"),
+			"--tls-ca-cert-file", filepath.Join(s.dir, "ca.crt"),
+			"--tls-auth-clients", "no")
+		s.CAFile = filepath.Join(s.dir, "ca.crt")
+		s.tls = &tls.Config{RootCAs: s.CA.Pool(), MinVersion: tls.VersionTLS12}
+	}
+	if len(o.Users) > 0 {
+		s.user, s.pass = "redistest-admin", randomHex(t)
+		// One argument per word: redis-server joins them into the config line, quoting any
+		// argument that holds a space.
+		users := append([]string{"default off", s.user + " on >" + s.pass + " ~* &* +@all"}, o.Users...)
+		for _, u := range users {
+			s.args = append(s.args, "--user")
+			s.args = append(s.args, strings.Fields(u)...)
+		}
+	}
+	s.run()
+	return s
+}
 
 // StartCluster starts a one-node Redis Cluster that serves all 16384 slots, so that
 // go-redis's ClusterClient works against it and scripts whose keys span slots fail with
 // CROSSSLOT, as on a real cluster.
 func StartCluster(t testing.TB) *Server {
-	s := start(t, true)
+	t.Helper()
+	s := newServer(t, "redis-server")
+	s.args = clusterArgs(t, s.dir)
+	s.run()
 	c := redis.NewClient(&redis.Options{Addr: s.Addr})
 	defer c.Close()
 	ctx := context.Background()
 	if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
 		t.Fatalf("assign slots: %v", err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		info, _ := c.ClusterInfo(ctx).Result()
-		if strings.Contains(info, "cluster_state:ok") {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("one-node cluster not ok after 10s: %s", info)
-		}
+	if err := waitFor(ctx, func() error { return clusterOK(ctx, c) }); err != nil {
+		t.Fatalf("one-node cluster on %s: %v", s.Addr, err)
 	}
+	return s
 }
 
-func start(t testing.TB, cluster bool) *Server {
+// clusterArgs are the arguments of a cluster node. The cluster bus gets a free port of its own:
+// by default it is the port + 10000, which does not exist above port 55535.
+func clusterArgs(t testing.TB, dir string) []string {
+	return []string{"--cluster-enabled", "yes",
+		"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+		"--cluster-port", strconv.Itoa(freePort(t)),
+		"--cluster-node-timeout", strconv.Itoa(int(ClusterNodeTimeout / time.Millisecond))}
+}
+
+// newServer prepares a process of program bin on a free port, killed at the end of the test;
+// run starts it.
+func newServer(t testing.TB, bin string) *Server {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Fatalf("redis-server is needed by this test and is not on PATH (make test installs it): %v", err)
+	if _, err := exec.LookPath(bin); err != nil {
+		t.Fatalf("%s is needed by this test and is not on PATH (make test installs it): %v", bin, err)
 	}
-	s := &Server{t: t, dir: t.TempDir(), cluster: cluster}
+	s := &Server{t: t, dir: t.TempDir(), bin: bin}
 	s.port = freePort(t)
 	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
-	s.start()
 	t.Cleanup(s.Stop)
 	return s
 }
 
-func (s *Server) start() {
+func (s *Server) run() {
 	s.t.Helper()
-	args := []string{
-		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir,
-		"--logfile", filepath.Join(s.dir, "redis.log")}
-	if s.cluster {
-		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(s.dir, "nodes.conf"))
+	var args []string
+	if s.conf != "" {
+		args = append(args, s.conf)
 	}
-	s.cmd = exec.Command("redis-server", args...)
+	args = append(args, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log"))
+	if s.bin == "redis-server" {
+		// A replica's first sync starts at once instead of after 5 s (diskless sync's delay).
+		args = append(args, "--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0")
+	}
+	args = append(args, s.args...) // last: a later --port overrides (TLS sets --port 0)
+	s.cmd = exec.Command(s.bin, args...)
 	if err := s.cmd.Start(); err != nil {
-		s.t.Fatalf("start redis-server: %v", err)
+		s.t.Fatalf("start %s: %v", s.bin, err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", s.Addr, 100*time.Millisecond)
-		if err == nil {
-			r := bufio.NewReader(c)
-			fmt.Fprint(c, "PING\r\n")
-			c.SetReadDeadline(time.Now().Add(time.Second))
-			line, _ := r.ReadString('\n')
-			c.Close()
-			if strings.HasPrefix(line, "+PONG") {
-				return
-			}
+	cmd, done := s.cmd, make(chan struct{})
+	s.done = done
+	go func() { cmd.Wait(); close(done) }()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	err := waitFor(ctx, func() error {
+		select {
+		case <-done:
+			return stop{fmt.Errorf("exited: %v", cmd.ProcessState)}
+		default:
+			return s.ping()
 		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-			s.t.Fatalf("redis-server on %s did not answer PING within 10s: %s", s.Addr, log)
-		}
-		time.Sleep(20 * time.Millisecond)
+	})
+	if err != nil {
+		log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+		s.t.Fatalf("%s on %s did not answer PING within %v: %v\n%s", s.bin, s.Addr, startTimeout, err, log)
 	}
 }
 
-// Client returns a go-redis client for the server that honours context deadlines, closed when
-// the test ends.
+// ping sends PING (after AUTH on a server with ACL users) on a fresh connection, by hand: a
+// go-redis client would log and retry.
+func (s *Server) ping() error {
+	c, err := net.DialTimeout("tcp", s.Addr, 200*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	if s.tls != nil {
+		conf := s.tls.Clone()
+		conf.ServerName = "127.0.0.1"
+		c = tls.Client(c, conf)
+	}
+	if s.user != "" {
+		fmt.Fprintf(c, "AUTH %s %s\r\n", s.user, s.pass)
+	}
+	fmt.Fprint(c, "PING\r\n")
+	r := bufio.NewReader(c)
+	if s.user != "" {
+		if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "+OK") {
+			return fmt.Errorf("AUTH: %q %v", line, err)
+		}
+	}
+	line, err := r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("PING: %q %v", line, err)
+	}
+	return nil
+}
+
+// Options returns the options of a go-redis client for the server: TLS with the server's CA,
+// the helpers' login on a server with ACL users, and context deadlines honoured.
+func (s *Server) Options() *redis.Options {
+	o := &redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true, Username: s.user, Password: s.pass}
+	if s.tls != nil {
+		o.TLSConfig = s.tls.Clone()
+	}
+	return o
+}
+
+// Client returns a go-redis client for the server (see Options), closed when the test ends.
 func (s *Server) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true})
+	c := redis.NewClient(s.Options())
 	s.t.Cleanup(func() { c.Close() })
 	return c
 }
 
-// Stop kills the server; safe to call twice.
+// Stop kills the process; safe to call twice.
 func (s *Server) Stop() {
 	if s.cmd == nil || s.cmd.Process == nil {
 		return
 	}
 	s.cmd.Process.Kill()
-	s.cmd.Wait()
+	<-s.done
 	s.cmd = nil
 }
+
+// Running reports whether the process was started and not stopped.
+func (s *Server) Running() bool { return s.cmd != nil }
 
 // Restart stops the server and starts a fresh one on the same port: data and scripts are gone.
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.Stop()
-	s.start()
+	s.run()
 }
 
 // Pause stops the server process (SIGSTOP) so that it accepts connections but never answers.
@@ -151,7 +271,7 @@ type CommandStat struct {
 
 // CommandStats returns INFO commandstats by command name ("evalsha", "get", ...).
 func (s *Server) CommandStats(ctx context.Context) (map[string]CommandStat, error) {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(s.Options())
 	defer c.Close()
 	info, err := c.Info(ctx, "commandstats").Result()
 	if err != nil {
@@ -176,6 +296,54 @@ func (s *Server) CommandStats(ctx context.Context) (map[string]CommandStat, erro
 		out[strings.TrimPrefix(name, "cmdstat_")] = st
 	}
 	return out, nil
+}
+
+// stop is an error of a check that waiting cannot cure.
+type stop struct{ error }
+
+// waitFor calls check every 20 ms until it returns nil, and returns its last error when ctx is
+// done (or a deadline of startTimeout, if ctx has none) or the error is a stop.
+func waitFor(ctx context.Context, check func() error) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, startTimeout)
+		defer cancel()
+	}
+	for {
+		err := check()
+		if err == nil {
+			return nil
+		}
+		if st, ok := err.(stop); ok {
+			return st.error
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last check: %v)", ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// infoField returns field's value in an INFO or CLUSTER INFO reply, or "".
+func infoField(info, field string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func clusterOK(ctx context.Context, c *redis.Client) error {
+	info, err := c.ClusterInfo(ctx).Result()
+	if err != nil {
+		return err
+	}
+	if st := infoField(info, "cluster_state"); st != "ok" {
+		return fmt.Errorf("%s: cluster_state:%s", c.Options().Addr, st)
+	}
+	return nil
 }
 
 func freePort(t testing.TB) int {

@@ -1,7 +1,11 @@
 package redisstore
 
 import (
+	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"net"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,13 +22,76 @@ type Conn struct {
 	TLS        bool
 	ServerName string // TLS: the name to verify, when it is not the address's host
 	SkipVerify bool   // TLS: do not verify the server's certificate
+	CACert     []byte // TLS: PEM certificates of the CAs to trust instead of the system's (a private CA)
 }
 
-// NewClient returns a client for c, made for Store: commands honour context deadlines
+// TLSConfig returns the TLS configuration of c: nil without TLS; with TLS, TLS 1.2 or later,
+// verifying the server's certificate against CACert if it is set, else the system's roots. It
+// fails if CACert is set without TLS or holds no PEM certificate.
+func (c Conn) TLSConfig() (*tls.Config, error) {
+	if !c.TLS {
+		if len(c.CACert) > 0 {
+			return nil, errors.New("redisstore: Conn.CACert is set but TLS is off: set TLS too")
+		}
+		return nil, nil
+	}
+	t := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName, InsecureSkipVerify: c.SkipVerify}
+	if len(c.CACert) > 0 {
+		t.RootCAs = x509.NewCertPool()
+		if !t.RootCAs.AppendCertsFromPEM(c.CACert) {
+			return nil, errors.New("redisstore: Conn.CACert: no PEM certificate found (want one or more -----BEGIN CERTIFICATE----- blocks)")
+		}
+	}
+	return t, nil
+}
+
+// Open returns a client for c, made for Store: commands honour context deadlines
 // (ContextTimeoutEnabled), so that a caller's short timeout bounds each decision, and the
-// client's own dial, read and write timeouts are short too, as a backstop.
+// client's own dial, read and write timeouts are short too, as a backstop. It fails if c's TLS
+// settings are invalid (see TLSConfig). The client is a Sentinel (failover) client with
+// MasterName, a Cluster client with Cluster or several Addrs, else a plain client.
+func Open(c Conn) (redis.UniversalClient, error) {
+	t, err := c.TLSConfig()
+	if err != nil {
+		return nil, err
+	}
+	o := options(c)
+	o.TLSConfig = t
+	return newUniversal(o), nil
+}
+
+// NewClient is Open for a Conn known to be valid. If c's TLS settings are invalid, the client
+// still comes back, and every command on it fails with TLSConfig's error (no connection is
+// made): use Open to find out at once.
 func NewClient(c Conn) redis.UniversalClient {
-	o := &redis.UniversalOptions{
+	t, err := c.TLSConfig()
+	o := options(c)
+	o.TLSConfig = t
+	if err != nil {
+		o.Dialer = func(context.Context, string, string) (net.Conn, error) { return nil, err }
+	}
+	return newUniversal(o)
+}
+
+// ClusterReload is how often a Cluster client reads the slot map again while it is used.
+// go-redis reads it again at once on a MOVED or READONLY reply, but not when a master stops
+// answering: without this, after a master crashes and its replica takes over, the failed
+// master's slots would stay routed to the dead node until go-redis's default of 60 s. One
+// CLUSTER SLOTS a second per client is cheap.
+const ClusterReload = time.Second
+
+// newUniversal is redis.NewUniversalClient, with ClusterReload for a Cluster client.
+func newUniversal(o *redis.UniversalOptions) redis.UniversalClient {
+	if o.MasterName == "" && (o.IsClusterMode || len(o.Addrs) > 1) {
+		co := o.Cluster()
+		co.ClusterStateReloadInterval = ClusterReload
+		return redis.NewClusterClient(co)
+	}
+	return redis.NewUniversalClient(o)
+}
+
+func options(c Conn) *redis.UniversalOptions {
+	return &redis.UniversalOptions{
 		Addrs:                 c.Addrs,
 		MasterName:            c.MasterName,
 		IsClusterMode:         c.Cluster,
@@ -36,8 +103,4 @@ func NewClient(c Conn) redis.UniversalClient {
 		ReadTimeout:           time.Second,
 		WriteTimeout:          time.Second,
 	}
-	if c.TLS {
-		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName, InsecureSkipVerify: c.SkipVerify}
-	}
-	return redis.NewUniversalClient(o)
 }
