@@ -183,7 +183,8 @@ const fullServer = `
 	],
 	"redis": {
 		"addrs": ["127.0.0.1:6379", "127.0.0.1:6380"], "master_name": "mymaster", "username": "diana",
-		"password": "s3cret", "db": 2, "tls": true, "timeout": "100ms", "prefix": "d:",
+		"password": "s3cret", "db": 2, "tls": true, "tls_ca_file": "testdata/ca.pem", "tls_server_name": "redis.internal",
+		"wait_replicas": 1, "timeout": "100ms", "prefix": "d:",
 		"breaker_failures": 5, "breaker_open_for": "2s"
 	},
 	"remote": {"redis_key": "diana:rules", "redis_channel": "diana:changed", "interval": "10s"},`
@@ -197,6 +198,7 @@ func validDocs() map[string]doc {
 		docs["remote "+alg] = doc{json: `{"version": 1, "rules": [` + fullRule("r-"+alg, limit) + `]}`, remote: true}
 	}
 	docs["remote url"] = doc{json: `{"version": 1, "remote": {"url": "https://cfg.example.com/diana.yaml", "headers": {"Authorization": "Bearer x"}, "interval": "1m"}}`}
+	docs["redis tls without verification"] = doc{json: `{"version": 1, "redis": {"addrs": "127.0.0.1:6379", "tls": true, "tls_skip_verify": true}}`}
 	docs["redis cluster endpoint"] = doc{json: `{"version": 1, "redis": {"addrs": "127.0.0.1:6379", "cluster": true}}`}
 	docs["short forms"] = doc{json: `{"version": 1, "trusted_proxies": "10.0.0.1", "redis": {"addrs": "127.0.0.1:6379"},
 		"rules": [{"name": "a", "by": "ip", "match": {"methods": "GET", "paths": "/", "hosts": "example.com"}, "limit": {"algorithm": "token_bucket", "rate": 1}}]}`}
@@ -306,6 +308,8 @@ func TestInvalidDocuments(t *testing.T) {
 		{"unknown upstream field", `{"version": 1, "upstreams": [{"name": "a", "url": "demo:", "weight": 1}]}`, false, "upstreams[0].weight"},
 		{"unknown upstream match field", `{"version": 1, "upstreams": [{"name": "a", "url": "demo:", "match": {"query": "x"}}]}`, false, "upstreams[0].match.query"},
 		{"unknown redis field", `{"version": 1, "redis": {"addrs": "127.0.0.1:6379", "sentinels": true}}`, false, "redis.sentinels"},
+		{"redis wait_replicas on a cluster", `{"version": 1, "redis": {"addrs": "127.0.0.1:6379", "cluster": true, "wait_replicas": 1}}`, false, "redis.wait_replicas"},
+		{"redis wait_replicas too many", `{"version": 1, "redis": {"addrs": "127.0.0.1:6379", "wait_replicas": 17}}`, false, "redis.wait_replicas"},
 		{"redis cluster with master_name", `{"version": 1, "redis": {"addrs": "127.0.0.1:6379", "cluster": true, "master_name": "m"}}`, false, "redis.cluster"},
 		{"unknown remote field", `{"version": 1, "remote": {"token": "x"}}`, false, "remote.token"},
 		{"unknown rule field", tb(`"limits": {}`), false, "rules[0].limits"},

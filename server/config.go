@@ -5,12 +5,14 @@ package server
 import (
 	"net/netip"
 	"net/url"
+	"os"
 	"strconv"
 
 	"github.com/diana-gw/diana/httplimit"
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/conf"
 	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/store/redisstore"
 )
 
 // Version is the config format this dianad reads.
@@ -50,8 +52,12 @@ type Redis struct {
 	Password   string
 	DB         int
 	TLS        bool
-	Cluster    bool  // a Redis Cluster even with one address (a configuration endpoint)
-	Timeout    int64 // µs, bound on one decision's round trip
+	CACert     []byte // TLS: the PEM of tls_ca_file, the CAs to trust instead of the system's
+	ServerName string // TLS: the name to verify the certificate against
+	SkipVerify bool   // TLS: do not verify the certificate (tests only)
+	Cluster    bool   // a Redis Cluster even with one address (a configuration endpoint)
+	Wait       int    // replicas a decision's write must reach before it counts (WAIT); 0: none
+	Timeout    int64  // µs, bound on one decision's round trip
 	Prefix     string
 	Failures   int   // consecutive failures that open the breaker
 	OpenFor    int64 // µs the breaker stays open before a probe
@@ -179,9 +185,30 @@ func decodeRedis(o *conf.Obj) *Redis {
 	r.Password = o.String("password", "")
 	r.DB = int(o.Int("db", 0, 0, 1<<20))
 	r.TLS = o.Bool("tls", false)
+	r.ServerName = o.String("tls_server_name", "")
+	r.SkipVerify = o.Bool("tls_skip_verify", false)
+	if ca := o.String("tls_ca_file", ""); ca != "" {
+		var err error
+		if r.CACert, err = os.ReadFile(ca); err != nil {
+			o.Fail("tls_ca_file", "cannot be read: "+err.Error())
+		} else if _, err := (redisstore.Conn{TLS: true, CACert: r.CACert}).TLSConfig(); err != nil {
+			o.Fail("tls_ca_file", "holds no PEM certificate (want -----BEGIN CERTIFICATE----- blocks)")
+		}
+	}
+	if !r.TLS {
+		for f, set := range map[string]bool{"tls_ca_file": r.CACert != nil, "tls_server_name": r.ServerName != "", "tls_skip_verify": r.SkipVerify} {
+			if set {
+				o.Fail(f, "applies only with tls: true")
+			}
+		}
+	}
 	r.Cluster = o.Bool("cluster", false)
 	if r.Cluster && r.MasterName != "" {
 		o.Fail("cluster", "cannot be combined with master_name (Sentinel)")
+	}
+	r.Wait = int(o.Int("wait_replicas", 0, 0, 16))
+	if r.Wait > 0 && (r.Cluster || len(r.Addrs) > 1 && r.MasterName == "") {
+		o.Fail("wait_replicas", "cannot be used with a Redis Cluster (WAIT has no key to be routed by); use it with a standalone or Sentinel master")
 	}
 	r.Timeout = o.Duration("timeout", 50*algos.Millisecond, algos.Millisecond, algos.Minute)
 	r.Prefix = o.String("prefix", "diana:")

@@ -91,18 +91,25 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 		o.MaxEntries = 1_000_000
 	}
 	s = &Server{cfg: cfg, opts: o, log: o.Logger, met: newMetrics()}
+	srv := s // s is nil by the time a failed New returns
 	defer func() {
 		if err != nil {
-			s.close()
+			srv.close()
 		}
 	}()
 	s.mem = memstore.New(memstore.Options{MaxEntries: o.MaxEntries})
 	if cfg.Redis != nil {
 		r := cfg.Redis
-		s.rdb = redisstore.NewClient(redisstore.Conn{Addrs: r.Addrs, MasterName: r.MasterName, Cluster: r.Cluster,
-			Username: r.Username, Password: r.Password, DB: r.DB, TLS: r.TLS})
+		if s.rdb, err = redisstore.Open(redisstore.Conn{Addrs: r.Addrs, MasterName: r.MasterName, Cluster: r.Cluster,
+			Username: r.Username, Password: r.Password, DB: r.DB,
+			TLS: r.TLS, CACert: r.CACert, ServerName: r.ServerName, SkipVerify: r.SkipVerify}); err != nil {
+			return nil, fmt.Errorf("server: redis: %w", err)
+		}
 		// Calls of batched rules are answered from leased units; the others pass through.
-		leased := batch.New(redisstore.New(s.rdb, redisstore.Options{Prefix: cfg.Redis.Prefix}), batch.Options{})
+		// WAIT gets most of the decision's timeout; past it, the decision fails and on_error decides.
+		rs := redisstore.New(s.rdb, redisstore.Options{Prefix: cfg.Redis.Prefix, WaitReplicas: r.Wait,
+			WaitTimeout: time.Duration(r.Timeout) * time.Microsecond * 3 / 4})
+		leased := batch.New(rs, batch.Options{})
 		s.met.leases(leased)
 		s.cluster = failover.New(leased, failover.Options{
 			Timeout:  time.Duration(cfg.Redis.Timeout) * time.Microsecond,

@@ -144,7 +144,7 @@ func (r *Rule) decodeLimit(o *conf.Obj) {
 	r.Algorithm = lo.String("algorithm", "")
 	kind, ok := algorithms[r.Algorithm]
 	if !ok {
-		if r.Algorithm != "" {
+		if lo.Has("algorithm") && !failed(lo, "algorithm") { // else missing or not a string: said so
 			lo.Fail("algorithm", "must be one of "+strings.Join(Algorithms(), ", ")+", got "+quote(r.Algorithm))
 		}
 		return

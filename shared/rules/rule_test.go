@@ -389,6 +389,7 @@ func TestDecodeInvalid(t *testing.T) {
 		{"limit null", `{"name": "r", "limit": null}`, "rules[0].limit", "is required"},
 		{"algorithm missing", limit(`"rate": 10`), "rules[0].limit.algorithm", "is required"},
 		{"algorithm unknown", limit(`"algorithm": "gcra", "rate": 10`), "rules[0].limit.algorithm", `must be one of ` + strings.Join(rules.Algorithms(), ", ") + `, got "gcra"`},
+		{"algorithm empty", limit(`"algorithm": "", "rate": 10`), "rules[0].limit.algorithm", `got ""`},
 		{"algorithm in upper case", limit(`"algorithm": "TOKEN_BUCKET", "rate": 10`), "rules[0].limit.algorithm", `got "TOKEN_BUCKET"`},
 
 		// token_bucket.

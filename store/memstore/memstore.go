@@ -20,9 +20,11 @@ const (
 
 // Options tune a Store.
 type Options struct {
-	// MaxEntries bounds the number of identities kept; default 1,000,000. When it is reached, an
-	// expired entry is dropped, or else the one closest to expiry among a few sampled: that
-	// identity starts afresh if it comes back.
+	// MaxEntries bounds the number of identities kept; default 1,000,000, and at least 64 (one
+	// per shard). Each of the 64 shards holds its share; when a shard is full, an expired entry
+	// of it is dropped, or else the one closest to expiry among a few sampled: that identity
+	// starts afresh if it comes back. As keys spread unevenly over the shards, a store may start
+	// evicting somewhat before it holds MaxEntries.
 	MaxEntries int
 	// Clock returns the time in µs; default a monotonic clock.
 	Clock func() int64
@@ -62,10 +64,15 @@ func New(o Options) *Store {
 		o.Clock = func() int64 { return base + time.Since(start).Microseconds() }
 	}
 	s := &Store{seed: maphash.MakeSeed(), now: o.Clock}
-	per := max(1, o.MaxEntries/shardCount)
+	// The shares add up to MaxEntries exactly: the remainder goes one apiece to the first shards.
+	per, rest := o.MaxEntries/shardCount, o.MaxEntries%shardCount
 	for i := range s.shards {
 		s.shards[i].m = make(map[string]*entry)
-		s.shards[i].max = per
+		n := per
+		if i < rest {
+			n++
+		}
+		s.shards[i].max = max(1, n)
 	}
 	return s
 }

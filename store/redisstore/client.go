@@ -99,7 +99,11 @@ func options(c Conn) *redis.UniversalOptions {
 		Password:              c.Password,
 		DB:                    c.DB,
 		ContextTimeoutEnabled: true,
-		DialTimeout:           time.Second,
+		// No CLIENT SETINFO on each new connection: one round trip less before the first
+		// decision on it, which a short decision timeout would otherwise have to cover (the
+		// fault matrix saw a 20 ms slowdown keep new connections from ever being ready in 50 ms).
+		DisableIdentity: true,
+		DialTimeout:     time.Second,
 		ReadTimeout:           time.Second,
 		WriteTimeout:          time.Second,
 	}

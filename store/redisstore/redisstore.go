@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -27,7 +28,20 @@ type Options struct {
 	// CallerClock sends Request.Now to the scripts instead of letting them read Redis TIME.
 	// Tests only: production uses Redis's clock, one for the whole cluster.
 	CallerClock bool
+	// WaitReplicas, if above 0, makes every round trip that changes state end with WAIT: a
+	// decision counts only once that many replicas have its write, within WaitTimeout (default
+	// 50ms); else it fails with ErrNotReplicated and the caller's fail policy decides. Redis
+	// replicates asynchronously, so without it a failover can lose counts the old master
+	// acknowledged (a Sentinel failover of a running master lost hundreds in the tests), and
+	// those requests are admitted again. A standalone or Sentinel master only: on a Redis
+	// Cluster, WAIT has no key to be routed by.
+	WaitReplicas int
+	WaitTimeout  time.Duration
 }
+
+// ErrNotReplicated is the error of a decision whose write did not reach Options.WaitReplicas
+// replicas in time: a failover could lose it, so it is not trusted. Redis may keep it.
+var ErrNotReplicated = errors.New("redisstore: the decision's write did not reach enough replicas")
 
 // Store decides requests in Redis.
 type Store struct {
@@ -76,6 +90,11 @@ func (s *Store) Keys(key string) (state, ban string) {
 // state, no TTL, no ban. A release cannot be a dry run: that request gets an error, with no round
 // trip (the memory store answers it, on a copy of the state; rules never ask for one).
 func (s *Store) Decide(ctx context.Context, key string, alg algos.Algorithm, r algos.Request) (algos.Decision, error) {
+	if s.o.WaitReplicas > 0 {
+		c := [1]Call{{Key: key, Alg: alg, Req: r}}
+		s.DecideAll(ctx, c[:])
+		return c[0].Dec, c[0].Err
+	}
 	e, err := s.eval(key, alg, r)
 	if err != nil {
 		return algos.Decision{}, err
@@ -119,25 +138,57 @@ func (s *Store) DecideAll(ctx context.Context, calls []Call) {
 	if p.Len() == 0 {
 		return
 	}
+	wait := s.wait(ctx, p, calls, cmds)
 	_, _ = p.Exec(ctx) // each command carries its own error
 	// A NOSCRIPT command did not run: sending it again with the script's source applies it once.
 	var retry redis.Pipeliner
+	var retried []bool
 	for i, cmd := range cmds {
 		if cmd != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			if retry == nil {
-				retry = s.c.Pipeline()
+				retry, retried = s.c.Pipeline(), make([]bool, len(cmds))
 			}
 			cmds[i] = evals[i].script.Eval(ctx, retry, evals[i].keys, evals[i].args...)
+			retried[i] = true
 		}
 	}
+	var rewait *redis.Cmd
 	if retry != nil {
+		rewait = s.wait(ctx, retry, calls, cmds)
 		_, _ = retry.Exec(ctx)
 	}
 	for i, cmd := range cmds {
-		if cmd != nil {
-			calls[i].Dec, calls[i].Err = decision(evals[i].name, calls[i].Key, cmd)
+		if cmd == nil {
+			continue
+		}
+		calls[i].Dec, calls[i].Err = decision(evals[i].name, calls[i].Key, cmd)
+		w := wait
+		if retried != nil && retried[i] {
+			w = rewait
+		}
+		if w != nil && calls[i].Err == nil && !calls[i].Req.DryRun {
+			if n, err := w.Int64(); err != nil || n < int64(s.o.WaitReplicas) {
+				calls[i].Dec, calls[i].Err = algos.Decision{}, fmt.Errorf("%w (%d of %d replicas, %v)", ErrNotReplicated, n, s.o.WaitReplicas, err)
+			}
 		}
 	}
+}
+
+// wait adds WAIT to p when Options.WaitReplicas asks for it and p holds a call that writes.
+func (s *Store) wait(ctx context.Context, p redis.Pipeliner, calls []Call, cmds []*redis.Cmd) *redis.Cmd {
+	if s.o.WaitReplicas <= 0 {
+		return nil
+	}
+	for i, cmd := range cmds {
+		if cmd != nil && !calls[i].Req.DryRun {
+			timeout := s.o.WaitTimeout
+			if timeout <= 0 {
+				timeout = 50 * time.Millisecond
+			}
+			return p.Do(ctx, "WAIT", s.o.WaitReplicas, timeout.Milliseconds())
+		}
+	}
+	return nil
 }
 
 // eval is one script call, ready to send.

@@ -65,9 +65,9 @@ type failoverRun struct {
 // until every identity has been denied by a decision that started after failover returned (so
 // the new master has seen every identity at its limit), stops, decides once more on each
 // identity one at a time, and reads the leases Redis holds.
-func failoverLoad(t *testing.T, c redis.UniversalClient, prefix string, failover func(context.Context) error) *failoverRun {
+func failoverLoad(t *testing.T, c redis.UniversalClient, o redisstore.Options, prefix string, failover func(context.Context) error) *failoverRun {
 	t.Helper()
-	s := redisstore.New(c, redisstore.Options{})
+	s := redisstore.New(c, o)
 	lease := mustAlg(algos.NewConcurrency(loadLimit, algos.Hour))
 	var (
 		decided, nextID atomic.Int64
@@ -245,15 +245,19 @@ func (r *failoverRun) check(t *testing.T, name string, failed func(key int) bool
 // TestSentinelFailover: through a Sentinel client, decisions go on after the master is killed
 // and a Sentinel promotes its replica, and after a failover asked of a Sentinel (SENTINEL
 // FAILOVER) while the master runs. Neither is coordinated with the clients: both may lose
-// acknowledged admissions, and the test measures how many.
+// acknowledged admissions, and the test measures how many; with WaitReplicas (WAIT 1 after each
+// write), none may be lost. (A killed master leaves this set-up without a replica, so WAIT 1
+// would fail every decision after it: WaitReplicas needs a replica more than it waits for.)
 func TestSentinelFailover(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		failover func(*redistest.Sentinel, context.Context) (string, error)
+		wait     int
 	}{
-		{"master killed", (*redistest.Sentinel).Failover},
-		{"SENTINEL FAILOVER", (*redistest.Sentinel).ManualFailover},
+		{"master killed", (*redistest.Sentinel).Failover, 0},
+		{"SENTINEL FAILOVER", (*redistest.Sentinel).ManualFailover, 0},
+		{"SENTINEL FAILOVER, WAIT 1", (*redistest.Sentinel).ManualFailover, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -263,11 +267,11 @@ func TestSentinelFailover(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			r := failoverLoad(t, c, "sentinel:", func(ctx context.Context) error {
+			r := failoverLoad(t, c, redisstore.Options{WaitReplicas: tc.wait, WaitTimeout: 100 * time.Millisecond}, "sentinel:", func(ctx context.Context) error {
 				_, err := tc.failover(sn, ctx)
 				return err
 			})
-			r.check(t, "sentinel, "+tc.name, func(int) bool { return true }, false)
+			r.check(t, "sentinel, "+tc.name, func(int) bool { return true }, tc.wait > 0)
 		})
 	}
 }
@@ -312,7 +316,7 @@ func TestClusterFailover(t *testing.T) {
 			t.Fatalf("%s: the identities live on %d masters (%v), want all 3", tc.name, len(seen), seen)
 		}
 		victim := masterOf[0]
-		r := failoverLoad(t, c, tc.prefix, func(ctx context.Context) error {
+		r := failoverLoad(t, c, redisstore.Options{}, tc.prefix, func(ctx context.Context) error {
 			_, err := tc.failover(ctx, victim)
 			return err
 		})

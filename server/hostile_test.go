@@ -1,0 +1,170 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/diana-gw/diana/internal/redistest"
+)
+
+// hostileConfig is dianad in front of its demo upstream, counting by every dimension a client
+// controls, each allowing one request: in Redis (cluster mode, under prefix) and in process
+// memory (per-key).
+func hostileConfig(redisAddr, prefix string) string {
+	return header + `trusted_proxies: ["127.0.0.1/32", "10.0.0.0/8"]
+consumer_header: X-Consumer
+upstreams:
+  - name: demo
+    url: "demo:"
+redis:
+  addrs: ["` + redisAddr + `"]
+  prefix: "` + prefix + `"
+  timeout: ` + exactTimeout + `
+rules:
+  - name: per-ip
+    by: [ip]
+    mode: cluster
+    on_error: closed
+    limit: {algorithm: fixed_window, limit: 1, window: ` + forever + `}
+  - name: per-device
+    by: [device, host]
+    mode: cluster
+    on_error: closed
+    limit: {algorithm: sliding_log, limit: 1, window: 1h}
+  - name: per-consumer
+    by: [consumer, path]
+    mode: cluster
+    on_error: closed
+    limit: {algorithm: token_bucket, rate: 1, period: 1h}
+  - name: per-key
+    by: ["header:X-Api-Key", path]
+    limit: {algorithm: sliding_window, limit: 1, window: 1h}
+`
+}
+
+// rawHTTP sends req as written on a new connection to the host:port of url and returns the
+// response's status and body; the request is written while the response is read, so that a
+// server that answers before reading it all (431) is heard.
+func rawHTTP(t *testing.T, url, req string) (int, string) {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(waitFor))
+	go io.WriteString(c, req) // its error shows as the response's
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("reading the response: %v", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading the body: %v", err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// TestHostileRequests sends hostile requests to dianad's proxy and decision API over real
+// listeners, deciding in a real redis-server: each gets a clear status (200 or 429 from the
+// limits, 400 or 431 from net/http or the API, never a 5xx), and every key dianad writes to
+// Redis stays small, whatever the size of the values it counts by. net/http answers 431 itself
+// to a header block over http.DefaultMaxHeaderBytes (1 MiB), and 400 to NUL or control bytes in
+// header values or the request line.
+func TestHostileRequests(t *testing.T) {
+	rs := redistest.Start(t)
+	req := func(target string, headers ...string) string {
+		return "GET " + target + " HTTP/1.1\r\nHost: example.com\r\n" + strings.Join(headers, "") + "Connection: close\r\n\r\n"
+	}
+	hops := make([]string, 3000)
+	for i := range hops {
+		hops[i] = "10.0." + strconv.Itoa(i/250) + "." + strconv.Itoa(i%250+1)
+	}
+	kb100 := strings.Repeat("v", 100<<10)
+	mb2 := strings.Repeat("x", 2<<20)
+	for i, tc := range []struct {
+		name     string
+		req      string
+		statuses []int // of the same request sent again
+	}{
+		{"header block over MaxHeaderBytes", req("/", "X-Filler: "+mb2+"\r\n"), []int{431}},
+		{"request line over MaxHeaderBytes", req("/" + mb2), []int{431}},
+		{"100 KB device and host", req("/", "X-Device-Id: "+kb100+"\r\n", "X-Forwarded-For: 203.0.113.1\r\n"), []int{200, 429}},
+		{"100 KB api key and path", req("/"+kb100, "X-Api-Key: "+kb100+"\r\n"), []int{200, 429}},
+		{"100 KB consumer", req("/", "X-Consumer: "+kb100+"\r\n"), []int{200, 429}},
+		{"braces, bars and percents in values", req("/}{|%25", "X-Device-Id: }}{{|%\r\n", "X-Consumer: {x}\r\n"), []int{200, 429}},
+		{"invalid UTF-8 in header values", req("/", "X-Device-Id: \xff\xfe\r\n", "X-Consumer: \xc3\x28\r\n"), []int{200, 429}},
+		{"invalid UTF-8 in the path", req("/\xff\xfe", "X-Api-Key: k\r\n"), []int{200, 429}},
+		{"NUL in a header value", req("/", "X-Device-Id: a\x00b\r\n"), []int{400}},
+		{"control byte in a header value", req("/", "X-Consumer: a\x01b\r\n"), []int{400}},
+		{"NUL in the path", req("/a\x00b"), []int{400}},
+		{"3000 X-Forwarded-For hops", req("/", "X-Forwarded-For: 203.0.113.9, "+strings.Join(hops, ", ")+"\r\n"), []int{200, 429}},
+		{"malformed X-Forwarded-For entries", req("/", "X-Forwarded-For: 203.0.113.7, 999.1.1.1, unknown, 1.2.3\r\n"), []int{200, 429}},
+		{"X-Forwarded-For comma storm", req("/", "X-Forwarded-For: "+strings.Repeat(",", 500_000)+"\r\n"), []int{200, 429}},
+		{"IPv6 zone in X-Forwarded-For", req("/", "X-Forwarded-For: [fe80::1%eth0]:443\r\n"), []int{200, 429}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// A server and a key prefix of its own: each case starts with fresh counts.
+			ts := startFile(t, hostileConfig(rs.Addr, "h"+strconv.Itoa(i)+":"))
+			for j, want := range tc.statuses {
+				if status, body := rawHTTP(t, ts.proxy, tc.req); status != want {
+					t.Fatalf("request %d: status %d (%.200q), want %d", j+1, status, body, want)
+				}
+			}
+		})
+	}
+
+	t.Run("decision API", func(t *testing.T) {
+		ts := startFile(t, hostileConfig(rs.Addr, "api:"))
+		post := func(body string) string {
+			return "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+				strconv.Itoa(len(body)) + "\r\nConnection: close\r\n\r\n" + body
+		}
+		big := strings.Repeat("d", 60<<10)
+		for _, c := range []struct {
+			body string
+			want int
+		}{
+			{`{"client_ip": "fe80::1%eth0", "headers": {"X-Device-Id": "` + big + `"}}`, 200},
+			{`{"client_ip": "203.0.113.5", "path": "/\u0000\ud800", "headers": {"x-api-key": "\u0000"}}`, 200},
+			{"{\"consumer\": \"\xff\xfe\", \"path\": \"/\"}", 200},
+			{`{"client_ip": "999.1.1.1"}`, 400},
+			{`{"client_ip": "[::1]:80"}`, 400},
+			{`{"headers": {"X-Device-Id": 1}}`, 400},
+			{`{"client_ip": "192.0.2.1", "path": "` + strings.Repeat("p", 70<<10) + `"}`, 400},
+			{`[` + strings.Repeat(`[`, 10000) + strings.Repeat(`]`, 10000) + `]`, 400},
+		} {
+			if status, body := rawHTTP(t, ts.admin, post(c.body)); status != c.want {
+				t.Errorf("POST %.100q: status %d (%.200q), want %d", c.body, status, body, c.want)
+			}
+		}
+	})
+
+	// Every key in Redis is its prefix, the identity in a hash tag, and at most the identity
+	// again (when it holds a '}'): an identity is a rule name and up to two parts of at most
+	// 1 + 3 × 128 bytes each, so no key exceeds 4 + 2 × (64 + 2 × 385) bytes.
+	const maxKey = 4 + 2*(64+2*(1+3*128))
+	ctx := context.Background()
+	n := 0
+	iter := rs.Client().Scan(ctx, 0, "*", 1000).Iterator()
+	for iter.Next(ctx) {
+		n++
+		if k := iter.Val(); len(k) > maxKey {
+			t.Errorf("Redis key of %d bytes, over %d: %.200q", len(k), maxKey, k)
+		}
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 {
+		t.Error("no keys in Redis: the cluster rules decided nothing")
+	}
+}
