@@ -104,7 +104,7 @@ func options(c Conn) *redis.UniversalOptions {
 		// fault matrix saw a 20 ms slowdown keep new connections from ever being ready in 50 ms).
 		DisableIdentity: true,
 		DialTimeout:     time.Second,
-		ReadTimeout:           time.Second,
-		WriteTimeout:          time.Second,
+		ReadTimeout:     time.Second,
+		WriteTimeout:    time.Second,
 	}
 }
