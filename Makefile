@@ -1,7 +1,7 @@
 GO ?= go
 TINYGO_FLAGS = -scheduler=none -target=wasip1 -buildmode=wasi-legacy -no-debug
 
-.PHONY: test vet deps bench bench-redis-cpu tinygo tinygo-check wasm run
+.PHONY: test vet deps bench bench-redis-cpu tinygo tinygo-check wasm run fuzz report faults
 
 ## test: every test with the race detector, and the algorithms built and run under TinyGo.
 ## Installs redis-server and deck (and TinyGo's Debian packages) when missing; builds diana.wasm.
@@ -52,3 +52,18 @@ run:
 	@echo '  curl -s http://127.0.0.1:9090/metrics | grep diana_'
 	@echo "  curl -s -X POST http://127.0.0.1:9090/v1/check -d '{\"client_ip\":\"192.0.2.1\",\"path\":\"/\"}'"
 	bin/dianad --config examples/diana.yaml
+
+## fuzz: every fuzz target (go test -fuzz) for FUZZTIME each (default 10s); CI runs it for 5s each
+fuzz:
+	@build/fuzz.sh
+
+## report: the accuracy report, docs/accuracy.md and its charts in docs/img (starts its own redis-server)
+report: deps
+	$(GO) run ./cmd/dianad simulate -out docs
+
+## faults: the fault matrix (dianad and the Kong plugin × Redis killed, paused, slowed, restarted,
+## failed over × on_error open, closed, local), as Markdown in bin/faults.md
+faults: deps
+	@mkdir -p bin && rm -f bin/faults.md
+	DIANA_FAULTS_OUT=$(CURDIR)/bin/faults.md $(GO) test -count=1 -p 1 -timeout 15m -run '^TestFaultMatrix$$' ./server/ ./kongplugin/
+	@cat bin/faults.md
