@@ -99,11 +99,13 @@ func TestBounded(t *testing.T) {
 }
 
 // TestExpiredGoFirst: when the store is full, expired entries make room before live ones.
+// (16 long keys: a shard of 8 entries that drew 8 of them, all live, would have to evict one,
+// which with 128 long keys happened in 16 runs of 200.)
 func TestExpiredGoFirst(t *testing.T) {
 	s, c := newStore(64 * 8)
 	long := gcra(t, 1, algos.Hour, 1)    // a used key stays limited for an hour
 	short := gcra(t, 1, algos.Second, 1) // its state expires after a second
-	for i := range 64 * 2 {
+	for i := range 16 {
 		s.Decide("long"+strconv.Itoa(i), long, algos.Request{Cost: 1})
 	}
 	for i := range 64 * 6 {
@@ -113,7 +115,7 @@ func TestExpiredGoFirst(t *testing.T) {
 	for i := range 64 * 5 {
 		s.Decide("new"+strconv.Itoa(i), short, algos.Request{Cost: 1})
 	}
-	for i := range 64 * 2 {
+	for i := range 16 {
 		if d := s.Decide("long"+strconv.Itoa(i), long, algos.Request{Cost: 1}); d.Allowed {
 			t.Fatalf("long%d lost its state to eviction while expired entries were there", i)
 		}
