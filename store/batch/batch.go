@@ -17,6 +17,7 @@ package batch
 import (
 	"context"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,6 +121,12 @@ func (s *Store) Stats() Stats {
 // them. A batch that the Backend could not grant (an error) leaves the call's Err for the caller's
 // fail policy.
 func (s *Store) DecideAll(ctx context.Context, calls []redisstore.Call) {
+	if !slices.ContainsFunc(calls, batched) {
+		// No batched rule: the calls go as they are, with no copy on the way.
+		s.next.DecideAll(ctx, calls)
+		s.stats.direct.Add(int64(len(calls)))
+		return
+	}
 	var send []redisstore.Call
 	var from []int  // calls[from[j]] is answered by send[j]
 	var asked []int // ... which asked for a batch for it
@@ -165,6 +172,12 @@ func (s *Store) DecideAll(ctx context.Context, calls []redisstore.Call) {
 			calls[i].Dec.Limit = b.Script().Limit // decided directly with the lease algorithm
 		}
 	}
+}
+
+// batched reports whether c is a decision of a batched rule.
+func batched(c redisstore.Call) bool {
+	_, ok := c.Alg.(*rules.Batched)
+	return ok && !c.Req.Release
 }
 
 // local answers c from the units held for its key, if it can. Otherwise it returns the batch to
