@@ -105,6 +105,24 @@ func BenchmarkMemory(b *testing.B) {
 	})
 }
 
+// inParallel runs decide on 8 goroutines per CPU, each going round the keys from its own offset,
+// and stops the timer.
+func inParallel(b *testing.B, keys []string, decide func(key string) error) {
+	var seq atomic.Int64
+	b.SetParallelism(8)
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(seq.Add(7919))
+		for pb.Next() {
+			if err := decide(keys[i%len(keys)]); err != nil {
+				b.Error(err)
+				return
+			}
+			i++
+		}
+	})
+	b.StopTimer()
+}
+
 // BenchmarkRedis compares one decision in Redis at equal parallelism on one redis-server:
 // Diana's GCRA script against go-redis/redis_rate's. Besides ns/op it reports the Redis CPU per
 // call (INFO commandstats, evalsha usec_per_call).
@@ -117,19 +135,7 @@ func BenchmarkRedis(b *testing.B) {
 		if err := c.ConfigResetStat(ctx).Err(); err != nil {
 			b.Fatal(err)
 		}
-		var seq atomic.Int64
-		b.SetParallelism(8)
-		b.RunParallel(func(pb *testing.PB) {
-			i := int(seq.Add(7919))
-			for pb.Next() {
-				if err := decide(k[i%nKeys]); err != nil {
-					b.Error(err)
-					return
-				}
-				i++
-			}
-		})
-		b.StopTimer()
+		inParallel(b, k, decide)
 		stats, err := srv.CommandStats(ctx)
 		if err != nil {
 			b.Fatal(err)
@@ -173,19 +179,7 @@ func BenchmarkLeased(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		var seq atomic.Int64
-		b.SetParallelism(8)
-		b.RunParallel(func(pb *testing.PB) {
-			i := int(seq.Add(7919))
-			for pb.Next() {
-				if err := decide(k[i%nk]); err != nil {
-					b.Error(err)
-					return
-				}
-				i++
-			}
-		})
-		b.StopTimer()
+		inParallel(b, k, decide)
 		after, err := srv.CommandStats(ctx)
 		if err != nil {
 			b.Fatal(err)

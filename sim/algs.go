@@ -25,8 +25,13 @@ type Algo struct {
 	Aligned bool
 	// InFlight marks the concurrency limit: it limits requests in flight, not a rate.
 	InFlight bool
-	// Leasable says whether leased mode supports the algorithm.
-	Leasable bool
+}
+
+// Leasable reports whether leased mode runs the algorithm: whether it implements algos.Leaser.
+func (a Algo) Leasable() bool {
+	alg, err := a.New(1)
+	_, ok := alg.(algos.Leaser)
+	return err == nil && ok
 }
 
 // Algorithms returns every algorithm of shared/algos configured from l, with hold the time a
@@ -58,12 +63,12 @@ func Algorithms(l Limit, hold int64) []Algo {
 	conc := func(d int64) (algos.Algorithm, error) { return algos.NewConcurrency(div(inflight, d), 2*hold) }
 	per := fmt.Sprintf("%d per %s", u, duration(w))
 	return []Algo{
-		{Name: "fixed-window", About: per + ", aligned windows", New: fixed, Contract: same(fixed), Window: w, Aligned: true, Leasable: true},
-		{Name: "sliding-window", About: per + ", weighted estimate (judged against the exact sliding log)", New: sliding, Contract: same(log), Window: w, Leasable: true},
-		{Name: "sliding-log", About: per + ", exact", New: log, Contract: same(log), Window: w, Leasable: true},
-		{Name: "token-bucket", About: fmt.Sprintf("GCRA, %s, burst %d", per, u), New: gcra, Contract: same(gcra), Window: w, Leasable: true},
+		{Name: "fixed-window", About: per + ", aligned windows", New: fixed, Contract: same(fixed), Window: w, Aligned: true},
+		{Name: "sliding-window", About: per + ", weighted estimate (judged against the exact sliding log)", New: sliding, Contract: same(log), Window: w},
+		{Name: "sliding-log", About: per + ", exact", New: log, Contract: same(log), Window: w},
+		{Name: "token-bucket", About: fmt.Sprintf("GCRA, %s, burst %d", per, u), New: gcra, Contract: same(gcra), Window: w},
 		{Name: "warm-up", About: fmt.Sprintf("%s stable, warm-up %s, cold factor 3", per, duration(w)), New: warm, Contract: same(warm), Window: w},
-		{Name: "leaky-bucket", About: fmt.Sprintf("nginx limit_req, %s, burst %d, nodelay", per, u/2), New: leaky, Contract: same(leaky), Window: w, Leasable: true},
+		{Name: "leaky-bucket", About: fmt.Sprintf("nginx limit_req, %s, burst %d, nodelay", per, u/2), New: leaky, Contract: same(leaky), Window: w},
 		{Name: "concurrency", About: fmt.Sprintf("%d in flight, each request held %s", inflight, duration(hold)), New: conc, Contract: same(conc), Window: w, InFlight: true},
 	}
 }

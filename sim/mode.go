@@ -87,11 +87,7 @@ func Leased(c redis.UniversalClient, o LeaseOptions) Mode {
 		about += ", spent within " + duration(o.MaxAge)
 	}
 	return Mode{Name: "leased", About: about,
-		Supports: func(a Algo) bool {
-			alg, err := a.New(1)
-			_, ok := alg.(algos.Leaser)
-			return err == nil && ok
-		},
+		Supports: Algo.Leasable,
 		Wrap: func(alg algos.Algorithm) (algos.Algorithm, error) {
 			l, ok := alg.(algos.Leaser)
 			if !ok {

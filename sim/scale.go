@@ -36,7 +36,7 @@ func RunScale(ctx context.Context, c redis.UniversalClient, seed uint64, nodes, 
 	}
 	var leasable []Algo
 	for _, a := range Algorithms(l, l.Window/5) {
-		if a.Leasable {
+		if a.Leasable() {
 			leasable = append(leasable, a)
 		}
 	}

@@ -363,15 +363,7 @@ func TestTLS(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			if tc.wantErr == "" {
-				exactLoad(t, c)
-				return
-			}
-			_, err = redisstore.New(c, redisstore.Options{}).Decide(context.Background(), "k", mustAlg(algos.NewGCRA(1, algos.Second, 1)), algos.Request{Cost: 1})
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("Decide: %v, want an error with %q", err, tc.wantErr)
-			}
-			t.Logf("%v", err)
+			loadOrFail(t, c, tc.wantErr)
 		})
 	}
 }
@@ -427,17 +419,24 @@ func TestACL(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			if tc.wantErr == "" {
-				exactLoad(t, c)
-				return
-			}
-			_, err = redisstore.New(c, redisstore.Options{}).Decide(context.Background(), "k", mustAlg(algos.NewGCRA(1, algos.Second, 1)), algos.Request{Cost: 1})
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("Decide: %v, want an error with %q", err, tc.wantErr)
-			}
-			t.Logf("%v", err)
+			loadOrFail(t, c, tc.wantErr)
 		})
 	}
+}
+
+// loadOrFail runs exactLoad on c when wantErr is empty; otherwise it checks that a decision
+// fails with an error holding wantErr.
+func loadOrFail(t *testing.T, c redis.UniversalClient, wantErr string) {
+	t.Helper()
+	if wantErr == "" {
+		exactLoad(t, c)
+		return
+	}
+	_, err := redisstore.New(c, redisstore.Options{}).Decide(context.Background(), "k", mustAlg(algos.NewGCRA(1, algos.Second, 1)), algos.Request{Cost: 1})
+	if err == nil || !strings.Contains(err.Error(), wantErr) {
+		t.Fatalf("Decide: %v, want an error with %q", err, wantErr)
+	}
+	t.Logf("%v", err)
 }
 
 // dianaCommands are the commands Diana's scripts run, as ACL rules: what a least-privilege user
