@@ -1,7 +1,7 @@
 GO ?= go
 TINYGO_FLAGS = -scheduler=none -target=wasip1 -buildmode=wasi-legacy -no-debug
 
-.PHONY: test vet deps bench bench-redis-cpu tinygo tinygo-check wasm run fuzz report faults
+.PHONY: test vet deps bench bench-redis-cpu tinygo tinygo-check wasm run fuzz report faults generate
 
 ## test: every test with the race detector, and the algorithms built and run under TinyGo.
 ## Installs redis-server and deck (and TinyGo's Debian packages) when missing; builds diana.wasm.
@@ -52,6 +52,14 @@ run:
 	@echo '  curl -s http://127.0.0.1:9090/metrics | grep diana_'
 	@echo "  curl -s -X POST http://127.0.0.1:9090/v1/check -d '{\"client_ip\":\"192.0.2.1\",\"path\":\"/\"}'"
 	bin/dianad --config examples/diana.yaml
+
+## generate: the files derived from shared/rules' algorithm registry (schema/limit.schema.json, the
+## algorithm tables of README.md and docs/configuration.md) and shared/algos' golden vectors
+## (shared/algos/testdata/golden.json, which the Lua scripts are tested against); make test
+## fails when one of them is stale
+generate:
+	$(GO) test -count=1 -run '^TestGenerated$$' ./schema/ -update
+	$(GO) test -count=1 ./shared/algos/ -update
 
 ## fuzz: every fuzz target (go test -fuzz) for FUZZTIME each (default 10s); CI runs it for 5s each
 fuzz:

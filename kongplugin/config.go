@@ -160,28 +160,20 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 		if name == "main" {
 			lf, wf = "limit", "window"
 		}
-		n := conf.Number(strconv.FormatInt(limit, 10))
-		switch algorithm {
-		case "token_bucket", "leaky_bucket", "warm_up":
-			lim.Set("rate", n)
-			lim.Set("period", window)
-			names["limit.rate"], names["limit.period"] = lf, wf
-			if algorithm == "warm_up" {
-				lim.Set("warmup", warmup)
-				names["limit.warmup"] = "warmup"
+		// The flat fields set the parameters of the algorithm's registry entry by their roles:
+		// limit the amount (limit, rate, max), window its window (window, period, lease).
+		kind, _ := rules.Algorithm(algorithm) // an unknown one is reported by the rule's decoder
+		set := func(role rules.Role, v conf.Value, field string) {
+			if p, ok := kind.Param(role); ok {
+				lim.Set(p.Name, v)
+				names["limit."+p.Name] = field
 			}
-			if algorithm != "warm_up" && burst > 0 && name == "main" {
-				lim.Set("burst", conf.Number(strconv.FormatInt(burst, 10)))
-				names["limit.burst"] = "burst"
-			}
-		case "concurrency":
-			lim.Set("max", n)
-			lim.Set("lease", window)
-			names["limit.max"], names["limit.lease"] = lf, wf
-		default:
-			lim.Set("limit", n)
-			lim.Set("window", window)
-			names["limit.limit"], names["limit.window"] = lf, wf
+		}
+		set(rules.Amount, conf.Number(strconv.FormatInt(limit, 10)), lf)
+		set(rules.Window, window, wf)
+		set(rules.Warmup, warmup, "warmup")
+		if burst > 0 && name == "main" {
+			set(rules.Burst, conf.Number(strconv.FormatInt(burst, 10)), "burst")
 		}
 		r := &conf.Object{}
 		// The algorithm is part of the name, hence of the keys: switching algorithms must not

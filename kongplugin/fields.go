@@ -5,12 +5,14 @@ package main
 // into schema/rule.schema.json): its type, enum, bounds and default come from there, so the
 // schema Kong and Konga see cannot drift from the one the rules are validated against.
 
+import "github.com/diana-gw/diana/shared/algos"
+
 // field is one config field as Kong's schema describes it. Zero values mean "take it from the
 // rule schema" (when From is set) or "none".
 type field struct {
 	Name     string
 	Type     string // string, integer, boolean, array (of strings)
-	From     string // JSON pointer into rule.schema.json, "" for a Kong-only field
+	From     string // "#/pointer" into rule.schema.json or "FILE#/pointer" into another schema file; "" for a Kong-only field
 	Default  any    // nil: no default (optional field, absent unless set)
 	OneOf    []string
 	Min, Max *int64
@@ -39,7 +41,7 @@ var groups = []group{
 // limitBy are the values of limit_by, as Kong's rate-limiting names them.
 var limitBy = []string{"ip", "consumer", "credential", "header", "path", "service", "global"}
 
-const maxLimit = 2251799813685248 // 2^51, the largest limit or rate the algorithms take
+const maxLimit = algos.MaxCount // the largest limit or rate the algorithms take
 
 // fieldTable returns the config fields in the order Konga shows them.
 func fieldTable() []field {
@@ -57,22 +59,22 @@ func fieldTable() []field {
 			Desc: "The request header the main limit counts by when limit_by is header, e.g. X-Api-Key."},
 		{Name: "path", Type: "string",
 			Desc: "With limit_by path: the path pattern the main limit applies to (/login exactly, * one segment, a final ** any rest), counted per path. Empty: every path, each counted on its own."},
-		{Name: "algorithm", Type: "string", From: "/$defs/limit/properties/algorithm", Default: "sliding_window",
+		{Name: "algorithm", Type: "string", From: "limit.schema.json#/properties/algorithm", Default: "sliding_window",
 			Desc: "The algorithm of every limit of this instance: sliding_window (limit per sliding window), fixed_window, sliding_log (exact, limit at most 10000), token_bucket and leaky_bucket (rate limit per window), warm_up, or concurrency (limit requests in flight)."},
-		{Name: "limit", Type: "integer", From: "/$defs/limit/properties/limit", Default: int64(60), Min: limMin, Max: limMax,
+		{Name: "limit", Type: "integer", From: "limit.schema.json#/properties/limit", Default: int64(60), Min: limMin, Max: limMax,
 			Desc: "The main limit: requests admitted per window (token_bucket, leaky_bucket, warm_up: the rate per window; concurrency: requests in flight)."},
-		{Name: "window", Type: "string", From: "/$defs/limit/properties/window", Default: "1m",
+		{Name: "window", Type: "string", From: "limit.schema.json#/properties/window", Default: "1m",
 			Desc: "The window of the main limit (the period of a rate), a duration such as 1s, 1m, 1h or 1d; for concurrency, how long a slot stays taken if its request's end is never seen."},
-		{Name: "burst", Type: "integer", From: "/$defs/limit/properties/burst", Default: int64(0), Min: zeroMin, Max: zeroMax,
+		{Name: "burst", Type: "integer", From: "limit.schema.json#/properties/burst", Default: int64(0), Min: zeroMin, Max: zeroMax,
 			Desc: "token_bucket: the bucket size (0: the limit); leaky_bucket: excess requests admitted beyond the rate, as nginx's burst. Ignored by the other algorithms."},
-		{Name: "warmup", Type: "string", From: "/$defs/limit/properties/warmup", Default: "10s",
+		{Name: "warmup", Type: "string", From: "limit.schema.json#/properties/warmup", Default: "10s",
 			Desc: "warm_up: how long a cold limiter takes to reach its full rate, a duration such as 10s. Ignored by the other algorithms."},
 	}
 	for _, g := range groups {
 		fs = append(fs,
 			field{Name: g.Name + "_limit", Type: "integer", Default: int64(0), Min: zeroMin, Max: zeroMax,
 				Desc: "An extra limit by " + g.Doc + ", with the same algorithm; 0 turns it off. A request must pass every limit."},
-			field{Name: g.Name + "_window", Type: "string", From: "/$defs/limit/properties/window", Default: "1m",
+			field{Name: g.Name + "_window", Type: "string", From: "limit.schema.json#/properties/window", Default: "1m",
 				Desc: "The window of " + g.Name + "_limit, a duration such as 1s, 1m or 1h."},
 		)
 		if g.Name == "device" {
@@ -83,7 +85,7 @@ func fieldTable() []field {
 	fs = append(fs,
 		field{Name: "shadow", Type: "boolean", Default: false,
 			Desc: "Shadow mode: never refuse a request, only log and count what would have been refused. Use it to try a limit on live traffic."},
-		field{Name: "ban", Type: "string", From: "/properties/ban", Default: "0s",
+		field{Name: "ban", Type: "string", From: "#/properties/ban", Default: "0s",
 			Desc: "After a refusal, refuse everything from the same identity for this long, a duration such as 10m; 0s is no ban."},
 		field{Name: "policy", Type: "string", Default: "local", OneOf: []string{"local", "redis"},
 			Desc: "Where the counts live: local (in this Kong node, shared by its workers) or redis (shared by every node, decided atomically by Lua scripts in Redis)."},
@@ -115,17 +117,17 @@ func fieldTable() []field {
 			Desc: "policy redis: the prefix of every key Diana writes in Redis."},
 		field{Name: "fail_closed", Type: "boolean", Default: false,
 			Desc: "policy redis, when Redis cannot decide (down, slow, failing): refuse requests. Default (off): let them through, as Kong's fault_tolerant does."},
-		field{Name: "fallback_nodes", Type: "integer", From: "/properties/nodes", Default: int64(0), Min: nodesMin, Max: nodesMax,
+		field{Name: "fallback_nodes", Type: "integer", From: "#/properties/nodes", Default: int64(0), Min: nodesMin, Max: nodesMax,
 			Desc: "policy redis, when Redis cannot decide: if above 0, each node limits on its own with every limit divided by this number (the Kong nodes sharing the limit). 0: follow fail_closed."},
 		field{Name: "batch_max", Type: "integer", Default: int64(0), Min: batchMin, Max: batchMax,
 			Desc: "policy redis, leased mode: if above 0, each Kong node takes units from Redis in pre-debited batches of up to this many and spends them on its own: one Redis call per batch, never over the limit. 0: one call per request."},
-		field{Name: "batch_max_age", Type: "string", From: "/properties/batch/properties/max_age", Default: "0s",
+		field{Name: "batch_max_age", Type: "string", From: "#/properties/batch/properties/max_age", Default: "0s",
 			Desc: "policy redis with batch_max: how long a node may hold leased units before they expire unspent, e.g. 200ms. 0s: the algorithm's default."},
 		field{Name: "hide_client_headers", Type: "boolean", Default: false,
 			Desc: "Do not send the RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset and Retry-After headers."},
-		field{Name: "error_code", Type: "integer", From: "/properties/reply/properties/status",
+		field{Name: "error_code", Type: "integer", From: "#/properties/reply/properties/status",
 			Desc: "The HTTP status of a refusal, 400 to 599: 429 by default, 503 is common too."},
-		field{Name: "error_message", Type: "string", From: "/properties/reply/properties/message",
+		field{Name: "error_message", Type: "string", From: "#/properties/reply/properties/message",
 			Desc: "The message of a refusal, sent as the JSON body {\"message\": MESSAGE, \"retry_after\": SECONDS}."},
 	)
 	return fs

@@ -23,9 +23,9 @@ const (
 // makes no PDK call unless the instance holds leases, and Kong runs it after the response).
 var phases = []string{"access", "log"}
 
-// ruleSchema returns rule.schema.json decoded, numbers kept exact.
-var ruleSchema = sync.OnceValues(func() (map[string]any, error) {
-	b, err := fs.ReadFile(schema.FS(), schema.RuleFile)
+// schemaFile returns one of schema's files decoded, numbers kept exact.
+func schemaFile(name string) (map[string]any, error) {
+	b, err := fs.ReadFile(schema.FS(), name)
 	if err != nil {
 		return nil, err
 	}
@@ -33,35 +33,46 @@ var ruleSchema = sync.OnceValues(func() (map[string]any, error) {
 	d.UseNumber()
 	var m map[string]any
 	if err := d.Decode(&m); err != nil {
-		return nil, fmt.Errorf("%s: %w", schema.RuleFile, err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return m, nil
-})
+}
 
-// lookup returns the node at a JSON pointer of root, following local $refs, with the
-// properties of the pointed node winning over those of its $ref.
-func lookup(root map[string]any, ptr string) (map[string]any, error) {
+// lookup returns the node at ref, "FILE#/pointer" or "#/pointer" in file, following $refs, with
+// the properties of the pointed node winning over those of its $ref.
+func lookup(file, ref string) (map[string]any, error) {
+	if f, ptr, ok := strings.Cut(ref, "#"); ok && f != "" {
+		file, ref = f, "#"+ptr
+	}
+	root, err := schemaFile(file)
+	if err != nil {
+		return nil, err
+	}
 	var cur any = root
+	ptr := strings.TrimPrefix(ref, "#")
 	for _, p := range strings.Split(strings.TrimPrefix(ptr, "/"), "/") {
+		if p == "" {
+			continue
+		}
 		m, ok := cur.(map[string]any)
 		if !ok {
-			return nil, fmt.Errorf("%s: %q is not inside an object", ptr, p)
+			return nil, fmt.Errorf("%s: %q is not inside an object", ref, p)
 		}
 		if cur, ok = m[p]; !ok {
-			return nil, fmt.Errorf("%s: no %q", ptr, p)
+			return nil, fmt.Errorf("%s%s: no %q", file, ref, p)
 		}
 	}
 	m, ok := cur.(map[string]any)
 	if !ok {
-		return nil, fmt.Errorf("%s: not an object", ptr)
+		return nil, fmt.Errorf("%s%s: not an object", file, ref)
 	}
 	out := map[string]any{}
-	if ref, ok := m["$ref"].(string); ok && strings.HasPrefix(ref, "#/") {
-		r, err := lookup(root, ref[1:])
+	if r, ok := m["$ref"].(string); ok {
+		n, err := lookup(file, r)
 		if err != nil {
 			return nil, err
 		}
-		for k, v := range r {
+		for k, v := range n {
 			out[k] = v
 		}
 	}
@@ -71,20 +82,16 @@ func lookup(root map[string]any, ptr string) (map[string]any, error) {
 	return out, nil
 }
 
-// resolveFields fills in the fields of the table from the rule schema: type, enum, bounds and
+// resolveFields fills in the fields of the table from the rule schemas: type, enum, bounds and
 // default where the table leaves them to it. It fails if the table contradicts the schema.
 func resolveFields() ([]field, error) {
-	root, err := ruleSchema()
-	if err != nil {
-		return nil, err
-	}
 	fs := fieldTable()
 	for i := range fs {
 		f := &fs[i]
 		if f.From == "" {
 			continue
 		}
-		n, err := lookup(root, f.From)
+		n, err := lookup(schema.RuleFile, f.From)
 		if err != nil {
 			return nil, fmt.Errorf("field %s: %w", f.Name, err)
 		}

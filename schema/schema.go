@@ -5,6 +5,8 @@
 // the same documents.
 //
 //   - rule.schema.json: one rule (name, match, by, cost, limit, mode, action, reply, ...);
+//   - limit.schema.json: a rule's limit, an algorithm and its parameters, generated from the
+//     algorithms' registry in shared/rules (make generate);
 //   - dianad.schema.json: the dianad document (version, listen, admin, upstreams, redis,
 //     remote, rules);
 //   - rules.schema.json: a remote document, which holds only version and rules.
@@ -25,6 +27,7 @@ const BaseURL = "https://raw.githubusercontent.com/diana-gw/diana/main/schema/"
 // The names of the schema files in FS.
 const (
 	RuleFile   = "rule.schema.json"   // one rule
+	LimitFile  = "limit.schema.json"  // a rule's limit: generated from shared/rules
 	DianadFile = "dianad.schema.json" // the dianad document
 	RulesFile  = "rules.schema.json"  // a remote document: version and rules
 )

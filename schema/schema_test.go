@@ -33,7 +33,7 @@ type validators struct {
 func compile(t *testing.T) validators {
 	t.Helper()
 	c := jsonschema.NewCompiler()
-	for _, name := range []string{RuleFile, DianadFile, RulesFile} {
+	for _, name := range []string{RuleFile, LimitFile, DianadFile, RulesFile} {
 		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(read(t, name)))
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -222,13 +222,16 @@ func validDocs() map[string]doc {
 		{"name": "e", "limit": {"algorithm": "concurrency", "max": 1, "lease": "000010s"}}]}`}
 	docs["path patterns"] = doc{json: `{"version": 1, "rules": [{"name": "p", "match": {"paths": ["/", "/**", "/*", "/a/*/b/**", "//x", "/a/"], "hosts": ["*.Example.com", "EXAMPLE.com", "[2001:DB8::1]", "a_b-c.d", "localhost"], "methods": ["PURGE", "*"]}, "limit": {"algorithm": "token_bucket", "rate": 1}}]}`}
 	docs["extreme numbers"] = doc{json: `{"version": 1, "rules": [
-		{"name": "a", "cost": 0, "limit": {"algorithm": "token_bucket", "rate": 2251799813685248, "period": "1us", "burst": 1}},
-		{"name": "b", "cost": 9007199254740992, "limit": {"algorithm": "leaky_bucket", "rate": 1, "period": "1us", "burst": 2251799813685247, "delay": 9007199254740992}},
-		{"name": "c", "limit": {"algorithm": "fixed_window", "limit": 2251799813685248, "window": "1us"}},
-		{"name": "d", "limit": {"algorithm": "concurrency", "max": 10000}},
+		{"name": "a", "cost": 0, "limit": {"algorithm": "token_bucket", "rate": 1000000000000000, "period": "1us", "burst": 1}},
+		{"name": "b", "cost": 1000000000000000, "limit": {"algorithm": "leaky_bucket", "rate": 1000000000000000, "period": "1s", "burst": 999999999999999, "delay": 1000000000000000}},
+		{"name": "c", "limit": {"algorithm": "fixed_window", "limit": 1000000000000000, "window": "1us"}},
+		{"name": "d", "limit": {"algorithm": "concurrency", "max": 10000, "lease": "10y"}},
 		{"name": "e", "limit": {"algorithm": "leaky_bucket", "rate": 1, "burst": 0, "nodelay": false, "delay": 0}},
-		{"name": "f", "reply": {"status": 400}, "limit": {"algorithm": "warm_up", "rate": 9007199254740992, "period": "562949953421312us", "warmup": "1us"}},
-		{"name": "g", "reply": {"status": 599}, "nodes": 10000, "limit": {"algorithm": "sliding_window", "limit": 2251799813685248, "window": "1us"}}]}`}
+		{"name": "f", "reply": {"status": 400}, "limit": {"algorithm": "warm_up", "rate": 1000000000000000, "period": "10y", "warmup": "1us"}},
+		{"name": "g", "reply": {"status": 599}, "nodes": 10000, "limit": {"algorithm": "sliding_window", "limit": 1000000000000000, "window": "1us"}},
+		{"name": "h", "ban": "10y", "limit": {"algorithm": "sliding_window", "limit": 1000000000000000, "window": "10y"}},
+		{"name": "i", "limit": {"algorithm": "fixed_window", "limit": 1000000000000, "window": "1y"}},
+		{"name": "j", "limit": {"algorithm": "token_bucket", "rate": 1000000000000, "period": "1y"}}]}`}
 	return docs
 }
 
@@ -511,7 +514,7 @@ type schemaSet map[string]map[string]any
 func loadSchemas(t *testing.T) schemaSet {
 	t.Helper()
 	set := schemaSet{}
-	for _, name := range []string{RuleFile, DianadFile, RulesFile} {
+	for _, name := range []string{RuleFile, LimitFile, DianadFile, RulesFile} {
 		var m map[string]any
 		dec := json.NewDecoder(bytes.NewReader(read(t, name)))
 		dec.UseNumber() // numbers keep their text: 2^53 stays an integer
@@ -908,6 +911,12 @@ func TestSchemaCoversDecoder(t *testing.T) {
 		}
 	}
 	read := decoderKeys(t)
+	for _, name := range rules.Algorithms() { // the parameters' names are read from the registry
+		k, _ := rules.Algorithm(name)
+		for _, p := range k.Params {
+			read[p.Name] = true
+		}
+	}
 	if len(read) < 40 {
 		t.Fatalf("found only %d field names in the decoders: %v", len(read), read)
 	}
@@ -972,7 +981,7 @@ func TestPatternsAgree(t *testing.T) {
 		values []string
 	}{
 		{"ban (a duration)", tb(`"ban": %s`), []string{
-			"0s", "1s", "1m30s", "1d2h3m4s5ms6us7µs", "01s", "999999999999999us", "10m0s",
+			"0s", "1s", "1m30s", "1d2h3m4s5ms6us7µs", "01s", "315360000000000us", "10y", "1w", "10m0s",
 			"", "1", "s", "1.5s", "1 s", " 1s", "1s ", "1S", "-1s", "+1s", "1h1", "1mus", "1sm", "1msms",
 			"1hs", "1dd", "1µsx", "1mµs", "1ns", "0000000000000000000001s", "1e3s", "0x10s", "１s",
 		}},

@@ -37,12 +37,12 @@ func (a Algo) Leasable() bool {
 // Algorithms returns every algorithm of shared/algos configured from l, with hold the time a
 // request stays in flight (for the concurrency limit):
 //
-//   - fixed-window: l.Units per aligned l.Window;
-//   - sliding-window: l.Units per sliding l.Window, weighted two-window estimate;
-//   - sliding-log: l.Units per sliding l.Window, exact;
-//   - token-bucket: GCRA, l.Units per l.Window, burst l.Units (starts full);
-//   - warm-up: l.Units per l.Window at the stable rate, warming up over one l.Window;
-//   - leaky-bucket: nginx limit_req, l.Units per l.Window, burst l.Units/2, nodelay;
+//   - fixed_window: l.Units per aligned l.Window;
+//   - sliding_window: l.Units per sliding l.Window, weighted two-window estimate;
+//   - sliding_log: l.Units per sliding l.Window, exact;
+//   - token_bucket: GCRA, l.Units per l.Window, burst l.Units (starts full);
+//   - warm_up: l.Units per l.Window at the stable rate, warming up over one l.Window;
+//   - leaky_bucket: nginx limit_req, l.Units per l.Window, burst l.Units/2, nodelay;
 //   - concurrency: l.Units·hold/l.Window requests in flight (leases expire after 2·hold), which
 //     admits l.Units per l.Window when every request is held for hold.
 func Algorithms(l Limit, hold int64) []Algo {
@@ -62,15 +62,22 @@ func Algorithms(l Limit, hold int64) []Algo {
 	}
 	conc := func(d int64) (algos.Algorithm, error) { return algos.NewConcurrency(div(inflight, d), 2*hold) }
 	per := fmt.Sprintf("%d per %s", u, duration(w))
-	return []Algo{
-		{Name: "fixed-window", About: per + ", aligned windows", New: fixed, Contract: same(fixed), Window: w, Aligned: true},
-		{Name: "sliding-window", About: per + ", weighted estimate (judged against the exact sliding log)", New: sliding, Contract: same(log), Window: w},
-		{Name: "sliding-log", About: per + ", exact", New: log, Contract: same(log), Window: w},
-		{Name: "token-bucket", About: fmt.Sprintf("GCRA, %s, burst %d", per, u), New: gcra, Contract: same(gcra), Window: w},
-		{Name: "warm-up", About: fmt.Sprintf("%s stable, warm-up %s, cold factor 3", per, duration(w)), New: warm, Contract: same(warm), Window: w},
-		{Name: "leaky-bucket", About: fmt.Sprintf("nginx limit_req, %s, burst %d, nodelay", per, u/2), New: leaky, Contract: same(leaky), Window: w},
-		{Name: "concurrency", About: fmt.Sprintf("%d in flight, each request held %s", inflight, duration(hold)), New: conc, Contract: same(conc), Window: w, InFlight: true},
+	algs := []Algo{
+		{About: per + ", aligned windows", New: fixed, Contract: same(fixed), Window: w, Aligned: true},
+		{About: per + ", weighted estimate (judged against the exact sliding log)", New: sliding, Contract: same(log), Window: w},
+		{About: per + ", exact", New: log, Contract: same(log), Window: w},
+		{About: fmt.Sprintf("GCRA, %s, burst %d", per, u), New: gcra, Contract: same(gcra), Window: w},
+		{About: fmt.Sprintf("%s stable, warm-up %s, cold factor 3", per, duration(w)), New: warm, Contract: same(warm), Window: w},
+		{About: fmt.Sprintf("nginx limit_req, %s, burst %d, nodelay", per, u/2), New: leaky, Contract: same(leaky), Window: w},
+		{About: fmt.Sprintf("%d in flight, each request held %s", inflight, duration(hold)), New: conc, Contract: same(conc), Window: w, InFlight: true},
 	}
+	// Each is named as configs name it (algos' Script().Name, the registry's name).
+	for i := range algs {
+		if a, err := algs[i].New(1); err == nil {
+			algs[i].Name = a.Script().Name
+		}
+	}
+	return algs
 }
 
 // duration formats µs briefly: "1m", "12s", "250ms", "40µs".

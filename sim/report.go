@@ -220,7 +220,7 @@ func (r *Report) findings() []string {
 		return best, found
 	}
 	all := func(Result) bool { return true }
-	exactOnes := func(x Result) bool { return x.Algo != "sliding-window" }
+	exactOnes := func(x Result) bool { return x.Algo != "sliding_window" }
 	over := func(x Result) float64 { return x.OverPct() }
 	under := func(x Result) float64 { return x.UnderPct() }
 	at := func(x Result) string { return x.Algo + " on " + x.Trace }
@@ -234,8 +234,8 @@ func (r *Report) findings() []string {
 	}
 	if x, ok := worst("cluster", exactOnes, over); ok {
 		y, _ := worst("cluster", exactOnes, under)
-		sw, _ := worst("cluster", func(x Result) bool { return x.Algo == "sliding-window" }, over)
-		su, _ := worst("cluster", func(x Result) bool { return x.Algo == "sliding-window" }, under)
+		sw, _ := worst("cluster", func(x Result) bool { return x.Algo == "sliding_window" }, over)
+		su, _ := worst("cluster", func(x Result) bool { return x.Algo == "sliding_window" }, under)
 		verdict := "is exact: every algorithm but the weighted sliding window admits what its contract admits"
 		if x.Over > 0 || y.Under > 0 {
 			verdict = "differs from the contracts"

@@ -44,7 +44,7 @@ func TestRun(t *testing.T) {
 
 	t.Run("exact algorithms never over-admit in cluster and leased modes", func(t *testing.T) {
 		for _, r := range rep.Results {
-			if r.Skipped != "" || r.Algo == "sliding-window" || (r.Mode != "cluster" && r.Mode != "leased") {
+			if r.Skipped != "" || r.Algo == "sliding_window" || (r.Mode != "cluster" && r.Mode != "leased") {
 				continue // the weighted estimate is judged against the exact log, which it only approximates
 			}
 			if r.Over != 0 || r.MaxExcess != 0 {
@@ -57,14 +57,14 @@ func TestRun(t *testing.T) {
 		// The Lua scripts are the Go transitions' twins: in cluster mode every algorithm but the
 		// weighted estimate admits exactly its ideal.
 		for _, r := range rep.Results {
-			if r.Mode == "cluster" && r.Algo != "sliding-window" && (r.Admitted != r.Ideal || r.Under != 0) {
+			if r.Mode == "cluster" && r.Algo != "sliding_window" && (r.Admitted != r.Ideal || r.Under != 0) {
 				t.Errorf("%s, %s: admitted %d, ideal %d, under %d", r.Trace, r.Algo, r.Admitted, r.Ideal, r.Under)
 			}
 		}
 	})
 
 	t.Run("local mode with the full limit on every node over-admits", func(t *testing.T) {
-		for _, algo := range []string{"fixed-window", "sliding-log", "token-bucket", "leaky-bucket", "concurrency"} {
+		for _, algo := range []string{"fixed_window", "sliding_log", "token_bucket", "leaky_bucket", "concurrency"} {
 			r, _ := rep.Result("steady-200", algo, "local-full")
 			if r.Over <= 0 || r.Admitted <= r.Ideal {
 				t.Errorf("steady-200, %s, local-full: admitted %d, ideal %d, over %d: want over-admission", algo, r.Admitted, r.Ideal, r.Over)
@@ -73,7 +73,7 @@ func TestRun(t *testing.T) {
 	})
 
 	t.Run("local mode with the limit split under-admits uneven traffic", func(t *testing.T) {
-		for _, algo := range []string{"fixed-window", "sliding-log", "token-bucket"} {
+		for _, algo := range []string{"fixed_window", "sliding_log", "token_bucket"} {
 			r, _ := rep.Result("uneven-nodes", algo, "local-split")
 			if r.Under <= 0 || r.Over != 0 {
 				t.Errorf("uneven-nodes, %s, local-split: under %d, over %d: want under-admission only", algo, r.Under, r.Over)
@@ -82,7 +82,7 @@ func TestRun(t *testing.T) {
 	})
 
 	t.Run("leased mode calls Redis less than cluster mode", func(t *testing.T) {
-		for _, algo := range []string{"fixed-window", "sliding-log"} {
+		for _, algo := range []string{"fixed_window", "sliding_log"} {
 			cl, _ := rep.Result("boundary", algo, "cluster")
 			le, _ := rep.Result("boundary", algo, "leased")
 			if cl.RedisCalls != cl.Offered {
@@ -126,7 +126,7 @@ func TestRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		md := readFile(t, dir+"/accuracy.md")
-		for _, want := range []string{"test <cpu>", "| fixed-window | local-full |", "img/accuracy-time-steady-100.svg", "false denies"} {
+		for _, want := range []string{"test <cpu>", "| fixed_window | local-full |", "img/accuracy-time-steady-100.svg", "false denies"} {
 			if !strings.Contains(md, want) {
 				t.Errorf("accuracy.md lacks %q", want)
 			}
@@ -238,7 +238,7 @@ func TestMeasure(t *testing.T) {
 	}{{0, 0}, {0, 1}, {0, 2}, {1, 3}, {0, 11}, {0, 12}, {0, 13}} {
 		tr.Events = append(tr.Events, Event{At: start + e.sec*s, Key: e.key})
 	}
-	a := Algorithms(Limit{Units: 2, Window: 10 * s}, s)[0] // fixed-window
+	a := Algorithms(Limit{Units: 2, Window: 10 * s}, s)[0] // fixed_window
 	admitted := []bool{true, true, true, true, true, true, false}
 	ideal := []bool{true, true, false, true, true, true, false}
 	var r Result

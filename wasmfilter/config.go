@@ -135,7 +135,8 @@ func decodeRules(o *conf.Obj) []*rules.Rule {
 		case r.Action == rules.Delay:
 			o.Fail(p+".action", "delay is not supported by the Envoy filter; use reject or shadow")
 		case r.Alg != nil && r.Alg.Script().Log:
-			o.Fail(p+".limit.algorithm", r.Algorithm+" keeps a log per client, which the filter's fixed-size shared-data slots cannot hold; use sliding_window, fixed_window or token_bucket")
+			o.Fail(p+".limit.algorithm", r.Algorithm+" keeps a log per client, which the filter's fixed-size shared-data slots cannot hold; use one of "+
+				strings.Join(rules.AlgorithmsWhere(func(k rules.AlgorithmKind) bool { return !k.Logs() }), ", "))
 		}
 	}
 	return rs

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/diana-gw/diana/internal/algotest"
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -299,4 +300,23 @@ func TestOddInput(t *testing.T) {
 	if a, reason := parseCheck([]byte(`{"allowed": true, "status": 200, "future": [1, {}]}`)); reason != "" || !a.allowed {
 		t.Errorf("unknown fields: %v %q", a, reason)
 	}
+}
+
+// The slot store keeps a state as long as its algorithm needs it, bans included: a window
+// outlives the ban it caused, and a banned client is told the real wait.
+func TestSlotStoreMatchesTransition(t *testing.T) {
+	start(t, &vmContext{now: nowMicro}, `{"rules": [{"name": "r", "limit": {"algorithm": "fixed_window", "limit": 1, "window": "1s"}}]}`)
+	var now int64
+	s := &slotStore{data: hostData{}, now: func() int64 { return now }, slots: 16, entries: 8, retries: 4}
+	decide := func(key string, alg algos.Algorithm, r algos.Request) algos.Decision {
+		now = r.Now
+		op := &rules.Op{Key: key, Alg: alg, Req: r}
+		s.Decide(context.Background(), []*rules.Op{op})
+		if op.Err != nil {
+			t.Fatal(op.Err)
+		}
+		return op.Dec
+	}
+	algotest.BanKeepsWindow(t, decide)
+	algotest.MatchTransition(t, decide, false)
 }

@@ -27,7 +27,7 @@ func Exact() []Limit {
 		{"sliding log", must(algos.NewSlidingLog(100, algos.Hour)), 100},
 		{"leaky bucket", must(algos.NewLeakyBucket(1, algos.Hour, 99, algos.NoDelay)), 100},
 		{"concurrency", must(algos.NewConcurrency(100, algos.Hour)), 100},
-		{"warm-up", must(algos.NewWarmUp(1, algos.Hour, 100*algos.Hour)), 1}, // a cold start spaces requests
+		{"warm_up", must(algos.NewWarmUp(1, algos.Hour, 100*algos.Hour)), 1}, // a cold start spaces requests
 	}
 }
 

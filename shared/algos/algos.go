@@ -7,8 +7,10 @@
 //
 // Rules every algorithm follows:
 //   - all arithmetic is on int64 and every intermediate value stays below 2^53 in magnitude, so the
-//     Lua twin, whose numbers are doubles, computes exactly the same values; constructors reject
-//     parameters that could break that bound, naming the parameter;
+//     Lua twin, whose numbers are doubles, computes exactly the same values: counts and times are
+//     kept apart and their products divided at once (mulDiv), so that every count up to MaxCount
+//     works with every duration up to MaxSpan; constructors reject parameters outside the bounds
+//     each algorithm states, naming the parameter;
 //   - the state changes only when a request is admitted (or in ways that make no difference to any
 //     later decision, such as dropping expired entries); a denial consumes nothing;
 //   - a clock that goes backwards never adds capacity;
@@ -24,13 +26,22 @@ import "errors"
 // integers in a Redis Lua number.
 const MaxSafe = 1 << 53
 
-// Microseconds in common units.
+// Microseconds in common units. A year is 365 days, as in Kong's rate-limiting.
 const (
 	Millisecond int64 = 1000
 	Second            = 1000 * Millisecond
 	Minute            = 60 * Second
 	Hour              = 60 * Minute
 	Day               = 24 * Hour
+	Year              = 365 * Day
+)
+
+// The bounds every algorithm accepts, unless its doc comment states a tighter one: a count
+// (limit, rate, burst, cost) is at most MaxCount, a duration (window, period, warm-up, ban,
+// lease) at most MaxSpan. Both are below 2^50, where mulDiv and its Lua twin are exact.
+const (
+	MaxCount int64 = 1_000_000_000_000_000 // 10^15
+	MaxSpan        = 10 * Year             // 3.1536·10^14 µs
 )
 
 // Request is one request against one limit.
@@ -41,8 +52,9 @@ type Request struct {
 	Partial bool  // grant as many units as are available, up to Cost (batching)
 	ID      int64 // concurrency: the lease to take or to release
 	Release bool  // concurrency: give back lease ID instead of taking one
-	// DryRun asks a store what the decision would be without keeping the new state or starting
-	// a ban: rules check every limit of a request before committing any (algorithms ignore it).
+	// DryRun asks for the decision the request would get, leaving the state as it was (no
+	// units taken, no ban started): rules check every limit of a request before committing any.
+	// Every algorithm honours it; a release is never a dry run.
 	DryRun bool
 }
 
@@ -50,10 +62,11 @@ type Request struct {
 // clamped, so that times pushed ahead by delays stay below 2^53.
 const MaxWaitCap = MaxSafe / 4
 
-// Bounded returns r with a negative Cost or MaxWait made 0 and MaxWait clamped to MaxWaitCap.
-// Stores apply it to every request: algorithms assume it.
+// Bounded returns r with a negative Cost or MaxWait made 0, Cost clamped to MaxCount + 1 (above
+// every limit, so the decision is the same) and MaxWait to MaxWaitCap. Stores apply it to every
+// request: algorithms assume it.
 func (r Request) Bounded() Request {
-	r.Cost = max(r.Cost, 0)
+	r.Cost = min(max(r.Cost, 0), MaxCount+1)
 	r.MaxWait = min(max(r.MaxWait, 0), MaxWaitCap)
 	return r
 }
@@ -139,6 +152,39 @@ func atMost(algo, param string, v, max int64) error {
 		return paramError(algo, param, "must be at most "+itoa(max)+", got "+itoa(v))
 	}
 	return nil
+}
+
+// count checks a count parameter: 1 ≤ v ≤ MaxCount.
+func count(algo, param string, v int64) error {
+	if err := positive(algo, param, v); err != nil {
+		return err
+	}
+	return atMost(algo, param, v, MaxCount)
+}
+
+// duration checks a duration parameter: 1 µs ≤ v ≤ MaxSpan, said in words an operator reads.
+func duration(algo, param string, v int64) error {
+	if err := positive(algo, param, v); err != nil {
+		return err
+	}
+	if v > MaxSpan {
+		return paramError(algo, param, "must be at most 10 years, got "+about(v))
+	}
+	return nil
+}
+
+// about writes µs in the largest unit it holds at least one of, rounded down: "about 27 years".
+func about(us int64) string {
+	units := [...]struct {
+		us   int64
+		name string
+	}{{Year, " years"}, {Day, " days"}, {Hour, " hours"}, {Minute, " minutes"}, {Second, " seconds"}, {Millisecond, " ms"}}
+	for _, u := range units {
+		if us >= u.us {
+			return "about " + itoa(us/u.us) + u.name
+		}
+	}
+	return itoa(us) + " µs"
 }
 
 // itoa formats v without strconv's tables, to keep TinyGo builds small.

@@ -33,6 +33,8 @@ const MaxConcurrency = 10_000
 // State: Log holds one triple (expiry µs, id, slots) per lease in flight, in expiry order. In
 // Redis, a sorted set with one member "id:k" per slot k = 1..slots of each lease, scored with the
 // lease's expiry, so that ZCARD counts the slots in flight.
+//
+// Bounds: 1 ≤ Max ≤ MaxConcurrency (the state holds an entry per lease), 1 µs ≤ LeaseTTL ≤ MaxSpan.
 type Concurrency struct {
 	max, ttl int64
 	script   Script
@@ -48,11 +50,8 @@ func NewConcurrency(max, leaseTTL int64) (*Concurrency, error) {
 	if err := atMost(name, "max", max, MaxConcurrency); err != nil {
 		return nil, err
 	}
-	if err := positive(name, "leaseTTL", leaseTTL); err != nil {
-		return nil, err
-	}
 	// now + leaseTTL must stay below 2^53 for any plausible now (2^53 µs is year 2255).
-	if err := atMost(name, "leaseTTL", leaseTTL, MaxSafe/4); err != nil {
+	if err := duration(name, "lease", leaseTTL); err != nil {
 		return nil, err
 	}
 	c := &Concurrency{max: max, ttl: leaseTTL}
@@ -68,12 +67,16 @@ func (c *Concurrency) Decide(st *State, r Request) Decision {
 	now, n := r.Now, r.Cost
 	log := st.Log
 	// Leases expire in log order: the expired ones are at the front. Shift in place so the
-	// backing array is reused.
+	// backing array is reused; a dry run only looks past them.
 	i := 0
 	for i < len(log) && log[i] <= now {
 		i += 3
 	}
-	log = append(log[:0], log[i:]...)
+	if r.DryRun {
+		log = log[i:len(log):len(log)]
+	} else {
+		log = append(log[:0], log[i:]...)
+	}
 	used, at := int64(0), -1
 	for j := 0; j < len(log); j += 3 {
 		used += log[j+2]
@@ -86,7 +89,12 @@ func (c *Concurrency) Decide(st *State, r Request) Decision {
 	case r.Release:
 		if at >= 0 {
 			used -= log[at+2]
-			log = append(log[:at], log[at+3:]...)
+			switch {
+			case !r.DryRun:
+				log = append(log[:at], log[at+3:]...)
+			case at == len(log)-3: // stores never ask for a dry release; answered all the same
+				log = log[:at]
+			}
 		}
 	case n > c.max:
 		d.Allowed, d.RetryAfter = false, Never
@@ -111,14 +119,20 @@ func (c *Concurrency) Decide(st *State, r Request) Decision {
 		if len(log) > 0 {
 			expiry = max(expiry, log[len(log)-3])
 		}
+		used += n - held
+		d.Granted = n
+		if r.DryRun { // the new lease would expire last
+			d.Remaining, d.ResetAfter, d.TTL = c.max-used, expiry-now, expiry-now
+			return d
+		}
 		if at >= 0 {
 			log = append(log[:at], log[at+3:]...)
 		}
 		log = append(log, expiry, r.ID, n)
-		used += n - held
-		d.Granted = n
 	}
-	st.Log = log
+	if !r.DryRun {
+		st.Log = log
+	}
 	d.Remaining = c.max - used
 	if len(log) > 0 {
 		d.ResetAfter = log[len(log)-3] - now

@@ -172,7 +172,7 @@ func TestConcurrencyNoAlloc(t *testing.T) {
 }
 
 func TestConcurrencyParams(t *testing.T) {
-	if _, err := NewConcurrency(MaxConcurrency, MaxSafe/4); err != nil {
+	if _, err := NewConcurrency(MaxConcurrency, MaxSpan); err != nil {
 		t.Fatalf("largest parameters refused: %v", err)
 	}
 	for _, c := range []struct {
@@ -182,9 +182,9 @@ func TestConcurrencyParams(t *testing.T) {
 		{0, Second, "max"},
 		{-1, Second, "max"},
 		{MaxConcurrency + 1, Second, "max"},
-		{1, 0, "leaseTTL"},
-		{1, -Second, "leaseTTL"},
-		{1, MaxSafe, "leaseTTL"},
+		{1, 0, "lease"},
+		{1, -Second, "lease"},
+		{1, MaxSpan + 1, "lease"},
 	} {
 		_, err := NewConcurrency(c.max, c.ttl)
 		var pe *ParamError

@@ -24,6 +24,8 @@ package algos
 // min(n, Limit − count) units of the window ws, or is denied until the next window if none are
 // left. TTL = ResetAfter: once the window has passed, an empty state decides the same.
 //
+// Bounds: 1 ≤ Limit ≤ MaxCount, 1 µs ≤ Window ≤ MaxSpan; nothing multiplies them.
+//
 // State: W[0] = ws (µs), W[1] = count (0 < count ≤ Limit; 0 only for an empty state).
 type FixedWindow struct {
 	limit, window int64
@@ -33,18 +35,10 @@ type FixedWindow struct {
 // NewFixedWindow returns a limit of limit units per aligned window of window µs.
 func NewFixedWindow(limit, window int64) (*FixedWindow, error) {
 	const name = "fixed_window"
-	if err := positive(name, "limit", limit); err != nil {
+	if err := count(name, "limit", limit); err != nil {
 		return nil, err
 	}
-	if err := positive(name, "window", window); err != nil {
-		return nil, err
-	}
-	// count + n reaches 2·Limit, and ws + Window a few windows past now: keep them below 2^53.
-	const bound = MaxSafe / 4
-	if err := atMost(name, "limit", limit, bound); err != nil {
-		return nil, err
-	}
-	if err := atMost(name, "window", window, bound); err != nil {
+	if err := duration(name, "window", window); err != nil {
 		return nil, err
 	}
 	f := &FixedWindow{limit: limit, window: window}
@@ -97,7 +91,7 @@ func (f *FixedWindow) Decide(st *State, r Request) Decision {
 		d.ResetAfter = ws + f.window - now
 	}
 	d.TTL = d.ResetAfter
-	if n > 0 {
+	if n > 0 && !r.DryRun {
 		st.W[0], st.W[1] = ws, count
 	}
 	return d

@@ -155,8 +155,8 @@ func TestFixedWindowParams(t *testing.T) {
 		{-1, Second, "limit"},
 		{1, 0, "window"},
 		{1, -Second, "window"},
-		{MaxSafe, Second, "limit"},
-		{1, MaxSafe, "window"},
+		{MaxCount + 1, Second, "limit"},
+		{1, MaxSpan + 1, "window"},
 	} {
 		_, err := NewFixedWindow(c.limit, c.window)
 		var pe *ParamError
@@ -164,7 +164,7 @@ func TestFixedWindowParams(t *testing.T) {
 			t.Errorf("NewFixedWindow(%d, %d) = %v, want an error about %s", c.limit, c.window, err, c.param)
 		}
 	}
-	if _, err := NewFixedWindow(MaxSafe/4, MaxSafe/4); err != nil {
+	if _, err := NewFixedWindow(MaxCount, MaxSpan); err != nil {
 		t.Errorf("largest parameters refused: %v", err)
 	}
 }

@@ -13,41 +13,38 @@ package algos
 //	Remaining = ⌊(τ − (TAT' − now))/T⌋,  ResetAfter = ⌈TAT' − now⌉
 //
 // T need not be a whole number of µs: TAT is kept exactly as tat + frac/Rate µs, so 3 per second
-// admits exactly 3 per second, not 3.000003. Cost 0 peeks. A partial request takes
-// min(n, ⌊(τ − (TAT − now))/T⌋) units.
+// admits exactly 3 per second, not 3.000003. So are T and τ, and every product of a count and a
+// time is divided at once (mulDiv): any Rate and Burst up to MaxCount work with any Period up to
+// MaxSpan, as long as τ = Burst·Period/Rate, the time the whole bucket takes to refill, is at
+// most MaxSpan too. Cost 0 peeks. A partial request takes min(n, ⌊(τ − (TAT − now))/T⌋) units.
+// The values stay exact in Lua as long as now + τ + MaxWait < 2^53 (now below 2^52 µs, the year
+// 2112).
 //
 // State: W[0] = tat (µs), W[1] = frac (0 ≤ frac < Rate).
 type GCRA struct {
 	rate, period, burst int64
-	bp                  int64 // Burst·Period: τ in units of 1/Rate µs
-	far                 int64 // TAT − now beyond which (TAT − now)·Rate could pass 2^53/4
+	t, tau              span // T and τ, over Rate
 	script              Script
 }
 
 // NewGCRA returns a token bucket of burst units refilled at rate units per period µs.
 func NewGCRA(rate, period, burst int64) (*GCRA, error) {
-	const name = "gcra"
-	if err := positive(name, "rate", rate); err != nil {
+	const name = "token_bucket"
+	if err := count(name, "rate", rate); err != nil {
 		return nil, err
 	}
-	if err := positive(name, "period", period); err != nil {
+	if err := duration(name, "period", period); err != nil {
 		return nil, err
 	}
-	if err := positive(name, "burst", burst); err != nil {
+	if err := count(name, "burst", burst); err != nil {
 		return nil, err
 	}
-	// (TAT' − now)·Rate reaches 2·Burst·Period + Rate: keep it below 2^53.
-	const bound = MaxSafe / 4
-	if err := atMost(name, "rate", rate, bound); err != nil {
-		return nil, err
+	tau := spanOf(burst, period, rate)
+	if tau.ceil() > MaxSpan {
+		return nil, paramError(name, "burst", "the bucket would take burst × period / rate = "+about(tau.ceil())+
+			" to refill, more than 10 years: lower burst or raise rate")
 	}
-	if err := atMost(name, "period", period, bound); err != nil {
-		return nil, err
-	}
-	if burst > bound/period {
-		return nil, paramError(name, "burst", "burst × period must be at most "+itoa(bound)+" µs")
-	}
-	g := &GCRA{rate: rate, period: period, burst: burst, bp: burst * period, far: bound / rate}
+	g := &GCRA{rate: rate, period: period, burst: burst, t: spanOf(1, period, rate), tau: tau}
 	g.script = Script{Name: name, Args: []int64{rate, period, burst}, Limit: burst}
 	return g, nil
 }
@@ -62,60 +59,42 @@ func (g *GCRA) Decide(st *State, r Request) Decision {
 	if tat < now {
 		tat, frac = now, 0
 	}
-	d := Decision{Limit: g.burst}
-	ahead := tat - now
-	if ahead > g.far {
-		// Only a clock that went backwards or very long delays leave TAT this far ahead: deny
-		// without touching the state, with a wait bounded from above and no overflow.
-		d.ResetAfter = ahead + min(frac, 1)
-		d.TTL = d.ResetAfter
-		d.RetryAfter = Never
-		if n <= g.burst {
-			d.RetryAfter = ahead - g.bp/g.rate + ceilDiv(max(n, 1)*g.period, g.rate)
-		}
-		return d
+	x := span{tat - now, frac} // TAT − now
+	d := Decision{Limit: g.burst, ResetAfter: x.ceil()}
+	d.TTL = d.ResetAfter
+	if !g.tau.less(x) {
+		d.Remaining = g.tau.sub(x, g.rate).units(g.period, g.rate)
 	}
-	used := ahead*g.rate + frac // TAT − now, in 1/Rate µs
-	if r.Partial {
-		if avail := max(0, (g.bp-used)/g.period); n > avail {
-			n = avail
-			if n == 0 {
-				return g.deny(used, ceilDiv(used+g.period-g.bp, g.rate))
-			}
+	if r.Partial && n > d.Remaining {
+		n = d.Remaining
+		if n == 0 {
+			d.RetryAfter = x.add(g.t, g.rate).ceilOver(g.tau) // until one unit fits
+			return d
 		}
 	}
 	if n > g.burst {
-		return g.deny(used, Never)
+		d.RetryAfter = Never
+		return d
 	}
-	next := used + n*g.period // TAT' − now
-	if next > g.bp {
-		wait := ceilDiv(next-g.bp, g.rate)
+	next := x.add(spanOf(n, g.period, g.rate), g.rate) // TAT' − now
+	if g.tau.less(next) {
+		wait := next.ceilOver(g.tau)
 		if wait > r.MaxWait {
-			return g.deny(used, wait)
+			d.RetryAfter = wait
+			return d
 		}
 		d.Delay = wait
 	}
-	q, rem := next/g.rate, next%g.rate // one division: the hot path has two
 	d.Allowed = true
 	d.Granted = n
-	d.Remaining = max(0, (g.bp-next)/g.period)
-	d.ResetAfter = q + min(rem, 1)
+	d.Remaining = 0
+	if !g.tau.less(next) {
+		d.Remaining = g.tau.sub(next, g.rate).units(g.period, g.rate)
+	}
+	d.ResetAfter = next.ceil()
 	d.TTL = d.ResetAfter
-	if n > 0 {
-		st.W[0] = now + q
-		st.W[1] = rem
+	if n > 0 && !r.DryRun {
+		st.W[0], st.W[1] = now+next.us, next.frac
 	}
 	return d
-}
-
-// deny reports a denial, the state unchanged, with TAT − now = used/Rate µs.
-func (g *GCRA) deny(used, retry int64) Decision {
-	reset := ceilDiv(used, g.rate)
-	return Decision{
-		Limit:      g.burst,
-		Remaining:  max(0, (g.bp-used)/g.period),
-		ResetAfter: reset,
-		RetryAfter: retry,
-		TTL:        reset,
-	}
 }

@@ -20,7 +20,9 @@ func replay(t *testing.T, a Algorithm, limit int64, steps []step) *State {
 	t.Helper()
 	var st State
 	for i, s := range steps {
-		d := a.Decide(&st, Request{Now: s.at, Cost: s.cost})
+		r := Request{Now: s.at, Cost: s.cost}
+		d := a.Decide(&st, r)
+		record(t, a, &st, r, d)
 		if d.Allowed != s.allowed || d.Remaining != s.remaining || d.ResetAfter != s.reset || d.RetryAfter != s.retry {
 			t.Errorf("step %d (t=%d, cost %d): got allowed=%v remaining=%d reset=%d retry=%d, want %v %d %d %d",
 				i, s.at, s.cost, d.Allowed, d.Remaining, d.ResetAfter, d.RetryAfter, s.allowed, s.remaining, s.reset, s.retry)
@@ -150,14 +152,25 @@ func TestGCRAParams(t *testing.T) {
 		{-1, Second, 1, "rate"},
 		{1, 0, 1, "period"},
 		{1, Second, 0, "burst"},
-		{1, Second, MaxSafe, "burst"},
-		{MaxSafe, Second, 1, "rate"},
-		{1, MaxSafe, 1, "period"},
+		{1, Second, MaxCount + 1, "burst"},
+		{1, Year, 11, "burst"}, // refills in 11 years
+		{MaxCount + 1, Second, 1, "rate"},
+		{1, MaxSpan + 1, 1, "period"},
 	} {
 		_, err := NewGCRA(c.rate, c.period, c.burst)
 		var pe *ParamError
 		if !errors.As(err, &pe) || pe.Param != c.param || !errors.Is(err, ErrParam) {
 			t.Errorf("NewGCRA(%d, %d, %d) = %v, want an error about %s", c.rate, c.period, c.burst, err, c.param)
+		}
+	}
+	for _, c := range [][3]int64{
+		{1, Year, 10},                // refills in exactly 10 years
+		{MaxCount, Second, MaxCount}, // 10^15 per second
+		{1_000_000_000_000, Year, 1_000_000_000_000},
+		{999_999_999_989, MaxSpan, 999_999_999_989},
+	} {
+		if _, err := NewGCRA(c[0], c[1], c[2]); err != nil {
+			t.Errorf("NewGCRA%v: %v", c, err)
 		}
 	}
 }

@@ -45,14 +45,14 @@ const (
 // away.
 //
 // Z is kept exactly, as tat + frac/Rate µs, so leakage is never truncated and 3 per second is
-// exactly 3 per second.
+// exactly 3 per second; T, C and F are kept exactly too, and every product of a count and a time
+// is divided at once (mulDiv). Bounds: Rate ≤ MaxCount, Period ≤ MaxSpan, Burst < MaxCount, and
+// C = (Burst+1)·Period/Rate, the time a full bucket takes to drain, at most MaxSpan.
 //
 // State: W[0] = tat (µs), W[1] = frac (0 ≤ frac < Rate).
 type LeakyBucket struct {
 	rate, period, burst, delay int64
-	capacity                   int64 // C = (Burst+1)·Period, in units of 1/Rate µs
-	free                       int64 // F = (Delay+1)·Period: no delay up to this
-	far                        int64 // Z − now beyond which (Z − now)·Rate could pass 2^53/4
+	t, c, f                    span // T, C = (Burst+1)·T and F = (Delay+1)·T, over Rate
 	script                     Script
 }
 
@@ -60,33 +60,30 @@ type LeakyBucket struct {
 // DelayAll (0) for nginx's default, NoDelay (or any value ≥ burst) for nodelay.
 func NewLeakyBucket(rate, period, burst, delay int64) (*LeakyBucket, error) {
 	const name = "leaky_bucket"
-	if err := positive(name, "rate", rate); err != nil {
+	if err := count(name, "rate", rate); err != nil {
 		return nil, err
 	}
-	if err := positive(name, "period", period); err != nil {
+	if err := duration(name, "period", period); err != nil {
 		return nil, err
 	}
 	if burst < 0 {
 		return nil, paramError(name, "burst", "must be at least 0, got "+itoa(burst))
 	}
+	if err := atMost(name, "burst", burst, MaxCount-1); err != nil {
+		return nil, err
+	}
 	if delay < 0 {
 		return nil, paramError(name, "delay", "must be at least 0, got "+itoa(delay))
 	}
-	// (Z' − now)·Rate reaches 2^53/4 + Rate + C: keep C and Rate below 2^53/4.
-	const bound = MaxSafe / 4
-	if err := atMost(name, "rate", rate, bound); err != nil {
-		return nil, err
-	}
-	if err := atMost(name, "period", period, bound); err != nil {
-		return nil, err
-	}
-	if burst >= bound/period {
-		return nil, paramError(name, "burst", "(burst + 1) × period must be at most "+itoa(bound)+" µs")
-	}
 	delay = min(delay, burst)
+	c := spanOf(burst+1, period, rate)
+	if c.ceil() > MaxSpan {
+		return nil, paramError(name, "burst", "a full bucket would take (burst + 1) × period / rate = "+about(c.ceil())+
+			" to drain, more than 10 years: lower burst or raise rate")
+	}
 	l := &LeakyBucket{
 		rate: rate, period: period, burst: burst, delay: delay,
-		capacity: (burst + 1) * period, free: (delay + 1) * period, far: bound / rate,
+		t: spanOf(1, period, rate), c: c, f: spanOf(delay+1, period, rate),
 	}
 	l.script = Script{Name: name, Args: []int64{rate, period, burst, delay}, Limit: burst + 1}
 	return l, nil
@@ -102,30 +99,16 @@ func (l *LeakyBucket) Decide(st *State, r Request) Decision {
 	if tat < now {
 		tat, frac = now, 0
 	}
-	d := Decision{Limit: l.burst + 1}
-	ahead := tat - now
-	if ahead > l.far {
-		// Only a clock that went far back leaves Z this far ahead: deny without touching the
-		// state; the waits are exact, computed without (Z − now)·Rate.
-		if r.Partial {
-			n = min(n, 1)
-		}
-		d.ResetAfter = ahead + min(frac, 1)
-		d.TTL = d.ResetAfter
-		d.RetryAfter = Never
-		if n <= l.burst+1 {
-			d.RetryAfter = ahead - floorDiv(l.capacity-n*l.period-frac, l.rate)
-		}
-		return d
-	}
-	used := ahead*l.rate + frac // Z − now, in 1/Rate µs
-	d.ResetAfter = ceilDiv(used, l.rate)
+	x := span{tat - now, frac} // Z − now
+	d := Decision{Limit: l.burst + 1, ResetAfter: x.ceil()}
 	d.TTL = d.ResetAfter
-	d.Remaining = max(0, (l.capacity-used)/l.period)
+	if !l.c.less(x) {
+		d.Remaining = l.c.sub(x, l.rate).units(l.period, l.rate)
+	}
 	if r.Partial && n > d.Remaining {
 		n = d.Remaining
 		if n == 0 {
-			d.RetryAfter = ceilDiv(used+l.period-l.capacity, l.rate)
+			d.RetryAfter = x.add(l.t, l.rate).ceilOver(l.c) // until one unit fits
 			return d
 		}
 	}
@@ -133,22 +116,21 @@ func (l *LeakyBucket) Decide(st *State, r Request) Decision {
 		d.RetryAfter = Never
 		return d
 	}
-	next := used + n*l.period // Z' − now
-	if next > l.capacity {
-		d.RetryAfter = ceilDiv(next-l.capacity, l.rate)
+	next := x.add(spanOf(n, l.period, l.rate), l.rate) // Z' − now
+	if l.c.less(next) {
+		d.RetryAfter = next.ceilOver(l.c)
 		return d
 	}
 	d.Allowed = true
 	d.Granted = n
-	if n > 0 && next > l.free {
-		d.Delay = ceilDiv(next-l.free, l.rate)
+	if n > 0 && l.f.less(next) {
+		d.Delay = next.ceilOver(l.f)
 	}
-	d.Remaining = (l.capacity - next) / l.period
-	d.ResetAfter = ceilDiv(next, l.rate)
+	d.Remaining = l.c.sub(next, l.rate).units(l.period, l.rate)
+	d.ResetAfter = next.ceil()
 	d.TTL = d.ResetAfter
-	if n > 0 {
-		st.W[0] = now + next/l.rate
-		st.W[1] = next % l.rate
+	if n > 0 && !r.DryRun {
+		st.W[0], st.W[1] = now+next.us, next.frac
 	}
 	return d
 }

@@ -22,7 +22,9 @@ type lstep struct {
 func lreplay(t *testing.T, l *LeakyBucket, st *State, steps []lstep) {
 	t.Helper()
 	for i, s := range steps {
-		d := l.Decide(st, Request{Now: s.at, Cost: s.cost})
+		r := Request{Now: s.at, Cost: s.cost}
+		d := l.Decide(st, r)
+		record(t, l, st, r, d)
 		want := Decision{Allowed: s.allowed, Limit: l.burst + 1, Remaining: s.remaining,
 			ResetAfter: s.reset, RetryAfter: s.retry, Delay: s.delay, TTL: s.reset}
 		if s.allowed {
@@ -399,10 +401,10 @@ func TestLeakyBucketParams(t *testing.T) {
 		{1, 0, 1, 0, "period"},
 		{1, Second, -1, 0, "burst"},
 		{1, Second, 1, -1, "delay"},
-		{1, Second, MaxSafe, 0, "burst"},
-		{1, 1, MaxSafe / 4, 0, "burst"},
-		{MaxSafe, Second, 1, 0, "rate"},
-		{1, MaxSafe, 0, 0, "period"},
+		{1, Second, MaxCount, 0, "burst"},
+		{1, Second, 1000 * Year / Second, 0, "burst"}, // drains in 1000 years
+		{MaxCount + 1, Second, 1, 0, "rate"},
+		{1, MaxSpan + 1, 0, 0, "period"},
 	} {
 		_, err := NewLeakyBucket(c.rate, c.period, c.burst, c.delay)
 		var pe *ParamError
@@ -410,11 +412,11 @@ func TestLeakyBucketParams(t *testing.T) {
 			t.Errorf("NewLeakyBucket(%d, %d, %d, %d) = %v, want an error about %s", c.rate, c.period, c.burst, c.delay, err, c.param)
 		}
 	}
-	l, err := NewLeakyBucket(1, 1, MaxSafe/4-1, NoDelay)
+	l, err := NewLeakyBucket(MaxCount, Second, MaxCount-1, NoDelay)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := l.Script(); s.Name != "leaky_bucket" || s.Limit != MaxSafe/4 || s.Args[3] != MaxSafe/4-1 {
+	if s := l.Script(); s.Name != "leaky_bucket" || s.Limit != MaxCount || s.Args[3] != MaxCount-1 {
 		t.Fatalf("script %+v: want NoDelay clamped to the burst", s)
 	}
 }

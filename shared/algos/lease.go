@@ -69,7 +69,7 @@ func leaseAge(name string, maxAge, def int64) (int64, error) {
 	if maxAge == 0 {
 		return max(1, def), nil
 	}
-	return min(maxAge, MaxSafe/4), nil
+	return min(maxAge, MaxSpan), nil
 }
 
 // Lease implements Leaser: batches are spent within the window they were granted in, and within
@@ -103,8 +103,8 @@ func (s *SlidingLog) Lease(maxAge int64) (*Lease, error) {
 		return nil, err
 	}
 	w := s.window + age
-	if w > MaxSafe/4 {
-		return nil, paramError("sliding_log", "max_age", "window + max_age must be at most "+itoa(MaxSafe/4)+" µs")
+	if w > MaxSpan {
+		return nil, paramError("sliding_log", "max_age", "window + max_age must be at most 10 years ("+itoa(MaxSpan)+" µs)")
 	}
 	alg, err := NewSlidingLog(s.limit, w)
 	if err != nil {
@@ -154,15 +154,16 @@ func bucketLease(name string, rate, period, burst, least, maxAge int64) (int64, 
 		return 0, 0, paramError(name, "max_age", "must be at least 0, got "+itoa(maxAge))
 	}
 	if maxAge == 0 {
-		maxAge = max(1, burst/10) * period / rate
+		maxAge, _ = mulDiv(max(1, burst/10), period, rate)
+		maxAge = max(1, maxAge)
 	}
-	// ⌈maxAge·rate/period⌉ ≤ burst − least ⟺ maxAge ≤ ⌊(burst − least)·period/rate⌋, and then
-	// maxAge·rate ≤ burst·period < 2^53: no overflow.
-	if longest := (burst - least) * period / rate; maxAge == 0 || maxAge > longest {
+	// ⌈maxAge·rate/period⌉ ≤ burst − least ⟺ maxAge ≤ ⌊(burst − least)·period/rate⌋, at most the
+	// refill time of the bucket (≤ MaxSpan): the quotients stay small.
+	if longest, _ := mulDiv(burst-least, period, rate); maxAge > longest {
 		return 0, 0, paramError(name, "max_age", "units refilled in "+itoa(maxAge)+" µs would leave less than "+itoa(least)+
 			" of the burst; leasing needs max_age of at most "+itoa(longest)+" µs (a larger burst allows more)")
 	}
-	return burst - ceilDiv(maxAge*rate, period), maxAge, nil
+	return burst - mulDivCeil(maxAge, rate, period), maxAge, nil
 }
 
 // Lease implements Leaser when the inner algorithm does: the inner lease, banning as b does.

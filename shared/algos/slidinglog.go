@@ -41,6 +41,8 @@ const MaxLogLimit = 10_000
 // every request after it (a reservation). Waits are capped at one Window: the k oldest live
 // entries are then ≤ now, so k ≤ Limit and the log never holds more than 2·Limit entries,
 // whatever MaxWait asks.
+//
+// Bounds: 1 ≤ Limit ≤ MaxLogLimit (the state holds an entry per unit), 1 µs ≤ Window ≤ MaxSpan.
 type SlidingLog struct {
 	limit, window int64
 	script        Script
@@ -55,12 +57,9 @@ func NewSlidingLog(limit, window int64) (*SlidingLog, error) {
 	if err := atMost(name, "limit", limit, MaxLogLimit); err != nil {
 		return nil, err
 	}
-	if err := positive(name, "window", window); err != nil {
-		return nil, err
-	}
 	// Entries are recorded at most one Window after the latest now, so newest + Window stays
 	// below 2^53 for any now below 2^52 (the year 2112).
-	if err := atMost(name, "window", window, MaxSafe/4); err != nil {
+	if err := duration(name, "window", window); err != nil {
 		return nil, err
 	}
 	s := &SlidingLog{limit: limit, window: window}
@@ -71,9 +70,9 @@ func NewSlidingLog(limit, window int64) (*SlidingLog, error) {
 // Script implements Algorithm.
 func (s *SlidingLog) Script() Script { return s.script }
 
-// Decide implements Algorithm. Only an admission changes st.Log: it drops the old entries by
-// copying the live ones down and appends, so the backing array is reused and a steady load
-// allocates nothing.
+// Decide implements Algorithm. Only an admission changes st.Log (never a dry run): it drops the
+// old entries by copying the live ones down and appends, so the backing array is reused and a
+// steady load allocates nothing.
 func (s *SlidingLog) Decide(st *State, r Request) Decision {
 	now, n := r.Now, r.Cost
 	log := st.Log
@@ -121,6 +120,12 @@ func (s *SlidingLog) Decide(st *State, r Request) Decision {
 	if len(log) > 0 {
 		t = max(t, log[len(log)-1])
 	}
+	d.Remaining = max(0, s.limit-live-n)
+	d.ResetAfter = t + s.window - now
+	d.TTL = d.ResetAfter
+	if r.DryRun {
+		return d
+	}
 	if old > 0 {
 		log = log[:copy(log, log[old:])]
 	}
@@ -128,8 +133,5 @@ func (s *SlidingLog) Decide(st *State, r Request) Decision {
 		log = append(log, t)
 	}
 	st.Log = log
-	d.Remaining = max(0, s.limit-int64(len(log)))
-	d.ResetAfter = t + s.window - now
-	d.TTL = d.ResetAfter
 	return d
 }

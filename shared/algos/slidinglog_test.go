@@ -314,7 +314,7 @@ func TestSlidingLogParams(t *testing.T) {
 		{MaxLogLimit + 1, Second, "limit"},
 		{1, 0, "window"},
 		{1, -Second, "window"},
-		{1, MaxSafe, "window"},
+		{1, MaxSpan + 1, "window"},
 	} {
 		_, err := NewSlidingLog(c.limit, c.window)
 		var pe *ParamError
@@ -322,7 +322,7 @@ func TestSlidingLogParams(t *testing.T) {
 			t.Errorf("NewSlidingLog(%d, %d) = %v, want an error about %s", c.limit, c.window, err, c.param)
 		}
 	}
-	if _, err := NewSlidingLog(MaxLogLimit, MaxSafe/4); err != nil {
+	if _, err := NewSlidingLog(MaxLogLimit, MaxSpan); err != nil {
 		t.Errorf("the largest parameters: %v", err)
 	}
 }

@@ -6,12 +6,14 @@ package algos
 //
 //	estimate = prev·(Window − elapsed)/Window + cur,   elapsed = now − start of the current window
 //
-// so a request of cost n at time now is decided, exactly in integers, as
+// so a request of cost n at time now is decided, exactly in integers, with prev's weight rounded up
+// (a request fits iff prev·(Window − elapsed)/Window ≤ Limit − cur − n, and the right side is a
+// whole number):
 //
-//	used = prev·(Window − elapsed) + cur·Window        // estimate·Window
-//	used + n·Window > Limit·Window → deny; RetryAfter as below, Never if n > Limit; state unchanged
-//	otherwise                      → admit; store cur + n
-//	Remaining = ⌊(Limit·Window − used)/Window⌋ (≥ 0)
+//	used = cur + ⌈prev·(Window − elapsed)/Window⌉      // the estimate, rounded up
+//	used + n > Limit → deny; RetryAfter as below, Never if n > Limit; state unchanged
+//	otherwise        → admit; store cur + n
+//	Remaining = max(0, Limit − used)
 //	ResetAfter = until the estimate is 0: the end of the next window if cur > 0, else the end of
 //	             the current one if prev > 0, else 0
 //
@@ -27,38 +29,32 @@ package algos
 // admitted meanwhile. With k = Limit − cur − n, the weighted prev decays linearly, so the request
 // fits in the current window once prev·(end − t) ≤ k·Window, at t = end − ⌊k·Window/prev⌋ (end =
 // start + Window); if k < 0 it has to wait for cur to become the previous window's count, at
-// t = end + Window − ⌊(Limit − n)·Window/cur⌋.
+// t = end + Window − ⌊(Limit − n)·Window/cur⌋. Both quotients are below Window.
 //
 // A clock that goes back into an earlier window counts in the stored window with elapsed = 0,
 // where prev weighs the most, so it never adds capacity (even a peek may then be denied). The
 // algorithm does not delay requests: MaxWait is ignored. Cost 0 peeks. A partial request takes
 // min(n, Remaining) units. TTL = ResetAfter: after it, an empty state decides the same.
 //
+// Bounds: 1 ≤ Limit ≤ MaxCount, 1 µs ≤ Window ≤ MaxSpan, any combination: the products of a
+// count and a time are divided at once (mulDiv), never kept.
+//
 // State: W[0] = start of the current window (µs), W[1] = cur, W[2] = prev.
 type SlidingWindow struct {
 	limit, window int64
-	lw            int64 // Limit·Window
 	script        Script
 }
 
 // NewSlidingWindow returns a limit of limit units per sliding window of window µs.
 func NewSlidingWindow(limit, window int64) (*SlidingWindow, error) {
 	const name = "sliding_window"
-	if err := positive(name, "limit", limit); err != nil {
+	if err := count(name, "limit", limit); err != nil {
 		return nil, err
 	}
-	if err := positive(name, "window", window); err != nil {
+	if err := duration(name, "window", window); err != nil {
 		return nil, err
 	}
-	// used + n·Window reaches 3·Limit·Window (after a backwards clock): keep it below 2^53.
-	const bound = MaxSafe / 4
-	if err := atMost(name, "window", window, bound); err != nil {
-		return nil, err
-	}
-	if limit > bound/window {
-		return nil, paramError(name, "limit", "limit × window must be at most "+itoa(bound)+" µs")
-	}
-	s := &SlidingWindow{limit: limit, window: window, lw: limit * window}
+	s := &SlidingWindow{limit: limit, window: window}
 	s.script = Script{Name: name, Args: []int64{limit, window}, Limit: limit}
 	return s, nil
 }
@@ -75,8 +71,9 @@ func (s *SlidingWindow) Decide(st *State, r Request) Decision {
 	} else if start > cs || cur == 0 && prev == 0 {
 		cs, cur, prev = start, 0, 0 // two or more windows later (an empty state too, whatever the epoch)
 	}
-	used := prev*(w-max(0, now-cs)) + cur*w
-	d := Decision{Limit: s.limit, Remaining: max(0, s.lw-used) / w}
+	// A clock gone back into an earlier window counts with elapsed 0, where prev weighs the most.
+	used := cur + mulDivCeil(prev, w-max(0, now-cs), w)
+	d := Decision{Limit: s.limit, Remaining: max(0, s.limit-used)}
 	d.ResetAfter = s.resetAfter(now, cs, cur, prev)
 	d.TTL = d.ResetAfter
 	if r.Partial && n > d.Remaining {
@@ -90,18 +87,17 @@ func (s *SlidingWindow) Decide(st *State, r Request) Decision {
 		d.RetryAfter = Never
 		return d
 	}
-	if used+n*w > s.lw {
+	if used+n > s.limit {
 		d.RetryAfter = s.retryAfter(now, cs, cur, prev, n)
 		return d
 	}
 	cur += n
-	used += n * w
 	d.Allowed = true
 	d.Granted = n
-	d.Remaining = (s.lw - used) / w
+	d.Remaining = s.limit - used - n
 	d.ResetAfter = s.resetAfter(now, cs, cur, prev)
 	d.TTL = d.ResetAfter
-	if n > 0 {
+	if n > 0 && !r.DryRun {
 		st.W[0], st.W[1], st.W[2] = cs, cur, prev
 	}
 	return d
@@ -123,8 +119,10 @@ func (s *SlidingWindow) retryAfter(now, cs, cur, prev, n int64) int64 {
 	w := s.window
 	if k := s.limit - cur - n; k >= 0 {
 		// Fits once prev's weight has decayed enough; prev > 0, or the request would fit now.
-		return cs + w - k*w/prev - now
+		q, _ := mulDiv(k, w, prev)
+		return cs + w - q - now
 	}
 	// Only once cur has become the previous window's count; cur > 0 since n ≤ Limit.
-	return cs + 2*w - (s.limit-n)*w/cur - now
+	q, _ := mulDiv(s.limit-n, w, cur)
+	return cs + 2*w - q - now
 }

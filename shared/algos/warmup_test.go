@@ -44,8 +44,8 @@ func warmSleeps(t *testing.T, u *WarmUp, st *State, now *int64, want ...int64) {
 // down to 0.5 s over the 4 permits above the threshold of 4, out of max = 8).
 func TestWarmUpGuava(t *testing.T) {
 	u := newWarmUp(t, 2, Second, 4*Second)
-	if u.Script().Limit != 8 {
-		t.Fatalf("limit %d, want max permits 8", u.Script().Limit)
+	if u.cap != 8 {
+		t.Fatalf("cap %d, want max permits 8", u.cap)
 	}
 	ms := Millisecond
 	cold := []int64{0, 1375 * ms, 1125 * ms, 875 * ms, 625 * ms, 500 * ms, 500 * ms, 500 * ms}
@@ -129,8 +129,8 @@ func TestWarmUpCoolDown(t *testing.T) {
 			warmAcquire(t, u, &st, &now, 1)
 		}
 		now += 1000 + c.idle
-		if st.W[2] != u.d {
-			t.Fatalf("after saturation: deficit %d, want %d (no stored permits)", st.W[2], u.d)
+		if st.W[2] != u.w || st.W[3] != 0 {
+			t.Fatalf("after saturation: warmth %d + %d/r, want %d (no stored permits)", st.W[2], st.W[3], u.w)
 		}
 		warmAcquire(t, u, &st, &now, 1)
 		if got := warmAcquire(t, u, &st, &now, 1); got != c.first {
@@ -143,9 +143,9 @@ func TestWarmUpCoolDown(t *testing.T) {
 func TestWarmUpTryAcquire(t *testing.T) {
 	u := newWarmUp(t, 2, Second, 4*Second)
 	ms := Millisecond
-	replay(t, u, 8, []step{
-		{0, 9, false, 8, 0, Never}, // above max permits: never
-		{0, 0, true, 8, 0, 0},      // a peek on a cold limiter
+	replay(t, u, 1, []step{
+		{0, 9, false, 1, 0, Never}, // above max permits: never
+		{0, 0, true, 1, 0, 0},      // a peek on a cold limiter: one request may go
 		{0, 1, true, 0, 1375 * ms, 0},
 		{0, 1, false, 0, 1375 * ms, 1375 * ms}, // the next pays for the first
 		{0, 0, true, 0, 1375 * ms, 0},          // a peek takes nothing, never waits
@@ -162,13 +162,13 @@ func TestWarmUpDecisionFields(t *testing.T) {
 	var st State
 	d := u.Decide(&st, Request{Now: 0, Cost: 1})
 	// nextFree = 1.375 s; stored 7 of 8: cold again 0.5 s (one permit) after nextFree.
-	want := Decision{Allowed: true, Limit: 8, Remaining: 0, ResetAfter: 1375 * Millisecond, Granted: 1, TTL: 1875 * Millisecond}
+	want := Decision{Allowed: true, Limit: 1, Remaining: 0, ResetAfter: 1375 * Millisecond, Granted: 1, TTL: 1875 * Millisecond}
 	if d != want {
 		t.Fatalf("got %+v, want %+v", d, want)
 	}
 	d = u.Decide(&st, Request{Now: 375 * Millisecond, Cost: 2, MaxWait: Second})
 	// Waits until 1.375 s; takes 2 stored permits: 1125 + 875 ms; 3 permits to cool.
-	want = Decision{Allowed: true, Limit: 8, ResetAfter: 3 * Second, Delay: Second, Granted: 2, TTL: 4500 * Millisecond}
+	want = Decision{Allowed: true, Limit: 1, ResetAfter: 3 * Second, Delay: Second, Granted: 2, TTL: 4500 * Millisecond}
 	if d != want {
 		t.Fatalf("got %+v, want %+v", d, want)
 	}
@@ -176,13 +176,13 @@ func TestWarmUpDecisionFields(t *testing.T) {
 		t.Fatalf("state %v", st.W)
 	}
 	d = u.Decide(&st, Request{Now: 375 * Millisecond, Cost: 1, MaxWait: 3*Second - 1})
-	want = Decision{Limit: 8, ResetAfter: 3 * Second, RetryAfter: 3 * Second, TTL: 4500 * Millisecond}
+	want = Decision{Limit: 1, ResetAfter: 3 * Second, RetryAfter: 3 * Second, TTL: 4500 * Millisecond}
 	if d != want {
 		t.Fatalf("denied: got %+v, want %+v", d, want)
 	}
 	// After the TTL the state decides as an empty one.
 	d = u.Decide(&st, Request{Now: 4875 * Millisecond})
-	want = Decision{Allowed: true, Limit: 8, Remaining: 8}
+	want = Decision{Allowed: true, Limit: 1, Remaining: 1}
 	if d != want {
 		t.Fatalf("after the TTL: got %+v, want %+v", d, want)
 	}
@@ -219,7 +219,7 @@ func TestWarmUpBackwardsClock(t *testing.T) {
 	// Waiting from a time in the past: it proceeds at nextFree, at the stable cost.
 	back := now - Hour
 	warmAcquire(t, u, &st, &back, 1)
-	if back != now+Millisecond || st.W[0] != now+2*Millisecond || st.W[2] != u.d {
+	if back != now+Millisecond || st.W[0] != now+2*Millisecond || st.W[2] != u.w {
 		t.Fatalf("after a wait from the past: at %d, state %v", back, st.W)
 	}
 }
@@ -231,14 +231,14 @@ func TestWarmUpParams(t *testing.T) {
 	}{
 		{0, Second, Second, "rate"},
 		{-1, Second, Second, "rate"},
+		{MaxCount + 1, Second, Second, "rate"},
 		{1, 0, Second, "period"},
+		{1, MaxSpan + 1, Second, "period"},
 		{1, Second, 0, "warmup"},
 		{1, Second, -Second, "warmup"},
-		{1, Second, Second - 1, "warmup"},  // max < 1 permit
-		{3, Second, 1<<44/3 + 1, "warmup"}, // W·r above 2^44
-		{MaxSafe, 3, 1, "warmup"},          // r = 2^53
-		{7, 1 << 62, 1 << 40, "warmup"},    // one stable interval is longer than W
-		{1000, Second, 1 << 45, "warmup"},  // r = 1: W itself above 2^44
+		{1, Second, MaxSpan + 1, "warmup"},
+		{MaxCount, Second, 2 * Second, "warmup"}, // a cold limiter would store 2·10^15 permits
+		{MaxCount, 1, Second, "warmup"},
 	} {
 		_, err := NewWarmUp(c.rate, c.period, c.warmup)
 		var pe *ParamError
@@ -246,45 +246,29 @@ func TestWarmUpParams(t *testing.T) {
 			t.Errorf("NewWarmUp(%d, %d, %d) = %v, want an error about %s", c.rate, c.period, c.warmup, err, c.param)
 		}
 	}
-	for _, c := range [][3]int64{
-		{1, Second, Second},         // max = 1
-		{1000, Second, 1 << 44},     // reduced to 1 per ms
-		{3, Second, 1 << 44 / 3},    // W·r = 2^44 − 1
-		{1 << 50, 1 << 50, 1 << 44}, // 1 per µs
+	for _, c := range []struct{ rate, period, warmup, limit int64 }{
+		{1, Second, Second, 1},
+		{1, Minute, Second, 1},                  // W shorter than S: no warm-up to speak of
+		{1000, Second, 1 << 44, 1 << 44 / 1000}, // reduced to 1 per ms
+		{1_000_000_000_000, Year, Year, 1_000_000_000_000},
+		{MaxCount, Second, Second, MaxCount},
+		{1, MaxSpan, MaxSpan, 1},
 	} {
-		if _, err := NewWarmUp(c[0], c[1], c[2]); err != nil {
-			t.Errorf("NewWarmUp%v: %v", c, err)
+		u, err := NewWarmUp(c.rate, c.period, c.warmup)
+		if err != nil {
+			t.Errorf("NewWarmUp(%d, %d, %d): %v", c.rate, c.period, c.warmup, err)
+			continue
 		}
-	}
-}
-
-func TestWarmUpMulDivCeil(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	check := func(x, y, d int64) {
-		t.Helper()
-		p := new(big.Int).Mul(big.NewInt(x), big.NewInt(y))
-		q, m := new(big.Int).QuoRem(p, big.NewInt(d), new(big.Int))
-		if m.Sign() > 0 {
-			q.Add(q, big.NewInt(1))
+		if u.cap != c.limit {
+			t.Errorf("NewWarmUp(%d, %d, %d): cap %d, want %d", c.rate, c.period, c.warmup, u.cap, c.limit)
 		}
-		if got := warmMulDivCeil(x, y, d); got != q.Int64() {
-			t.Fatalf("⌈%d·%d/%d⌉ = %d, want %s", x, y, d, got, q)
-		}
-	}
-	check(0, 0, 1)
-	check(1<<45, 1<<45, 1<<45)
-	check(1<<45-1, 1<<45-1, 1<<45)
-	check(1<<49-1, 1<<45, 1<<45)
-	for range 100_000 {
-		d := rng.Int64N(1<<rng.IntN(46)) + 1
-		check(rng.Int64N(d+1), rng.Int64N(d+1), d)
 	}
 }
 
 // TestWarmUpGuavaModel replays random traces and checks every admitted request against Guava's
 // real-valued formulas (math/big), applied to the state this implementation holds: the stored
 // permits after the resync are exact, and nextFree moves by Guava's cost rounded up, by less
-// than one tick (1/r µs). After its TTL, every state decides as an empty one.
+// than one tick (1/r µs) plus n·S/W µs. After its TTL, every state decides as an empty one.
 func TestWarmUpGuavaModel(t *testing.T) {
 	for _, c := range [][3]int64{
 		{2, Second, 4 * Second},
@@ -293,6 +277,10 @@ func TestWarmUpGuavaModel(t *testing.T) {
 		{1000, Second, 3 * Second},
 		{1, Second, Second},
 		{999, 1000, 1<<44/999 - 12345},
+		{1_000_000_000_000, Second, Minute},    // S = 1 ps: far below a µs
+		{999_999_999_989, Year, 3 * Year},      // a prime rate: ticks of about 10^-12 µs
+		{1_000_000_000_000, Year, 10 * Minute}, // W much shorter than the period
+		{3, 10 * Year, 10 * Year},
 	} {
 		u := newWarmUp(t, c[0], c[1], c[2])
 		rng := rand.New(rand.NewPCG(uint64(c[0]), uint64(c[2])))
@@ -312,12 +300,12 @@ func TestWarmUpGuavaModel(t *testing.T) {
 			if rng.IntN(50) == 0 {
 				now -= rng.Int64N(c[2])
 			}
-			n := min(1, u.limit)
+			n := min(1, u.cap)
 			switch rng.IntN(50) {
 			case 0:
-				n = rng.Int64N(u.limit + 1)
+				n = rng.Int64N(u.cap + 1)
 			case 1, 2, 3, 4:
-				n = rng.Int64N(min(u.limit, 10) + 1)
+				n = rng.Int64N(min(u.cap, 10) + 1)
 			}
 			r := Request{Now: now, Cost: n}
 			switch rng.IntN(4) {
@@ -339,7 +327,7 @@ func TestWarmUpGuavaModel(t *testing.T) {
 			// Guava, from the same state.
 			nextFree := new(big.Rat).Add(rat(st.W[0], 1), rat(st.W[1], u.r))
 			nf0 := new(big.Rat).Set(nextFree)
-			stored := new(big.Rat).Quo(rat(u.d-st.W[2], u.r), stable) // permits
+			stored := warmStored(u, &st, stable)
 			if nextFree.Cmp(rat(now, 1)) < 0 {
 				idle := new(big.Rat).Sub(rat(now, 1), nextFree)
 				stored.Add(stored, idle.Quo(idle, stable))
@@ -373,18 +361,25 @@ func TestWarmUpGuavaModel(t *testing.T) {
 				cost.Add(cost, e)
 			}
 			stored.Sub(stored, take)
-			gotStored := new(big.Rat).Quo(rat(u.d-st.W[2], u.r), stable)
+			gotStored := warmStored(u, &st, stable)
 			if gotStored.Cmp(stored) != 0 {
 				t.Fatalf("%v step %d %+v: stored %s, Guava %s", c, i, r, gotStored.FloatString(6), stored.FloatString(6))
 			}
 			want := new(big.Rat).Add(nextFree, cost)
 			got := new(big.Rat).Add(rat(st.W[0], 1), rat(st.W[1], u.r))
 			over := new(big.Rat).Sub(got, want)
-			if over.Sign() < 0 || over.Cmp(rat(1, u.r)) >= 0 {
+			bound := new(big.Rat).Add(rat(1, u.r), new(big.Rat).Quo(new(big.Rat).Mul(rat(n, 1), stable), rat(c[2], 1)))
+			if over.Sign() < 0 || over.Cmp(bound) >= 0 {
 				t.Fatalf("%v step %d %+v: nextFree %s, Guava %s", c, i, r, got.FloatString(3), want.FloatString(3))
 			}
 		}
 	}
+}
+
+// warmStored returns the permits st stores: (W − warmth)/S.
+func warmStored(u *WarmUp, st *State, stable *big.Rat) *big.Rat {
+	c := new(big.Rat).Sub(big.NewRat(u.w, 1), new(big.Rat).Add(big.NewRat(st.W[2], 1), big.NewRat(st.W[3], u.r)))
+	return c.Quo(c, stable)
 }
 
 func TestWarmUpNoAlloc(t *testing.T) {

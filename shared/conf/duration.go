@@ -7,13 +7,13 @@ import "strconv"
 var units = [...]struct {
 	name string
 	us   int64
-}{{"d", 86400e6}, {"h", 3600e6}, {"m", 60e6}, {"s", 1e6}, {"ms", 1e3}, {"us", 1}, {"µs", 1}}
+}{{"y", 365 * 86400e6}, {"w", 7 * 86400e6}, {"d", 86400e6}, {"h", 3600e6}, {"m", 60e6}, {"s", 1e6}, {"ms", 1e3}, {"us", 1}, {"µs", 1}}
 
 // ParseDuration parses a sequence of numbers with units, such as "1m30s", into µs. It returns a
 // reason instead of an error, to be recorded with the field's path.
 func ParseDuration(s string) (us int64, reason string) {
 	orig := s
-	bad := "must be a duration such as \"500ms\", \"1s\", \"1m30s\" or \"1d\" (units d, h, m, s, ms, us), got " + strconv.Quote(s)
+	bad := "must be a duration such as \"500ms\", \"1s\", \"1m30s\" or \"1d\" (units y (365d), w, d, h, m, s, ms, us), got " + strconv.Quote(s)
 	if s == "" {
 		return 0, bad
 	}

@@ -95,7 +95,7 @@ func TestGetters(t *testing.T) {
 		{"duration", dur, `{"f": "1m30s"}`, int64(90e6), nil},
 		{"duration absent", dur, `{}`, int64(5e6), nil},
 		{"duration number", dur, `{"f": 10}`, int64(5e6), []string{`f: must be a duration with a unit such as "500ms", "1s" or "1m", got the number 10`}},
-		{"duration no unit", dur, `{"f": "10"}`, int64(5e6), []string{`f: must be a duration such as "500ms", "1s", "1m30s" or "1d" (units d, h, m, s, ms, us), got "10"`}},
+		{"duration no unit", dur, `{"f": "10"}`, int64(5e6), []string{`f: must be a duration such as "500ms", "1s", "1m30s" or "1d" (units y (365d), w, d, h, m, s, ms, us), got "10"`}},
 		{"duration bad unit", dur, `{"f": "1x"}`, int64(5e6), []string{`f: must be a duration such as`}},
 		{"duration empty", dur, `{"f": ""}`, int64(5e6), []string{`f: must be a duration such as`}},
 		{"duration space", dur, `{"f": "5 s"}`, int64(5e6), []string{`f: must be a duration such as`}},

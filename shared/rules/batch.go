@@ -2,6 +2,7 @@ package rules
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/conf"
@@ -32,7 +33,7 @@ func (r *Rule) decodeBatch(o *conf.Obj) {
 	bo.Require("max")
 	hi := bo.Int("max", 1, 1, MaxBatch)
 	lo := bo.Int("min", 1, 1, MaxBatch)
-	age := bo.Duration("max_age", 0, 0, algos.MaxSafe/4)
+	age := bo.Duration("max_age", 0, 0, algos.MaxSpan)
 	bo.Done()
 	switch {
 	case lo > hi && !failed(bo, "min") && !failed(bo, "max"):
@@ -46,7 +47,7 @@ func (r *Rule) decodeBatch(o *conf.Obj) {
 	default:
 		l, ok := r.Alg.(algos.Leaser)
 		if !ok {
-			o.Fail("batch", r.Algorithm+" cannot be leased (leased mode takes fixed_window, sliding_window, sliding_log, token_bucket or leaky_bucket)")
+			o.Fail("batch", r.Algorithm+" cannot be leased (leased mode takes "+strings.Join(AlgorithmsWhere(AlgorithmKind.Batches), ", ")+")")
 			return
 		}
 		lease, err := l.Lease(age)

@@ -731,13 +731,10 @@ func init() {
 		},
 	})
 	rules.RegisterAlgorithm("per_minute", rules.AlgorithmKind{
-		Doc: "a fixed window of one minute",
-		Decode: func(o *conf.Obj) rules.Limit {
-			o.Require("limit")
-			n := o.Int("limit", 1, 1, 1_000_000)
-			return limitFunc(func(nodes int64) (algos.Algorithm, error) {
-				return algos.NewFixedWindow(max(n/nodes, 1), algos.Minute)
-			})
+		Doc:    "a fixed window of one minute",
+		Params: []rules.Param{{Name: "limit", Type: rules.Count, Role: rules.Amount, Required: true, Min: 1, Max: 1_000_000}},
+		Build: func(p rules.Params, nodes int64) (algos.Algorithm, error) {
+			return algos.NewFixedWindow(max(p["limit"]/nodes, 1), algos.Minute)
 		},
 	})
 }
@@ -748,10 +745,6 @@ func (h tenant) Value(in *rules.Input) (string, bool) {
 	v := in.Headers.Get(string(h))
 	return v, v != ""
 }
-
-type limitFunc func(nodes int64) (algos.Algorithm, error)
-
-func (f limitFunc) Build(nodes int64) (algos.Algorithm, error) { return f(nodes) }
 
 func TestRegisteredKinds(t *testing.T) {
 	if !contains(rules.Algorithms(), "per_minute") || !contains(rules.Dimensions(), "tenant") {

@@ -4,7 +4,6 @@ import (
 	"sort"
 
 	"github.com/diana-gw/diana/shared/algos"
-	"github.com/diana-gw/diana/shared/conf"
 )
 
 // The registries of algorithms and dimensions, by the names configs use. They are written only
@@ -15,11 +14,17 @@ var (
 	dimensions = map[string]DimensionKind{}
 )
 
-// AlgorithmKind is an algorithm a rule can name in limit.algorithm.
+// AlgorithmKind is an algorithm a rule can name in limit.algorithm: its parameters, stated once
+// (the decoder reads them; schema/limit.schema.json and the docs' tables are generated from them,
+// and the Kong plugin maps its flat fields onto their roles), and how to build it.
 type AlgorithmKind struct {
-	// Decode reads the algorithm's parameters from the rule's limit object, recording errors on
-	// it; the object's "algorithm" field is already read.
-	Decode func(o *conf.Obj) Limit
+	// Params are the fields of the rule's limit object besides algorithm, in the order the docs
+	// list them.
+	Params []Param
+	// Build returns the algorithm for the parameters read, by name, with its limit shared among
+	// nodes nodes (1: the whole limit; more: each node's share when it degrades to local
+	// limiting). Errors are *algos.ParamError naming a parameter.
+	Build func(p Params, nodes int64) (algos.Algorithm, error)
 	// Leases is true when an admitted request holds its units until it ends (concurrency): the
 	// front end must call Engine.Release when the request completes.
 	Leases bool
@@ -27,13 +32,96 @@ type AlgorithmKind struct {
 	// which the delay action needs.
 	Waits bool
 	Doc   string // one line for docs and errors
+	// What the rate-limit headers say for it (docs): RateLimit-Limit, and RateLimit-Reset's bound.
+	LimitDoc, ResetDoc string
 }
 
-// Limit is a decoded algorithm configuration.
-type Limit interface {
-	// Build returns the algorithm with its limit shared among nodes nodes (1: the whole limit;
-	// more: each node's share when it degrades to local limiting).
-	Build(nodes int64) (algos.Algorithm, error)
+// Params are the values of an algorithm's parameters, by name: counts, durations in µs, and
+// flags as 0 or 1.
+type Params map[string]int64
+
+// Param is one parameter of an algorithm.
+type Param struct {
+	Name     string
+	Type     ParamType
+	Role     Role
+	Required bool
+	Default  int64  // the value when absent and not Required (a duration in µs, a flag 0 or 1)
+	Same     string // when set, the default is this other parameter's value
+	Min, Max int64
+	Excludes string // a parameter this one may not be given with
+	Example  int64  // a typical value, for schemas and docs
+	Doc      string
+}
+
+// ParamType is how a parameter is written: an integer count, a duration with a unit, a boolean.
+type ParamType string
+
+const (
+	Count    ParamType = "count"
+	Duration ParamType = "duration"
+	Flag     ParamType = "flag"
+)
+
+// Role is what a parameter is to a front end whose config names one limit and one window for any
+// algorithm (the Kong plugin's limit, window, burst and warmup fields).
+type Role string
+
+const (
+	Amount Role = "amount" // the count a limit allows: limit, rate, max
+	Window Role = "window" // the time it is counted over: window, period, lease
+	Burst  Role = "burst"
+	Warmup Role = "warmup"
+)
+
+// Algorithm returns the kind registered under name.
+func Algorithm(name string) (AlgorithmKind, bool) {
+	k, ok := algorithms[name]
+	return k, ok
+}
+
+// Param returns the parameter of k with the given role.
+func (k AlgorithmKind) Param(role Role) (Param, bool) {
+	for _, p := range k.Params {
+		if p.Role == role {
+			return p, true
+		}
+	}
+	return Param{}, false
+}
+
+// Example returns the parameters of k with their examples (defaults where there is none).
+func (k AlgorithmKind) Example() Params {
+	v := Params{}
+	for _, p := range k.Params {
+		v[p.Name] = p.Default
+		if p.Example != 0 {
+			v[p.Name] = p.Example
+		}
+	}
+	return v
+}
+
+// Logs reports whether k keeps a log per identity (sliding log, concurrency) rather than a few
+// words: stores with fixed-size entries cannot hold it.
+func (k AlgorithmKind) Logs() bool {
+	a, err := k.Build(k.Example(), 1)
+	return err == nil && a.Script().Log
+}
+
+// Batches reports whether rules of k can take the batch option (leased cluster mode): its
+// example builds into an algorithm that algos can lease.
+func (k AlgorithmKind) Batches() bool {
+	a, err := k.Build(k.Example(), 1)
+	if err != nil {
+		return false
+	}
+	l, ok := a.(algos.Leaser)
+	if !ok {
+		return false
+	}
+	_, err = l.Lease(0)
+	return err == nil
 }
 
 // DimensionKind is what a rule can count by, named in its "by" list as NAME or NAME:ARG.
@@ -69,6 +157,17 @@ func RegisterDimension(name string, k DimensionKind) {
 
 // Algorithms lists the registered algorithm names, sorted.
 func Algorithms() []string { return sortedKeys(algorithms) }
+
+// AlgorithmsWhere lists the registered algorithms whose kind satisfies keep, sorted.
+func AlgorithmsWhere(keep func(AlgorithmKind) bool) []string {
+	var out []string
+	for _, name := range Algorithms() {
+		if keep(algorithms[name]) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
 
 // Dimensions lists the registered dimension names, sorted.
 func Dimensions() []string { return sortedKeys(dimensions) }

@@ -109,15 +109,15 @@ func DecodeRule(o *conf.Obj) *Rule {
 		}
 		r.dims = append(r.dims, d)
 	}
-	r.Cost = o.Int("cost", 1, 0, algos.MaxSafe)
+	r.Cost = o.Int("cost", 1, 0, algos.MaxCount)
 
 	r.Mode = Mode(enumIndex(o, "mode", "local", "cluster"))
 	r.Action = Action(enumIndex(o, "action", "reject", "delay", "shadow"))
-	r.MaxDelay = o.Duration("max_delay", 0, 0, algos.MaxWaitCap)
+	r.MaxDelay = o.Duration("max_delay", 0, 0, algos.MaxSpan)
 	if r.Action == Delay && r.MaxDelay == 0 && !failed(o, "max_delay") {
 		o.Fail("max_delay", "is required (above 0) when action is delay")
 	}
-	r.Ban = o.Duration("ban", 0, 0, algos.MaxSafe/4)
+	r.Ban = o.Duration("ban", 0, 0, algos.MaxSpan)
 	r.OnError = FailPolicy(enumIndex(o, "on_error", failPolicies[:]...))
 	r.Nodes = o.Int("nodes", 1, 1, 10000)
 
@@ -151,29 +151,60 @@ func (r *Rule) decodeLimit(o *conf.Obj) {
 	}
 	r.Leases = kind.Leases
 	if r.Action == Delay && !kind.Waits {
-		o.Fail("action", "delay needs an algorithm that can hold requests (token_bucket, warm_up, fixed_window, sliding_log); "+r.Algorithm+" cannot")
+		o.Fail("action", "delay needs an algorithm that can hold requests ("+strings.Join(AlgorithmsWhere(func(k AlgorithmKind) bool { return k.Waits }), ", ")+"); "+r.Algorithm+" cannot")
 	}
 	errs := len(o.Errors().List)
-	limit := kind.Decode(lo)
+	params := decodeParams(kind, lo)
 	lo.Done()
 	if len(o.Errors().List) > errs {
 		return // the parameters are already reported; building would repeat the errors
 	}
 	var err error
-	if r.Alg, err = r.build(limit, 1); err != nil {
+	if r.Alg, err = r.build(kind, params, 1); err != nil {
 		failParam(lo, err)
 		return
 	}
 	if r.Mode == Cluster && r.OnError == FailLocal {
-		if r.Fallback, err = r.build(limit, r.Nodes); err != nil {
+		if r.Fallback, err = r.build(kind, params, r.Nodes); err != nil {
 			o.Fail("nodes", "the limit divided by "+strconv.FormatInt(r.Nodes, 10)+" nodes is invalid: "+err.Error())
 		}
 	}
 }
 
+// decodeParams reads the parameters of kind from the limit object, recording errors on it.
+func decodeParams(kind AlgorithmKind, lo *conf.Obj) Params {
+	p := Params{}
+	for _, d := range kind.Params {
+		if d.Required {
+			lo.Require(d.Name)
+		}
+		switch d.Type {
+		case Count:
+			p[d.Name] = lo.Int(d.Name, d.Default, d.Min, d.Max)
+		case Duration:
+			p[d.Name] = lo.Duration(d.Name, d.Default, d.Min, d.Max)
+		case Flag:
+			p[d.Name] = 0
+			if lo.Bool(d.Name, d.Default == 1) {
+				p[d.Name] = 1
+			}
+		}
+	}
+	for _, d := range kind.Params {
+		if d.Same != "" && !lo.Has(d.Name) {
+			p[d.Name] = p[d.Same]
+		}
+		// A flag excludes only when set: "nodelay: false" beside a delay is harmless.
+		if d.Excludes != "" && lo.Has(d.Name) && lo.Has(d.Excludes) && (d.Type != Flag || p[d.Name] == 1) {
+			lo.Fail(d.Name, "cannot be combined with "+d.Excludes)
+		}
+	}
+	return p
+}
+
 // build builds the limit's algorithm for nodes nodes, wrapped in the rule's ban.
-func (r *Rule) build(l Limit, nodes int64) (algos.Algorithm, error) {
-	a, err := l.Build(nodes)
+func (r *Rule) build(kind AlgorithmKind, p Params, nodes int64) (algos.Algorithm, error) {
+	a, err := kind.Build(p, nodes)
 	if err != nil || r.Ban == 0 {
 		return a, err
 	}
@@ -183,11 +214,7 @@ func (r *Rule) build(l Limit, nodes int64) (algos.Algorithm, error) {
 // failParam records an algorithm's parameter error on the config field it came from.
 func failParam(lo *conf.Obj, err error) {
 	if pe, ok := err.(*algos.ParamError); ok {
-		field := pe.Param
-		if field == "leaseTTL" {
-			field = "lease"
-		}
-		lo.Fail(field, pe.Reason)
+		lo.Fail(pe.Param, pe.Reason)
 		return
 	}
 	lo.Fail("algorithm", err.Error())

@@ -253,3 +253,15 @@ func TestSweep(t *testing.T) {
 		t.Fatal("a live entry lost its state")
 	}
 }
+
+// The store keeps a state as long as its algorithm needs it, bans included: a window outlives
+// the ban it caused.
+func TestMatchesTransition(t *testing.T) {
+	s, c := newStore(0)
+	decide := func(key string, alg algos.Algorithm, r algos.Request) algos.Decision {
+		c.now.Store(r.Now)
+		return s.Decide(key, alg, r)
+	}
+	algotest.BanKeepsWindow(t, decide)
+	algotest.MatchTransition(t, decide, true)
+}

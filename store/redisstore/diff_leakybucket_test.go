@@ -15,7 +15,7 @@ func TestDiffLeakyBucket(t *testing.T) {
 		{name: "1M per second", alg: must(algos.NewLeakyBucket(1_000_000, algos.Second, 1000, 300)), maxGap: 2000, maxCost: 1500, backwards: true, partial: true},
 		{name: "7 per day burst 1", alg: must(algos.NewLeakyBucket(7, algos.Day, 1, algos.DelayAll)), maxGap: 6 * algos.Hour, maxCost: 3, backwards: true, partial: true},
 		{name: "extreme: 2^40 burst", alg: must(algos.NewLeakyBucket(1<<30, 1<<10, 1<<40, 1<<39)), maxGap: 1 << 20, maxCost: 1 << 41, partial: true, backwards: true},
-		{name: "extreme: 2^51 capacity", alg: must(algos.NewLeakyBucket(1<<51, 1, 1<<51-1, 5)), maxGap: 10, maxCost: 1 << 52, partial: true, backwards: true},
+		{name: "extreme: 10^15 per second, capacity 10^15", alg: must(algos.NewLeakyBucket(algos.MaxCount, algos.Second, algos.MaxCount-1, 5)), maxGap: 10, maxCost: 1 << 52, partial: true, backwards: true},
 		{name: "banned", alg: must(algos.NewBan(must(algos.NewLeakyBucket(10, algos.Second, 3, 1)), 2*algos.Second)), maxGap: algos.Second, maxCost: 4, backwards: true},
 	})
 }

@@ -17,7 +17,7 @@ func TestDiffSlidingLog(t *testing.T) {
 		{name: "3 per µs", alg: must(algos.NewSlidingLog(3, 1)), maxGap: 3, maxCost: 4, backwards: true, partial: true, maxWait: 2},
 		{name: "20 per day", alg: must(algos.NewSlidingLog(20, algos.Day)), maxGap: 2 * algos.Hour, maxCost: 25, maxWait: algos.Day, partial: true, backwards: true},
 		// Times stay below 2^52 (the constructor's premise): 10,000 steps advance about 720·maxGap.
-		{name: "extreme: longest window", alg: must(algos.NewSlidingLog(4, algos.MaxSafe/4)), maxGap: 1 << 38, maxCost: 5, maxWait: algos.MaxSafe / 4, backwards: true},
+		{name: "extreme: longest window", alg: must(algos.NewSlidingLog(4, algos.MaxSpan)), maxGap: 1 << 38, maxCost: 5, maxWait: algos.MaxWaitCap, backwards: true},
 		{name: "30 days, waits", alg: must(algos.NewSlidingLog(6, 30*algos.Day)), maxGap: 20 * algos.Day, maxCost: 7, maxWait: 40 * algos.Day, partial: true, backwards: true},
 		// A full log of 10,000 members is read back after every step: fewer steps.
 		{name: "extreme: MaxLogLimit", alg: must(algos.NewSlidingLog(algos.MaxLogLimit, algos.Minute)), steps: 500, maxGap: 10 * algos.Second, maxCost: 12_000, maxWait: algos.Minute, partial: true, backwards: true},

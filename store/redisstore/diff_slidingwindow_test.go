@@ -12,8 +12,9 @@ func TestDiffSlidingWindow(t *testing.T) {
 		{name: "7 per 3 s, partial", alg: must(algos.NewSlidingWindow(7, 3*algos.Second)), maxGap: 2 * algos.Second, maxCost: 9, maxWait: algos.Second, partial: true, backwards: true},
 		{name: "1 per µs", alg: must(algos.NewSlidingWindow(1, 1)), maxGap: 4, maxCost: 2, partial: true, backwards: true},
 		{name: "3 per day", alg: must(algos.NewSlidingWindow(3, algos.Day)), maxGap: 8 * algos.Hour, maxCost: 4, backwards: true},
-		{name: "extreme: 1 per 2^51 µs", alg: must(algos.NewSlidingWindow(1, algos.MaxSafe/4)), maxGap: 30 * algos.Day, maxCost: 2, partial: true, backwards: true},
-		{name: "extreme: 2^51 per µs", alg: must(algos.NewSlidingWindow(algos.MaxSafe/4, 1)), maxGap: 3, maxCost: 1 << 52, partial: true, backwards: true},
+		{name: "extreme: 1 per 10 years", alg: must(algos.NewSlidingWindow(1, algos.MaxSpan)), steps: 3000, maxGap: 30 * algos.Day, maxCost: 2, partial: true, backwards: true},
+		{name: "extreme: 10^15 per µs", alg: must(algos.NewSlidingWindow(algos.MaxCount, 1)), maxGap: 3, maxCost: 1 << 52, partial: true, backwards: true},
+		{name: "extreme: 10^15 per 10 years", alg: must(algos.NewSlidingWindow(algos.MaxCount, algos.MaxSpan)), steps: 3000, maxGap: 30 * algos.Day, maxCost: 1 << 51, partial: true, backwards: true},
 		{name: "extreme: 2^31 per 2^20 µs", alg: must(algos.NewSlidingWindow(1<<31, 1<<20)), maxGap: 1 << 20, maxCost: 1 << 32, partial: true, backwards: true},
 		{name: "banned", alg: must(algos.NewBan(must(algos.NewSlidingWindow(5, algos.Second)), 2*algos.Second)), maxGap: algos.Second, maxCost: 6, backwards: true},
 	})

@@ -24,6 +24,7 @@ type diffCase struct {
 	maxWait   int64 // about 1 in 4 requests may wait up to this long
 	partial   bool  // about 1 in 4 requests ask for a partial grant
 	leases    bool  // concurrency: take leases with fresh IDs and release random ones
+	logScale  bool  // draw steps and costs log-uniformly (logGap), for parameters spanning 10^15
 	// sameState compares the states; nil means W, Ban and Log must be equal.
 	sameState func(goSt, redisSt algos.State) bool
 }
@@ -49,13 +50,23 @@ func runDiff(t *testing.T, cases []diffCase) {
 			nextID := int64(1)
 			now := int64(1_700_000_000_000_000) + rng.Int64N(algos.Second)
 			for i := range steps {
-				now += gap(rng, c.maxGap)
+				draw := gap
+				if c.logScale {
+					draw = logGap
+				}
+				now += draw(rng, c.maxGap)
+				if now >= 1<<52 {
+					t.Fatalf("step %d: the trace reached 2^52 µs (the year 2112), past the algorithms' bound: fewer steps or shorter gaps", i)
+				}
 				if c.backwards && rng.IntN(50) == 0 {
-					now -= rng.Int64N(c.maxGap + 1)
+					now -= draw(rng, c.maxGap)
 				}
 				r := algos.Request{Now: now, Cost: cost(rng, c.maxCost)}
+				if c.logScale && rng.IntN(2) == 0 {
+					r.Cost = logGap(rng, c.maxCost)
+				}
 				if c.maxWait > 0 && rng.IntN(4) == 0 {
-					r.MaxWait = rng.Int64N(c.maxWait + 1)
+					r.MaxWait = draw(rng, c.maxWait)
 				}
 				r.Partial = c.partial && rng.IntN(4) == 0
 				if c.leases {

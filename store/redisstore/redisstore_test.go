@@ -488,3 +488,19 @@ func TestDecideAllCluster(t *testing.T) {
 		}
 	}
 }
+
+// The scripts keep a state as long as its algorithm needs it, bans included: a window outlives
+// the ban it caused, and a banned client is told the real wait.
+func TestMatchesTransition(t *testing.T) {
+	srv := redistest.Start(t)
+	s := New(srv.Client(), Options{CallerClock: true})
+	decide := func(key string, alg algos.Algorithm, r algos.Request) algos.Decision {
+		d, err := s.Decide(context.Background(), key, alg, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	algotest.BanKeepsWindow(t, decide)
+	algotest.MatchTransition(t, decide, true)
+}

@@ -1,36 +1,55 @@
 -- Leaky bucket (nginx limit_req): the twin of LeakyBucket.Decide in shared/algos/leakybucket.go.
 -- State "tat frac": Z = tat + frac/rate µs, from which a request is decided as for a fresh key.
+-- Every span (Z − now, T, C, F) is a pair of locals, µs and a fraction over rate, as in Go.
 local rate, period = p1, p2
 local burst, delay = p3, p4
+
+local lim = burst + 1
+local tq, tr = floor(period / rate), period % rate -- T = period/rate
+local cq, cr = muldiv(lim, period, rate)           -- C = (burst+1)·T
+local fq, fr = muldiv(delay + 1, period, rate)     -- F = (delay+1)·T
 
 local tat, frac = w1, w2
 local n = cost
 if tat < now then tat, frac = now, 0 end
-local lim, cap, free = burst + 1, (burst + 1) * period, (delay + 1) * period
-local ahead = tat - now
-if ahead > floor(2251799813685248 / rate) then
-  if partial then n = math.min(n, 1) end
-  local reset, retry = ahead + math.min(frac, 1), -1
-  if n <= lim then retry = ahead - floor((cap - n * period - frac) / rate) end
-  return finish({0, lim, 0, reset, retry, 0, 0, reset})
+local xq, xf = tat - now, frac -- Z − now
+local reset = xq + math.min(xf, 1)
+local remaining = 0
+if xq < cq or (xq == cq and xf <= cr) then -- ⌊(C − X)/T⌋
+  local dq, df = cq - xq, cr - xf
+  if df < 0 then dq, df = dq - 1, df + rate end
+  local q, r = muldiv(dq, rate, period)
+  remaining = q + floor((r + df) / period)
 end
-local used = ahead * rate + frac
-local reset = floor((used + rate - 1) / rate)
-local remaining = math.max(0, floor((cap - used) / period))
 if partial and n > remaining then
   n = remaining
-  if n == 0 then
-    return finish({0, lim, 0, reset, floor((used + period - cap + rate - 1) / rate), 0, 0, reset})
+  if n == 0 then -- until one unit fits: ⌈X + T − C⌉
+    local aq, af = xq + tq, xf + tr
+    if af >= rate then aq, af = aq + 1, af - rate end
+    local retry = aq - cq
+    if af > cr then retry = retry + 1 end
+    return finish({0, lim, 0, reset, retry, 0, 0, reset})
   end
 end
 if n > lim then return finish({0, lim, remaining, reset, -1, 0, 0, reset}) end
-local nxt = used + n * period
-if nxt > cap then return finish({0, lim, remaining, reset, floor((nxt - cap + rate - 1) / rate), 0, 0, reset}) end
+local nq, nf = muldiv(n, period, rate) -- Z' − now = X + n·T
+nq, nf = xq + nq, xf + nf
+if nf >= rate then nq, nf = nq + 1, nf - rate end
+if nq > cq or (nq == cq and nf > cr) then
+  local retry = nq - cq
+  if nf > cr then retry = retry + 1 end
+  return finish({0, lim, remaining, reset, retry, 0, 0, reset})
+end
 local wait = 0
-if n > 0 and nxt > free then wait = floor((nxt - free + rate - 1) / rate) end
-reset = floor((nxt + rate - 1) / rate)
-local r = {1, lim, floor((cap - nxt) / period), reset, 0, wait, n, reset}
+if n > 0 and (nq > fq or (nq == fq and nf > fr)) then
+  wait = nq - fq
+  if nf > fr then wait = wait + 1 end
+end
+local dq, df = cq - nq, cr - nf
+if df < 0 then dq, df = dq - 1, df + rate end
+local lq, lr = muldiv(dq, rate, period)
+reset = nq + math.min(nf, 1)
+local r = {1, lim, lq + floor((lr + df) / period), reset, 0, wait, n, reset}
 if n == 0 then return finish(r) end
-local tat2, frac2 = now + floor(nxt / rate), nxt % rate
-if frac2 == 0 then return finish(r, string.format('%d', tat2)) end
-return finish(r, string.format('%d %d', tat2, frac2))
+if nf == 0 then return finish(r, string.format('%d', now + nq)) end
+return finish(r, string.format('%d %d', now + nq, nf))

@@ -25,13 +25,13 @@ end
 
 local floor = math.floor -- floor(a / b) is exact for integers below 2^53
 
--- A ban that holds answers before the algorithm runs (a release still goes through).
-if ban > 0 then
+-- held: µs a ban still holds the identity (0: none). A held request is denied whatever the
+-- algorithm says; the algorithm still runs, as a dry run without a wait, to tell whether it would
+-- refuse the request after the ban too (see the end of the script). A release goes through.
+local held = 0
+if ban > 0 and not release then
   local banned = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if banned > now and not release then
-    local left = banned - now
-    return {0, limit, 0, left, left, 0, 0}
-  end
+  if banned > now then held, dry, max_wait = banned - now, true, 0 end
 end
 
 -- The words of a string state "w1 w2 ...", missing ones 0 (sorted-set states skip this).
@@ -47,8 +47,8 @@ if flags % 8 < 4 then
   end
 end
 
--- Each algorithm's code follows, at the top level of the script, and ends every path with
--- return finish(reply, write), where
+-- Each algorithm's code follows, as the body of a function decide(cost) (see scripts.go), and
+-- ends every path with return finish(reply, write), where
 --   reply = {allowed (1/0), limit, remaining, reset_after, retry_after, delay, granted, ttl}
 --   write = the new string state, true when the code changed its sorted set itself, or nil.
 -- finish stores the state with its TTL, starts a ban on a denial, and returns the reply; on a dry
@@ -62,7 +62,7 @@ local function finish(r, write)
       redis.call('SET', KEYS[1], write, 'PX', px)
     end
   end
-  if ban > 0 and r[1] == 0 and cost > 0 and not release then
+  if ban > 0 and held == 0 and r[1] == 0 and cost > 0 and not release then
     if not dry then
       redis.call('SET', KEYS[2], string.format('%d', now + ban), 'PX', floor((ban + 999) / 1000) + pad)
     end

@@ -1,6 +1,9 @@
 // Package scripts holds the Redis Lua twin of every algorithm in shared/algos, one file per
-// algorithm, each preceded at load time by prelude.lua (arguments, time, ban check, helpers,
-// write-back). Only Redis stores import it, so the wasm build stays small.
+// algorithm. At load time each is wrapped as the function decide(cost), between prelude.lua
+// (arguments, time, the ban, state words, write-back) and epilogue.lua (the call, and a ban's
+// reply); wide.lua (muldiv) comes first if the algorithm calls it (a Lua function costs Redis CPU
+// on every call that defines it, so only the scripts that need it do). Only Redis stores import
+// it, so the wasm build stays small.
 package scripts
 
 import (
@@ -18,8 +21,13 @@ func Source(name string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("no Lua script for algorithm %q", name)
 	}
-	prelude, _ := files.ReadFile("prelude.lua")
-	return string(prelude) + string(body), nil
+	src, _ := files.ReadFile("prelude.lua")
+	if strings.Contains(string(body), "muldiv(") {
+		wide, _ := files.ReadFile("wide.lua")
+		src = append(src, wide...)
+	}
+	epilogue, _ := files.ReadFile("epilogue.lua")
+	return string(src) + "local function decide(cost)\n" + string(body) + string(epilogue), nil
 }
 
 // Names lists the algorithms that have a script.
@@ -28,7 +36,7 @@ func Names() []string {
 	var names []string
 	for _, e := range entries {
 		name := strings.TrimSuffix(e.Name(), ".lua")
-		if name != "prelude" {
+		if name != "prelude" && name != "wide" && name != "epilogue" {
 			names = append(names, name)
 		}
 	}

@@ -1,0 +1,59 @@
+package schema
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/diana-gw/diana/internal/algotest"
+	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/algos/scripts"
+	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/sim"
+)
+
+// TestAlgorithmNames ties every list of algorithms to the one place they are named, shared/rules'
+// registry: adding an algorithm is its file in shared/algos, its Lua twin and its registration,
+// and this test names whatever else still lacks it. The generated files (limit.schema.json, the
+// docs' tables) are checked by TestGenerated, the Kong plugin's algorithm one_of by its own test.
+func TestAlgorithmNames(t *testing.T) {
+	names := rules.Algorithms()
+	for _, name := range names {
+		k, _ := rules.Algorithm(name)
+		a, err := k.Build(k.Example(), 1)
+		if err != nil {
+			t.Errorf("%s: its example does not build: %v", name, err)
+			continue
+		}
+		if got := a.Script().Name; got != name {
+			t.Errorf("%s builds an algorithm named %q: one algorithm, one name", name, got)
+		}
+		for _, p := range k.Params {
+			if p.Doc == "" || p.Type == "" || (p.Type != rules.Flag && p.Min > p.Max) {
+				t.Errorf("%s: parameter %+v is not fully stated", name, p)
+			}
+		}
+		if k.Doc == "" || k.LimitDoc == "" || k.ResetDoc == "" {
+			t.Errorf("%s: its docs (Doc, LimitDoc, ResetDoc) are missing", name)
+		}
+	}
+	if got := slices.Sorted(slices.Values(scripts.Names())); !slices.Equal(got, names) {
+		t.Errorf("Lua scripts %v, registered algorithms %v: each needs its twin", got, names)
+	}
+	var exact, simulated []string
+	for _, l := range algotest.Exact() {
+		exact = append(exact, l.Alg.Script().Name)
+	}
+	for _, a := range sim.Algorithms(sim.Limit{Units: 100, Window: algos.Second}, algos.Millisecond) {
+		simulated = append(simulated, a.Name)
+	}
+	for _, list := range []struct {
+		what  string
+		names []string
+	}{{"internal/algotest's exact limits (the stores' tests)", exact}, {"the simulator (make report)", simulated}} {
+		for _, name := range names {
+			if !slices.Contains(list.names, name) {
+				t.Errorf("%s lack %s", list.what, name)
+			}
+		}
+	}
+}

@@ -1,0 +1,76 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/diana-gw/diana/internal/redistest"
+	"github.com/diana-gw/diana/shared/algos"
+)
+
+// TestGoldenLua replays the golden vectors of shared/algos' tests (its testdata/golden.json,
+// written from the same tables that pin the Go) against the Lua scripts on a real redis-server:
+// every decision must be the one the vector pins.
+func TestGoldenLua(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "shared", "algos", "testdata", "golden.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var traces []struct {
+		Test   string
+		Script algos.Script
+		Steps  []struct {
+			Now        int64 `json:"now"`
+			Cost       int64 `json:"cost"`
+			MaxWait    int64 `json:"max_wait"`
+			Allowed    bool  `json:"allowed"`
+			Limit      int64 `json:"limit"`
+			Remaining  int64 `json:"remaining"`
+			ResetAfter int64 `json:"reset_after"`
+			RetryAfter int64 `json:"retry_after"`
+			Delay      int64 `json:"delay"`
+			Granted    int64 `json:"granted"`
+		}
+	}
+	if err := json.Unmarshal(b, &traces); err != nil {
+		t.Fatal(err)
+	}
+	if len(traces) < 10 {
+		t.Fatalf("only %d golden vectors", len(traces))
+	}
+	srv := redistest.Start(t)
+	s := New(srv.Client(), Options{CallerClock: true})
+	// The vectors start at 0 and some go back before it; the scripts take times ≥ 0. A shift by a
+	// whole number of days keeps every window where it was.
+	const shift = 10_000 * algos.Day
+	for i, tr := range traces {
+		alg := scripted(tr.Script)
+		key := "golden:" + tr.Test
+		for j, st := range tr.Steps {
+			r := algos.Request{Now: st.Now + shift, Cost: st.Cost, MaxWait: st.MaxWait}
+			got, err := s.Decide(context.Background(), key, alg, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := algos.Decision{Allowed: st.Allowed, Limit: st.Limit, Remaining: st.Remaining,
+				ResetAfter: st.ResetAfter, RetryAfter: st.RetryAfter, Delay: st.Delay, Granted: st.Granted}
+			if got != want {
+				t.Errorf("vector %d, %s, step %d (%+v):\n  lua    %+v\n  golden %+v", i, tr.Test, j, r, got, want)
+				break
+			}
+		}
+	}
+}
+
+// scripted is an algorithm known by its Script alone, as a golden vector records it: the Redis
+// store runs its Lua twin and never calls Decide.
+type scripted algos.Script
+
+func (s scripted) Script() algos.Script { return algos.Script(s) }
+
+func (s scripted) Decide(*algos.State, algos.Request) algos.Decision {
+	panic("redisstore decides with the Lua script")
+}
