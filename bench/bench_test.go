@@ -160,11 +160,11 @@ func BenchmarkRedis(b *testing.B) {
 	})
 }
 
-// BenchmarkLeased compares one decision in cluster mode, one Redis call each, with leased mode
+// BenchmarkBatched compares one decision in cluster mode, one Redis call each, with batched mode
 // (store/batch, batches of up to 100) and with go-redis/redis_rate, on one redis-server: 100 keys,
 // each a token bucket of 100,000 per second (a leased batch lives 100 ms). It reports the Redis
 // calls per decision.
-func BenchmarkLeased(b *testing.B) {
+func BenchmarkBatched(b *testing.B) {
 	srv := redistest.Start(b)
 	c := srv.Client()
 	ctx := context.Background()
@@ -195,13 +195,13 @@ func BenchmarkLeased(b *testing.B) {
 			return err
 		})
 	})
-	b.Run("leased", func(b *testing.B) {
-		lease, err := g.Lease(0)
+	b.Run("batched", func(b *testing.B) {
+		batching, err := g.Batching(0)
 		if err != nil {
 			b.Fatal(err)
 		}
-		alg := &rules.Batched{Algorithm: g, Lease: lease, Min: 1, Max: 100}
-		s := batch.New(redisstore.New(c, redisstore.Options{Prefix: "leased:"}), batch.Options{})
+		alg := &rules.Batched{Algorithm: g, Batching: batching, Min: 1, Max: 100}
+		s := batch.New(redisstore.New(c, redisstore.Options{Prefix: "batched:"}), batch.Options{})
 		run(b, func(key string) error {
 			calls := [1]redisstore.Call{{Key: key, Alg: alg, Req: algos.Request{Cost: 1}}}
 			s.DecideAll(ctx, calls[:])

@@ -248,7 +248,7 @@ func TestE2E(t *testing.T) {
 	})
 
 	t.Run("leased across two Kong nodes", func(t *testing.T) {
-		// Two plugin processes, as on two Kong nodes, share one Redis limit in leased mode:
+		// Two plugin processes, as on two Kong nodes, share one Redis limit in batched mode:
 		// never above the limit, with a Redis call per batch rather than per request.
 		r := redistest.Start(t)
 		host, port, _ := net.SplitHostPort(r.Addr)

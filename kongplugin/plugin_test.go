@@ -57,7 +57,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"leased", map[string]any{"policy": "redis", "batch_max": 50, "batch_max_age": "200ms", "ip_limit": 5}, ""},
 		{"leased token bucket", map[string]any{"policy": "redis", "algorithm": "token_bucket", "limit": 100, "window": "1s", "batch_max": 20}, ""},
 		{"leased without redis", map[string]any{"batch_max": 50}, "batch_max: applies only with policy redis"},
-		{"leased concurrency", map[string]any{"policy": "redis", "algorithm": "concurrency", "batch_max": 5}, "batch_max: concurrency cannot be leased"},
+		{"leased concurrency", map[string]any{"policy": "redis", "algorithm": "concurrency", "batch_max": 5}, "batch_max: concurrency cannot be batched"},
 		{"leased bucket age too long", map[string]any{"policy": "redis", "algorithm": "token_bucket", "limit": 10, "window": "1s", "batch_max": 5, "batch_max_age": "5s"}, "batch_max_age: "},
 		{"bad algorithm", map[string]any{"algorithm": "nope"}, "algorithm: must be one of"},
 		{"bad window", map[string]any{"window": "60"}, "window: "},

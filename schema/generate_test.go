@@ -136,7 +136,7 @@ func limitSchema() ([]byte, error) {
 		{"allOf", cases},
 		{"$defs", obj{
 			{"batching", obj{
-				{"description", "The algorithms whose rules can take batch (leased cluster mode)."},
+				{"description", "The algorithms whose rules can take batch (batched cluster mode)."},
 				{"enum", rules.AlgorithmsWhere(rules.AlgorithmKind.Batches)},
 			}},
 			{"waiting", obj{

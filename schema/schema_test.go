@@ -295,7 +295,7 @@ func TestInvalidDocuments(t *testing.T) {
 		remote bool
 		path   string // where the decoder reports the error
 	}{
-		// Leased mode.
+		// Batched mode.
 		{"batch in local mode", `{"version": 1, "rules": [{"name": "a", "limit": {"algorithm": "fixed_window", "limit": 5, "window": "1s"}, "batch": {"max": 5}}]}`, true, "rules[0].batch"},
 		{"batch without max", `{"version": 1, "rules": [{"name": "a", "mode": "cluster", "limit": {"algorithm": "fixed_window", "limit": 5, "window": "1s"}, "batch": {"min": 5}}]}`, true, "rules[0].batch.max"},
 		{"batch max 0", `{"version": 1, "rules": [{"name": "a", "mode": "cluster", "limit": {"algorithm": "fixed_window", "limit": 5, "window": "1s"}, "batch": {"max": 0}}]}`, true, "rules[0].batch.max"},

@@ -93,21 +93,21 @@ func (m *metrics) configInfo(source string) {
 	m.info.WithLabelValues(source).Set(1)
 }
 
-// leases exports a leased-mode store's counters.
-func (m *metrics) leases(s *batch.Store) {
+// batches exports a batched-mode store's counters.
+func (m *metrics) batches(s *batch.Store) {
 	units := func(name string, f func(batch.Stats) int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "diana_leased_units_total",
-			Help:        "Units of batched (leased) cluster rules, by what became of them: leased from Redis, spent on this node, expired unspent.",
+			Name:        "diana_batch_units_total",
+			Help:        "Units of batched cluster rules, by what became of them: granted by Redis, spent on this node, expired unspent.",
 			ConstLabels: prometheus.Labels{"outcome": name},
 		}, func() float64 { return float64(f(s.Stats())) })
 	}
 	m.reg.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "diana_lease_batches_total",
-			Help: "Round trips to Redis that asked for a batch of units for a batched (leased) cluster rule.",
+			Name: "diana_batches_total",
+			Help: "Round trips to Redis that asked for a batch of units for a batched cluster rule.",
 		}, func() float64 { return float64(s.Stats().Batches) }),
-		units("leased", func(st batch.Stats) int64 { return st.Leased }),
+		units("granted", func(st batch.Stats) int64 { return st.Granted }),
 		units("spent", func(st batch.Stats) int64 { return st.Spent }),
 		units("expired", func(st batch.Stats) int64 { return st.Expired }),
 	)

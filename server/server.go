@@ -105,13 +105,13 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 			TLS: r.TLS, CACert: r.CACert, ServerName: r.ServerName, SkipVerify: r.SkipVerify}); err != nil {
 			return nil, fmt.Errorf("server: redis: %w", err)
 		}
-		// Calls of batched rules are answered from leased units; the others pass through.
+		// Calls of batched rules are answered from batched units; the others pass through.
 		// WAIT gets most of the decision's timeout; past it, the decision fails and on_error decides.
 		rs := redisstore.New(s.rdb, redisstore.Options{Prefix: cfg.Redis.Prefix, WaitReplicas: r.Wait,
 			WaitTimeout: time.Duration(r.Timeout) * time.Microsecond * 3 / 4})
-		leased := batch.New(rs, batch.Options{})
-		s.met.leases(leased)
-		s.cluster = failover.New(leased, failover.Options{
+		batched := batch.New(rs, batch.Options{})
+		s.met.batches(batched)
+		s.cluster = failover.New(batched, failover.Options{
 			Timeout:  time.Duration(cfg.Redis.Timeout) * time.Microsecond,
 			Failures: cfg.Redis.Failures,
 			OpenFor:  time.Duration(cfg.Redis.OpenFor) * time.Microsecond,

@@ -27,10 +27,10 @@ type Algo struct {
 	InFlight bool
 }
 
-// Leasable reports whether leased mode runs the algorithm: whether it implements algos.Leaser.
-func (a Algo) Leasable() bool {
+// Batchable reports whether batched mode runs the algorithm: whether it implements algos.Batcher.
+func (a Algo) Batchable() bool {
 	alg, err := a.New(1)
-	_, ok := alg.(algos.Leaser)
+	_, ok := alg.(algos.Batcher)
 	return err == nil && ok
 }
 

@@ -27,12 +27,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: dianad simulate [flags]")
-		fmt.Fprintln(stderr, "Replays request traces through every algorithm in local, cluster and leased modes and writes")
+		fmt.Fprintln(stderr, "Replays request traces through every algorithm in local, cluster and batched modes and writes")
 		fmt.Fprintln(stderr, "DIR/accuracy.md and the charts DIR/img/accuracy-*.svg.")
 		fs.PrintDefaults()
 	}
 	out := fs.String("out", "accuracy-report", "write the report to `DIR`")
-	addr := fs.String("redis", "", "Redis `ADDR` (host:port) for cluster and leased modes, whose keys go under diana-sim: and expire within minutes; empty: start a redis-server on a free loopback port")
+	addr := fs.String("redis", "", "Redis `ADDR` (host:port) for cluster and batched modes, whose keys go under diana-sim: and expire within minutes; empty: start a redis-server on a free loopback port")
 	seed := fs.Uint64("seed", 1, "the `seed` the traces are generated from")
 	quick := fs.Bool("quick", false, "shorter traces and fewer clients: a smaller run in a few seconds")
 	nodes := fs.Int("nodes", 4, "gateway `nodes` the requests are spread over")
@@ -84,7 +84,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	o := Options{Seed: *seed, Limit: limit, Traces: traces, Parallel: *parallel,
-		Modes: []Mode{LocalFull(), LocalSplit(), Cluster(c), Leased(c, StandardLease(limit))},
+		Modes: []Mode{LocalFull(), LocalSplit(), Cluster(c), Batched(c, StandardBatch(limit))},
 		Progress: func(done, total int) {
 			if done%20 == 0 || done == total {
 				fmt.Fprintf(stderr, "dianad simulate: %d of %d runs done\n", done, total)
@@ -117,10 +117,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// StandardLease is the batch block of the leased mode of a standard run: batches of 1 to a
+// StandardBatch is the batch block of the batched mode of a standard run: batches of 1 to a
 // tenth of the limit, spent within a tenth of the window.
-func StandardLease(l Limit) LeaseOptions {
-	return LeaseOptions{Min: 1, Max: max(1, l.Units/10), MaxAge: l.Window / 10}
+func StandardBatch(l Limit) BatchOptions {
+	return BatchOptions{Min: 1, Max: max(1, l.Units/10), MaxAge: l.Window / 10}
 }
 
 // StartRedis starts a redis-server without persistence on a free loopback port and returns its

@@ -23,7 +23,7 @@ type Mode struct {
 	// Supports reports whether the mode runs the algorithm (nil: every one).
 	Supports func(Algo) bool
 	// Wrap, if set, turns the algorithm a node decides with into what the mode's stores take
-	// (leased mode: a rules.Batched).
+	// (batched mode: a rules.Batched).
 	Wrap func(algos.Algorithm) (algos.Algorithm, error)
 	// Stores returns one store per node for one run, fresh and independent of every other
 	// run's. run is unique per run (it names the trace, the algorithm and the mode); now is the
@@ -72,32 +72,32 @@ func Cluster(c redis.UniversalClient) Mode {
 		}}
 }
 
-// LeaseOptions configure leased mode: what each rule's batch block would say.
-type LeaseOptions struct {
+// BatchOptions configure batched mode: what each rule's batch block would say.
+type BatchOptions struct {
 	Min, Max int64 // units a node asks for at a time
-	MaxAge   int64 // µs a leased unit may be spent after its grant; 0: the algorithm's default
+	MaxAge   int64 // µs a batched unit may be spent after its grant; 0: the algorithm's default
 }
 
-// Leased is leased mode: every node runs a store/batch.Store in front of the Redis that c
+// Batched is batched mode: every node runs a store/batch.Store in front of the Redis that c
 // reaches, taking batches of units (pre-debited by a partial request) and spending them on its
-// own. It runs the algorithms that implement algos.Leaser.
-func Leased(c redis.UniversalClient, o LeaseOptions) Mode {
+// own. It runs the algorithms that implement algos.Batcher.
+func Batched(c redis.UniversalClient, o BatchOptions) Mode {
 	about := fmt.Sprintf("batches of %d to %d units from Redis", o.Min, o.Max)
 	if o.MaxAge > 0 {
 		about += ", spent within " + duration(o.MaxAge)
 	}
-	return Mode{Name: "leased", About: about,
-		Supports: Algo.Leasable,
+	return Mode{Name: "batched", About: about,
+		Supports: Algo.Batchable,
 		Wrap: func(alg algos.Algorithm) (algos.Algorithm, error) {
-			l, ok := alg.(algos.Leaser)
+			l, ok := alg.(algos.Batcher)
 			if !ok {
-				return nil, fmt.Errorf("%s cannot be leased", alg.Script().Name)
+				return nil, fmt.Errorf("%s cannot be batched", alg.Script().Name)
 			}
-			lease, err := l.Lease(o.MaxAge)
+			b, err := l.Batching(o.MaxAge)
 			if err != nil {
 				return nil, err
 			}
-			return &rules.Batched{Algorithm: alg, Lease: lease, Min: o.Min, Max: o.Max}, nil
+			return &rules.Batched{Algorithm: alg, Batching: b, Min: o.Min, Max: o.Max}, nil
 		},
 		Stores: func(run string, nodes int, now func() int64, calls *Calls) ([]rules.Store, error) {
 			shared := NewCounted(c, "diana-sim:"+run+":", calls)
@@ -110,7 +110,7 @@ func Leased(c redis.UniversalClient, o LeaseOptions) Mode {
 }
 
 // Counted decides calls in Redis (redisstore, with the caller's clock) and counts them: the
-// shared store of the cluster and leased modes.
+// shared store of the cluster and batched modes.
 type Counted struct {
 	s     *redisstore.Store
 	calls *Calls

@@ -81,7 +81,7 @@ func (r *Report) Markdown(m Machine, command string) []byte {
 	p("- **over %%** and **under %%** are over and under as a percentage of ideal.\n")
 	p("- **peak**: the most requests admitted for one client in any sliding window of %s (the concurrency limit: the most in flight at once): ", w)
 	p("it shows the fixed window's burst at a window boundary, which its own contract allows.\n")
-	p("- **Redis calls / admitted**: script calls sent to Redis per admitted request (cluster: one per request, admitted or not; leased: one per batch or per request decided directly).\n\n")
+	p("- **Redis calls / admitted**: script calls sent to Redis per admitted request (cluster: one per request, admitted or not; batched: one per batch or per request decided directly).\n\n")
 
 	if f := r.findings(); len(f) > 0 {
 		p("## Findings\n\n")
@@ -111,13 +111,13 @@ func (r *Report) Markdown(m Machine, command string) []byte {
 		p("\n")
 	}
 
-	if hasMode(r, "cluster") && hasMode(r, "leased") {
-		p("## Redis calls per admitted request: cluster and leased\n\n")
-		p("| trace | algorithm | cluster | leased | fewer calls | leased under %% |\n|---|---|---:|---:|---:|---:|\n")
+	if hasMode(r, "cluster") && hasMode(r, "batched") {
+		p("## Redis calls per admitted request: cluster and batched\n\n")
+		p("| trace | algorithm | cluster | batched | fewer calls | batched under %% |\n|---|---|---:|---:|---:|---:|\n")
 		for _, t := range r.Traces {
 			for _, a := range r.Algos {
 				c, _ := r.Result(t.Name, a.Name, "cluster")
-				l, _ := r.Result(t.Name, a.Name, "leased")
+				l, _ := r.Result(t.Name, a.Name, "batched")
 				if l.Skipped != "" || c.Skipped != "" {
 					continue
 				}
@@ -244,15 +244,15 @@ func (r *Report) findings() []string {
 			"the weighted sliding window's estimate is off by up to +%.1f%% (%s) and −%.1f%% (%s) against the exact log.",
 			verdict, x.OverPct(), y.UnderPct(), sw.OverPct(), sw.Trace, su.UnderPct(), su.Trace))
 	}
-	if x, ok := worst("leased", exactOnes, over); ok {
-		y, _ := worst("leased", exactOnes, under)
+	if x, ok := worst("batched", exactOnes, over); ok {
+		y, _ := worst("batched", exactOnes, under)
 		var cl, le int64
 		for _, l := range r.Results {
-			if c, ok := r.Result(l.Trace, l.Algo, "cluster"); ok && l.Mode == "leased" && l.Skipped == "" {
+			if c, ok := r.Result(l.Trace, l.Algo, "cluster"); ok && l.Mode == "batched" && l.Skipped == "" {
 				cl, le = cl+c.RedisCalls, le+l.RedisCalls
 			}
 		}
-		best, _ := worst("leased", all, func(l Result) float64 {
+		best, _ := worst("batched", all, func(l Result) float64 {
 			c, _ := r.Result(l.Trace, l.Algo, "cluster")
 			if l.RedisCalls == 0 {
 				return 0
@@ -264,7 +264,7 @@ func (r *Report) findings() []string {
 		if x.Over > 0 {
 			verdict = fmt.Sprintf("over-admitted up to +%.1f%% (%s)", x.OverPct(), at(x))
 		}
-		out = append(out, fmt.Sprintf("**leased** %s and pays in under-admission, up to −%.1f%% (%s). "+
+		out = append(out, fmt.Sprintf("**batched** %s and pays in under-admission, up to −%.1f%% (%s). "+
 			"It sent %s fewer Redis calls than cluster mode over all traces, up to %s fewer (%s).",
 			verdict, y.UnderPct(), at(y), ratio(cl, le), ratio(bc.RedisCalls, best.RedisCalls), at(best)))
 	}

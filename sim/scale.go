@@ -10,17 +10,17 @@ import (
 	"github.com/diana-gw/diana/shared/algos"
 )
 
-// ScaleLimit is the limit of the leased-mode run: one hot key, such as an account's API quota,
+// ScaleLimit is the limit of the batched-mode run: one hot key, such as an account's API quota,
 // at 1,000 requests per second.
 func ScaleLimit() Limit { return Limit{Units: 1000, Window: algos.Second} }
 
-// ScaleLease is the batch block of the leased-mode run: batches of up to 100 units, each
+// ScaleBatch is the batch block of the batched-mode run: batches of up to 100 units, each
 // algorithm's default max_age (see algos.Lease).
-func ScaleLease() LeaseOptions { return LeaseOptions{Min: 1, Max: 100} }
+func ScaleBatch() BatchOptions { return BatchOptions{Min: 1, Max: 100} }
 
-// RunScale measures what leased mode is for: the steady traces and the uneven-nodes trace of one
-// hot key at ScaleLimit, through the algorithms leased mode runs, in cluster and in leased mode
-// (ScaleLease) on nodes nodes.
+// RunScale measures what batched mode is for: the steady traces and the uneven-nodes trace of one
+// hot key at ScaleLimit, through the algorithms batched mode runs, in cluster and in batched mode
+// (ScaleBatch) on nodes nodes.
 func RunScale(ctx context.Context, c redis.UniversalClient, seed uint64, nodes, parallel int) (*Report, error) {
 	l := ScaleLimit()
 	all, err := Traces(TraceOptions{Seed: seed, Limit: l, Nodes: nodes, Clients: 2})
@@ -34,35 +34,35 @@ func RunScale(ctx context.Context, c redis.UniversalClient, seed uint64, nodes, 
 			traces = append(traces, t)
 		}
 	}
-	var leasable []Algo
+	var batchable []Algo
 	for _, a := range Algorithms(l, l.Window/5) {
-		if a.Leasable() {
-			leasable = append(leasable, a)
+		if a.Batchable() {
+			batchable = append(batchable, a)
 		}
 	}
-	return Run(ctx, Options{Seed: seed, Limit: l, Traces: traces, Algos: leasable, Parallel: parallel,
-		Modes: []Mode{Cluster(c), Leased(c, ScaleLease())}})
+	return Run(ctx, Options{Seed: seed, Limit: l, Traces: traces, Algos: batchable, Parallel: parallel,
+		Modes: []Mode{Cluster(c), Batched(c, ScaleBatch())}})
 }
 
 // ScaleMarkdown returns the section of the report on r, a RunScale report: Redis calls per
-// request in cluster and leased mode, and what leasing costs.
+// request in cluster and batched mode, and what batching costs.
 func (r *Report) ScaleMarkdown() []byte {
 	var b bytes.Buffer
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
-	lo := ScaleLease()
-	p("## Leased mode on a hot key\n\n")
+	lo := ScaleBatch()
+	p("## Batched mode on a hot key\n\n")
 	p("The tables above limit each client to %d per %s, so a node spends a few units a minute and its batches stay small. ",
 		DefaultLimit().Units, duration(DefaultLimit().Window))
-	p("Leased mode is made for hot keys: here one client at **%d requests per %s**, spread over %d nodes, ",
+	p("Batched mode is made for hot keys: here one client at **%d requests per %s**, spread over %d nodes, ",
 		r.Limit.Units, duration(r.Limit.Window), r.Traces[0].Nodes)
-	p("in cluster mode and in leased mode with `batch: {max: %d}` (min %d, each algorithm's default max_age). ", lo.Max, lo.Min)
+	p("in cluster mode and in batched mode with `batch: {max: %d}` (min %d, each algorithm's default max_age). ", lo.Max, lo.Min)
 	p("Calls are Redis script calls per offered request; over and under are as above, in %% of ideal.\n\n")
-	p("| trace | algorithm | cluster calls/request | leased calls/request | fewer calls | cluster over / under | leased over / under |\n")
+	p("| trace | algorithm | cluster calls/request | batched calls/request | fewer calls | cluster over / under | batched over / under |\n")
 	p("|---|---|---:|---:|---:|---:|---:|\n")
 	for _, t := range r.Traces {
 		for _, a := range r.Algos {
 			c, ok1 := r.Result(t.Name, a.Name, "cluster")
-			l, ok2 := r.Result(t.Name, a.Name, "leased")
+			l, ok2 := r.Result(t.Name, a.Name, "batched")
 			if !ok1 || !ok2 || l.Skipped != "" || c.Offered == 0 || l.RedisCalls == 0 {
 				continue
 			}

@@ -1,7 +1,7 @@
 // Package sim measures how accurately Diana's algorithms limit, in each deployment mode: it
 // replays request traces, generated deterministically from a seed, through every algorithm in
 // local mode (each node on its own, with the full limit or the limit divided by the node
-// count), cluster mode (every decision in the shared Redis) and leased mode (nodes spending
+// count), cluster mode (every decision in the shared Redis) and batched mode (nodes spending
 // batches of units taken from Redis), in virtual time, and compares what each admitted with
 // what the algorithm's exact contract admits. Report.WriteDir writes the tables (accuracy.md)
 // and SVG charts.

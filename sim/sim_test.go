@@ -34,7 +34,7 @@ func TestRun(t *testing.T) {
 	c := srv.Client()
 	opts := func() Options {
 		return Options{Seed: 7, Limit: smallLimit, Traces: smallTraces(t, 7), Parallel: 4,
-			Modes: []Mode{LocalFull(), LocalSplit(), Cluster(c), Leased(c, StandardLease(smallLimit))}}
+			Modes: []Mode{LocalFull(), LocalSplit(), Cluster(c), Batched(c, StandardBatch(smallLimit))}}
 	}
 	ctx := context.Background()
 	rep, err := Run(ctx, opts())
@@ -42,9 +42,9 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	t.Run("exact algorithms never over-admit in cluster and leased modes", func(t *testing.T) {
+	t.Run("exact algorithms never over-admit in cluster and batched modes", func(t *testing.T) {
 		for _, r := range rep.Results {
-			if r.Skipped != "" || r.Algo == "sliding_window" || (r.Mode != "cluster" && r.Mode != "leased") {
+			if r.Skipped != "" || r.Algo == "sliding_window" || (r.Mode != "cluster" && r.Mode != "batched") {
 				continue // the weighted estimate is judged against the exact log, which it only approximates
 			}
 			if r.Over != 0 || r.MaxExcess != 0 {
@@ -81,19 +81,19 @@ func TestRun(t *testing.T) {
 		}
 	})
 
-	t.Run("leased mode calls Redis less than cluster mode", func(t *testing.T) {
+	t.Run("batched mode calls Redis less than cluster mode", func(t *testing.T) {
 		for _, algo := range []string{"fixed_window", "sliding_log"} {
 			cl, _ := rep.Result("boundary", algo, "cluster")
-			le, _ := rep.Result("boundary", algo, "leased")
+			le, _ := rep.Result("boundary", algo, "batched")
 			if cl.RedisCalls != cl.Offered {
 				t.Errorf("boundary, %s, cluster: %d Redis calls for %d requests, want one each", algo, cl.RedisCalls, cl.Offered)
 			}
 			if le.RedisCalls == 0 || le.RedisCalls >= cl.RedisCalls {
-				t.Errorf("boundary, %s: leased made %d Redis calls, cluster %d: want fewer", algo, le.RedisCalls, cl.RedisCalls)
+				t.Errorf("boundary, %s: batched made %d Redis calls, cluster %d: want fewer", algo, le.RedisCalls, cl.RedisCalls)
 			}
 		}
-		if r, _ := rep.Result("steady-100", "concurrency", "leased"); r.Skipped == "" {
-			t.Error("leased mode ran the concurrency limit, which cannot be leased")
+		if r, _ := rep.Result("steady-100", "concurrency", "batched"); r.Skipped == "" {
+			t.Error("batched mode ran the concurrency limit, which cannot be batched")
 		}
 	})
 

@@ -8,7 +8,7 @@
 // requests in flight finish. An invalid config at start prints its errors and exits with 1.
 //
 // The simulate subcommand writes the accuracy report (package sim): it replays request traces
-// through every algorithm in local, cluster and leased modes and writes DIR/accuracy.md with
+// through every algorithm in local, cluster and batched modes and writes DIR/accuracy.md with
 // SVG charts in DIR/img. Without -redis it starts a redis-server of its own.
 package main
 

@@ -4,7 +4,7 @@ package algos
 // in Redis, grows with the leases in flight.
 const MaxConcurrency = 10_000
 
-// Concurrency limits the requests in flight per identity: at most Max slots are leased at once.
+// Concurrency limits the requests in flight per identity: at most Max slots are taken at once.
 // It is lua-resty-limit-traffic's limit.conn without its delay (a request over the limit is
 // denied, never held), with leases that expire, so that a lease whose release is lost (a crashed
 // node, a dropped connection) frees its slots LeaseTTL µs after it was taken.

@@ -8,13 +8,13 @@ import (
 	"github.com/diana-gw/diana/shared/conf"
 )
 
-// Batched is the algorithm of a cluster rule in leased mode: a node takes the rule's units from
-// Redis in batches of Min to Max units (Lease.Alg, pre-debited) and spends them on its own
-// within their Lease.Life. A store that does not lease (no store/batch in the stack) decides with
-// the embedded algorithm, exactly; so do the fail policies, and it gives the Limit.
+// Batched is the algorithm of a cluster rule in batched mode: a node takes the rule's units from
+// Redis in batches of Min to Max units (Batching.Alg, pre-debited) and spends them on its own
+// within their Batching.Life. A store that does not batch (no store/batch in the stack) decides
+// with the embedded algorithm, exactly; so do the fail policies, and it gives the Limit.
 type Batched struct {
 	algos.Algorithm
-	Lease    *algos.Lease
+	Batching *algos.Batching
 	Min, Max int64 // units a node asks for at a time; the batch adapts to its rate in between
 }
 
@@ -41,27 +41,27 @@ func (r *Rule) decodeBatch(o *conf.Obj) {
 	case r.Mode != Cluster:
 		o.Fail("batch", "applies only to cluster mode: a local rule already decides in this process")
 	case r.Action == Delay:
-		o.Fail("batch", "cannot be combined with action delay: a node spending leased units cannot hold requests")
+		o.Fail("batch", "cannot be combined with action delay: a node spending batched units cannot hold requests")
 	case r.Alg == nil:
 		return // the limit's errors are reported already
 	default:
-		l, ok := r.Alg.(algos.Leaser)
+		l, ok := r.Alg.(algos.Batcher)
 		if !ok {
-			o.Fail("batch", r.Algorithm+" cannot be leased (leased mode takes "+strings.Join(AlgorithmsWhere(AlgorithmKind.Batches), ", ")+")")
+			o.Fail("batch", r.Algorithm+" cannot be batched (batched mode takes "+strings.Join(AlgorithmsWhere(AlgorithmKind.Batches), ", ")+")")
 			return
 		}
-		lease, err := l.Lease(age)
+		batching, err := l.Batching(age)
 		if err != nil {
 			switch pe, ok := err.(*algos.ParamError); {
 			case ok && pe.Param == "max_age":
 				bo.Fail("max_age", pe.Reason)
 			case ok:
-				o.Fail("batch", r.Algorithm+" cannot be leased: "+pe.Param+" "+pe.Reason)
+				o.Fail("batch", r.Algorithm+" cannot be batched: "+pe.Param+" "+pe.Reason)
 			default:
 				o.Fail("batch", err.Error())
 			}
 			return
 		}
-		r.Alg = &Batched{Algorithm: r.Alg, Lease: lease, Min: lo, Max: hi}
+		r.Alg = &Batched{Algorithm: r.Alg, Batching: batching, Min: lo, Max: hi}
 	}
 }

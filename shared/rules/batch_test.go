@@ -43,11 +43,11 @@ func TestDecodeBatch(t *testing.T) {
 			if !ok {
 				t.Fatalf("Alg is %T, want *rules.Batched", r.Alg)
 			}
-			if got := b.Lease.Alg.Script(); !equalScripts(got, tt.lease) {
-				t.Errorf("lease algorithm %+v, want %+v", got, tt.lease)
+			if got := b.Batching.Alg.Script(); !equalScripts(got, tt.lease) {
+				t.Errorf("batch algorithm %+v, want %+v", got, tt.lease)
 			}
-			if b.Lease.MaxAge != tt.maxAge || b.Min != tt.min || b.Max != tt.max {
-				t.Errorf("max_age %d, min %d, max %d; want %d, %d, %d", b.Lease.MaxAge, b.Min, b.Max, tt.maxAge, tt.min, tt.max)
+			if b.Batching.MaxAge != tt.maxAge || b.Min != tt.min || b.Max != tt.max {
+				t.Errorf("max_age %d, min %d, max %d; want %d, %d, %d", b.Batching.MaxAge, b.Min, b.Max, tt.maxAge, tt.min, tt.max)
 			}
 			// The rule's own algorithm still decides (fail policies, stores that do not lease).
 			if b.Script().Limit != b.Algorithm.Script().Limit || b.Algorithm == nil {
@@ -76,10 +76,10 @@ func TestDecodeBatchErrors(t *testing.T) {
 		{"min above max", `{"name": "a", "mode": "cluster", ` + fw + `, "batch": {"max": 5, "min": 6}}`, "rules[0].batch.min", "must be at most max (5), got 6"},
 		{"no max", `{"name": "a", "mode": "cluster", ` + fw + `, "batch": {}}`, "rules[0].batch.max", "is required"},
 		{"delay", `{"name": "a", "mode": "cluster", "action": "delay", "max_delay": "1s", ` + fw + `, "batch": {"max": 5}}`, "rules[0].batch", "cannot be combined with action delay"},
-		{"concurrency", `{"name": "a", "mode": "cluster", "limit": {"algorithm": "concurrency", "max": 5}, "batch": {"max": 5}}`, "rules[0].batch", "concurrency cannot be leased"},
+		{"concurrency", `{"name": "a", "mode": "cluster", "limit": {"algorithm": "concurrency", "max": 5}, "batch": {"max": 5}}`, "rules[0].batch", "concurrency cannot be batched"},
 		{"token bucket of burst 1", `{"name": "a", "mode": "cluster", "limit": {"algorithm": "token_bucket", "rate": 5, "burst": 1}, "batch": {"max": 5}}`, "rules[0].batch.max_age", "would leave less than 1 of the burst"},
 		{"token bucket age too long", `{"name": "a", "mode": "cluster", "limit": {"algorithm": "token_bucket", "rate": 10, "burst": 10}, "batch": {"max": 5, "max_age": "1s"}}`, "rules[0].batch.max_age", "at most 900000 µs"},
-		{"leaky bucket that delays", `{"name": "a", "mode": "cluster", "limit": {"algorithm": "leaky_bucket", "rate": 10, "burst": 10}, "batch": {"max": 5}}`, "rules[0].batch", "leaky_bucket cannot be leased: delay is below the burst, and leased mode needs nodelay"},
+		{"leaky bucket that delays", `{"name": "a", "mode": "cluster", "limit": {"algorithm": "leaky_bucket", "rate": 10, "burst": 10}, "batch": {"max": 5}}`, "rules[0].batch", "leaky_bucket cannot be batched: delay is below the burst, and batched mode needs nodelay"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

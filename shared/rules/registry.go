@@ -109,18 +109,18 @@ func (k AlgorithmKind) Logs() bool {
 	return err == nil && a.Script().Log
 }
 
-// Batches reports whether rules of k can take the batch option (leased cluster mode): its
+// Batches reports whether rules of k can take the batch option (batched cluster mode): its
 // example builds into an algorithm that algos can lease.
 func (k AlgorithmKind) Batches() bool {
 	a, err := k.Build(k.Example(), 1)
 	if err != nil {
 		return false
 	}
-	l, ok := a.(algos.Leaser)
+	l, ok := a.(algos.Batcher)
 	if !ok {
 		return false
 	}
-	_, err = l.Lease(0)
+	_, err = l.Batching(0)
 	return err == nil
 }
 

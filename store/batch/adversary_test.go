@@ -23,9 +23,9 @@ func (b memory) DecideAll(_ context.Context, calls []redisstore.Call) {
 	}
 }
 
-// TestAdversarialTraces replays traces built to catch leased units spent late: nodes take a batch
+// TestAdversarialTraces replays traces built to catch batched units spent late: nodes take a batch
 // and go quiet until just before it expires, then spend it in a flood together with the others;
-// gaps of about a lease life and of about a window. No trace may over-admit.
+// gaps of about a batch life and of about a window. No trace may over-admit.
 func TestAdversarialTraces(t *testing.T) {
 	const s = algos.Second
 	cases := []struct {
@@ -41,7 +41,7 @@ func TestAdversarialTraces(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := rule(t, tc.limit, tc.batch)
-			age := r.Alg.(*rules.Batched).Lease.MaxAge
+			age := r.Alg.(*rules.Batched).Batching.MaxAge
 			offered, admitted := 0, 0
 			for seed := range uint64(300) {
 				rng := rand.New(rand.NewPCG(seed, 7))

@@ -1,16 +1,16 @@
-// Package batch is the leased (batched) cluster mode: a node takes a rule's units from Redis in
-// batches, pre-debited by a partial request of the rule's lease algorithm, and spends them on its
+// Package batch is the batched cluster mode: a node takes a rule's units from Redis in
+// batches, pre-debited by a partial request of the rule's batch algorithm, and spends them on its
 // own, so that Redis sees one call per batch instead of one per request.
 //
 // Nothing is ever over-admitted: every unit spent was granted by Redis, and is spent within its
-// lease's life (algos.Lease), for which the lease algorithm makes up. The cost is under-admission:
-// units a node holds but does not spend in time expire unused, and the lease algorithms of the
+// batch's life (algos.Lease), for which the batch algorithm makes up. The cost is under-admission:
+// units a node holds but does not spend in time expire unused, and the batch algorithms of the
 // sliding log and the buckets are a little stricter than the rule (see algos.Lease).
 //
 // The batch a node asks for adapts to the rate the node spends a key's units at: about the units
-// it spends in a lease life, within the rule's [Min, Max]. When the limit is scarce (Redis refused
-// a batch, or granted less than asked for), the node asks again only after half a lease life (or
-// the refusal's RetryAfter, if longer; at most a lease life) and refuses meanwhile, so that an
+// it spends in a batch life, within the rule's [Min, Max]. When the limit is scarce (Redis refused
+// a batch, or granted less than asked for), the node asks again only after half a batch life (or
+// the refusal's RetryAfter, if longer; at most a batch life) and refuses meanwhile, so that an
 // exhausted key costs no call per request either: each call then takes what came back.
 package batch
 
@@ -34,8 +34,11 @@ type Backend interface {
 
 // Options tune a Store.
 type Options struct {
-	// Now is this node's clock in µs; default the wall clock. Lease lives are measured on it,
-	// from just before the round trip that granted a batch, so they never run long.
+	// Now is this node's clock in µs; default a monotonic clock, which a wall clock set back or
+	// forward does not move. Batch lives are measured on it, from just before the round trip that
+	// granted a batch, so they never run long. An injected clock that steps forward makes units
+	// expire early; one that steps back (by more than stepBack) ends every unit held, as their
+	// lives were measured on the old time: either way the node under-admits, never over.
 	Now func() int64
 	// MaxKeys bounds the keys the node holds units of; default 100,000. When it is reached, keys
 	// whose units have expired are dropped, and a new key that still finds no room is decided
@@ -43,12 +46,14 @@ type Options struct {
 	MaxKeys int
 }
 
-// Store decides the calls whose Alg is a *rules.Batched from leased units, asking its Backend
+// Store decides the calls whose Alg is a *rules.Batched from batched units, asking its Backend
 // for a batch when a key's units run out; every other call goes to the Backend as it is. It is
 // safe for concurrent use and starts no goroutines.
 type Store struct {
 	next   Backend
-	now    func() int64
+	clock  func() int64
+	last   atomic.Int64 // the latest clock reading
+	epoch  atomic.Int64 // steps back of the clock seen; units of an earlier epoch are over
 	seed   maphash.Seed
 	perMax int
 	shards [shards]shard
@@ -68,7 +73,7 @@ const sweepEvery = 100_000
 
 // pool is what a node holds of one key. Fields are guarded by the shard's mutex.
 type pool struct {
-	units    int64          // leased units left
+	units    int64          // batched units left
 	until    int64          // µs: units left then have expired
 	deny     int64          // µs: until then the node refuses the key without asking (scarcity)
 	denied   algos.Decision // Redis's answer that said so
@@ -79,39 +84,68 @@ type pool struct {
 	since    int64
 	rate     float64 // units per µs, smoothed over batches
 	asking   bool    // a batch is being asked for: other requests go to Redis one by one
+	epoch    int64   // the clock's epoch when the units and the refusal were had
 }
 
 // Stats counts what a Store did since it was made.
 type Stats struct {
 	Batches  int64 // round trips that asked for a batch
-	Leased   int64 // units Redis granted in batches
-	Spent    int64 // leased units spent (requests decided without a round trip, by cost)
-	Expired  int64 // leased units that expired unspent
-	Direct   int64 // calls sent to Redis one by one (not leased, or no batch could be asked)
+	Granted  int64 // units Redis granted in batches
+	Spent    int64 // batched units spent (requests decided without a round trip, by cost)
+	Expired  int64 // batched units that expired unspent
+	Direct   int64 // calls sent to Redis one by one (not batched, or no batch could be asked)
 	Refusals int64 // requests denied from a remembered refusal, without a round trip
 }
 
-type counters struct{ batches, leased, spent, expired, direct, refusals atomic.Int64 }
+type counters struct{ batches, granted, spent, expired, direct, refusals atomic.Int64 }
 
 // New returns a Store in front of next.
 func New(next Backend, o Options) *Store {
 	if o.Now == nil {
-		o.Now = func() int64 { return time.Now().UnixMicro() }
+		start := time.Now()
+		o.Now = func() int64 { return time.Since(start).Microseconds() }
 	}
 	if o.MaxKeys <= 0 {
 		o.MaxKeys = 100_000
 	}
-	s := &Store{next: next, now: o.Now, seed: maphash.MakeSeed(), perMax: max(1, o.MaxKeys/shards)}
+	s := &Store{next: next, clock: o.Now, seed: maphash.MakeSeed(), perMax: max(1, o.MaxKeys/shards)}
 	for i := range s.shards {
 		s.shards[i].pools = map[string]*pool{}
 	}
 	return s
 }
 
+// stepBack is how far a clock reading may fall behind the latest before it counts as a step back:
+// readings made concurrently reach the store in any order. A step back of less than that is not
+// told from them, and lengthens lives by at most that much.
+const stepBack = algos.Millisecond
+
+// now reads the clock. A reading more than stepBack earlier than the latest starts a new epoch,
+// which ends every unit held.
+func (s *Store) now() int64 {
+	t := s.clock()
+	for {
+		last := s.last.Load()
+		switch {
+		case t < last-stepBack:
+			if s.last.CompareAndSwap(last, t) {
+				s.epoch.Add(1)
+				return t
+			}
+		case t > last:
+			if s.last.CompareAndSwap(last, t) {
+				return t
+			}
+		default:
+			return t
+		}
+	}
+}
+
 // Stats returns the Store's counters.
 func (s *Store) Stats() Stats {
 	c := &s.stats
-	return Stats{Batches: c.batches.Load(), Leased: c.leased.Load(), Spent: c.spent.Load(),
+	return Stats{Batches: c.batches.Load(), Granted: c.granted.Load(), Spent: c.spent.Load(),
 		Expired: c.expired.Load(), Direct: c.direct.Load(), Refusals: c.refusals.Load()}
 }
 
@@ -145,12 +179,12 @@ func (s *Store) DecideAll(ctx context.Context, calls []redisstore.Call) {
 			continue
 		case want > 0:
 			asked = append(asked, len(send))
-			send = append(send, redisstore.Call{Key: c.Key, Alg: b.Lease.Alg,
+			send = append(send, redisstore.Call{Key: c.Key, Alg: b.Batching.Alg,
 				Req: algos.Request{Now: c.Req.Now, Cost: want, Partial: true}})
 		default:
 			// Another request of this node is asking for the key's batch: decide this one
 			// exactly, as a lease spent at once.
-			send = append(send, redisstore.Call{Key: c.Key, Alg: b.Lease.Alg, Req: c.Req})
+			send = append(send, redisstore.Call{Key: c.Key, Alg: b.Batching.Alg, Req: c.Req})
 		}
 		from = append(from, i)
 	}
@@ -158,6 +192,7 @@ func (s *Store) DecideAll(ctx context.Context, calls []redisstore.Call) {
 		return
 	}
 	t0 := s.now()
+	e0 := s.epoch.Load()
 	s.next.DecideAll(ctx, send)
 	s.stats.direct.Add(int64(len(send) - len(asked)))
 	for j, i := range from {
@@ -165,11 +200,11 @@ func (s *Store) DecideAll(ctx context.Context, calls []redisstore.Call) {
 	}
 	for _, j := range asked {
 		c := &calls[from[j]]
-		s.granted(c, c.Alg.(*rules.Batched), &send[j], t0)
+		s.granted(c, c.Alg.(*rules.Batched), &send[j], t0, e0)
 	}
 	for j, i := range from {
 		if b, ok := calls[i].Alg.(*rules.Batched); ok && send[j].Err == nil && !send[j].Req.Partial {
-			calls[i].Dec.Limit = b.Script().Limit // decided directly with the lease algorithm
+			calls[i].Dec.Limit = b.Script().Limit // decided directly with the batch algorithm
 		}
 	}
 }
@@ -193,7 +228,7 @@ func (s *Store) local(c *redisstore.Call, b *rules.Batched) (want int64, done bo
 		if len(sh.pools) >= s.perMax && (now-sh.swept < sweepEvery || s.sweep(sh, now) == 0) {
 			return 0, false // no room: decided in Redis, one by one
 		}
-		p = &pool{since: now}
+		p = &pool{since: now, epoch: s.epoch.Load()}
 		sh.pools[c.Key] = p
 	}
 	s.expire(p, now)
@@ -224,20 +259,21 @@ func (s *Store) local(c *redisstore.Call, b *rules.Batched) (want int64, done bo
 		p.rate, p.spent, p.since = r, 0, now
 	}
 	want = b.Max
-	if w := p.rate * float64(b.Lease.Left(p.grant, now-p.granted)); w < float64(b.Max) {
+	if w := p.rate * float64(b.Batching.Left(p.grant, now-p.granted)); w < float64(b.Max) {
 		want = max(int64(w), b.Min)
 	}
 	return max(want, n), false
 }
 
-// granted records the batch answer a for call c, asked for at t0, and decides c from it.
-func (s *Store) granted(c *redisstore.Call, b *rules.Batched, a *redisstore.Call, t0 int64) {
+// granted records the batch answer a for call c, asked for at t0 in epoch e0, and decides c
+// from it.
+func (s *Store) granted(c *redisstore.Call, b *rules.Batched, a *redisstore.Call, t0, e0 int64) {
 	sh := s.shard(c.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	p := sh.pools[c.Key]
 	if p == nil { // swept meanwhile
-		p = &pool{since: t0}
+		p = &pool{since: t0, epoch: e0}
 		sh.pools[c.Key] = p
 	}
 	p.asking = false
@@ -248,9 +284,11 @@ func (s *Store) granted(c *redisstore.Call, b *rules.Batched, a *redisstore.Call
 	s.stats.batches.Add(1)
 	d := a.Dec
 	n := c.Req.Bounded().Cost
+	s.expire(p, now)
+	p.epoch = e0 // units granted across a step back are over at once
 	if g := d.Granted; g > 0 {
-		s.stats.leased.Add(g)
-		until := t0 + b.Lease.Life(d)
+		s.stats.granted.Add(g)
+		until := t0 + b.Batching.Life(d)
 		if p.units > 0 {
 			until = min(until, p.until) // older units keep their own end
 		}
@@ -261,10 +299,10 @@ func (s *Store) granted(c *redisstore.Call, b *rules.Batched, a *redisstore.Call
 	if d.Granted < a.Req.Cost && d.RetryAfter != algos.Never {
 		// The limit is scarce: Redis refused the batch or had fewer units than asked for. Asking
 		// again as each unit comes back would cost a call per unit; the node waits half a lease
-		// life (or the refusal's retry-after, if longer; at most a lease life, and never past
+		// life (or the refusal's retry-after, if longer; at most a batch life, and never past
 		// the time the whole limit is back, such as a fixed window's end), and its next call
 		// takes what came back meanwhile.
-		hold := min(max(d.RetryAfter, b.Lease.MaxAge/2), b.Lease.MaxAge)
+		hold := min(max(d.RetryAfter, b.Batching.MaxAge/2), b.Batching.MaxAge)
 		if d.ResetAfter > 0 {
 			hold = min(hold, max(d.ResetAfter, d.RetryAfter))
 		}
@@ -307,11 +345,16 @@ func (s *Store) spend(p *pool, c *redisstore.Call, b *rules.Batched, n, now int6
 	}
 }
 
-// expire drops p's units if their life is over.
+// expire drops p's units if their life is over, and its refusal too if the clock stepped back
+// since it was had.
 func (s *Store) expire(p *pool, now int64) {
-	if p.units > 0 && now >= p.until {
+	stepped := p.epoch != s.epoch.Load()
+	if p.units > 0 && (now >= p.until || stepped) {
 		s.stats.expired.Add(p.units)
 		p.units = 0
+	}
+	if stepped {
+		p.deny = 0
 	}
 }
 

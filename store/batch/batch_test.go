@@ -55,7 +55,7 @@ func decide(s *batch.Store, alg algos.Algorithm, key string, now int64, dry bool
 }
 
 // TestNeverOverAdmits replays random traffic from four nodes, from well below to far above the
-// limit, and checks every admission against the limit's own promise: leased units never let more
+// limit, and checks every admission against the limit's own promise: batched units never let more
 // through than the rule allows.
 func TestNeverOverAdmits(t *testing.T) {
 	const s = algos.Second
@@ -97,7 +97,7 @@ func TestNeverOverAdmits(t *testing.T) {
 				t.Fatalf("over-admitted by %d units", over)
 			}
 			if len(admitted) < offered/4 {
-				t.Fatalf("admitted %d of %d offered: leasing starves the key", len(admitted), offered)
+				t.Fatalf("admitted %d of %d offered: batching starves the key", len(admitted), offered)
 			}
 			t.Logf("offered %d, admitted %d", offered, len(admitted))
 		})
@@ -142,12 +142,12 @@ func TestCutsRedisCalls(t *testing.T) {
 			if n == ns[0] {
 				st.Batches-- // the warm-up
 			}
-			st.Leased += x.Leased
+			st.Granted += x.Granted
 			st.Spent += x.Spent
 			st.Expired += x.Expired
 		}
-		t.Logf("%s: %d requests, %d Redis calls (%.1f× fewer), %d denied; leased %d, expired %d",
-			r.Algorithm, requests, calls, float64(requests)/float64(calls), denied, st.Leased, st.Expired)
+		t.Logf("%s: %d requests, %d Redis calls (%.1f× fewer), %d denied; granted %d, expired %d",
+			r.Algorithm, requests, calls, float64(requests)/float64(calls), denied, st.Granted, st.Expired)
 		if calls*10 > int64(requests) {
 			t.Errorf("%s: %d Redis calls for %d requests: less than a 10× cut", r.Algorithm, calls, requests)
 		}
@@ -180,8 +180,8 @@ func TestUnitsExpire(t *testing.T) {
 	if c := decide(ns[0], r.Alg, "k", clk.now(), false); !c.Dec.Allowed || c.Cached {
 		t.Fatalf("node 0 in the next window must ask Redis again: %+v", c)
 	}
-	if st := ns[0].Stats(); st.Expired != 9 || st.Leased != 20 || st.Spent != 2 {
-		t.Fatalf("stats %+v, want 9 expired, 20 leased, 2 spent", st)
+	if st := ns[0].Stats(); st.Expired != 9 || st.Granted != 20 || st.Spent != 2 {
+		t.Fatalf("stats %+v, want 9 expired, 20 granted, 2 spent", st)
 	}
 	if c := decide(ns[1], r.Alg, "k", clk.now(), false); c.Dec.Allowed {
 		t.Fatalf("node 1 got a unit node 0 holds: %+v", c.Dec)
@@ -286,7 +286,7 @@ func TestConcurrentNodes(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	// 1,600 requests for a limit of 300 in the hour: every unit is leased, at most 300 spent.
+	// 1,600 requests for a limit of 300 in the hour: every unit is batched, at most 300 spent.
 	if a := admitted.Load(); a > 300 || a < 200 {
 		t.Fatalf("admitted %d, want at most 300 and most of them", a)
 	}

@@ -96,7 +96,7 @@ func (s *Store) Open() bool { return s.b.state.Load() == isOpen }
 //
 // A round trip fails, counting towards opening the breaker, when Redis decided none of its ops
 // (a Redis error, a timeout, a refused connection); one that decided any closes the breaker.
-// Calls a leasing backend answered from units it held (Call.Cached) count for neither.
+// Calls a batching backend answered from units it held (Call.Cached) count for neither.
 // When ctx is done before or after the round trip, the caller went away: that is not Redis's
 // fault and does not count as a failure; each op Redis did not decide gets Err = ctx.Err() and a
 // zero Decision.
@@ -150,7 +150,7 @@ func (s *Store) Decide(ctx context.Context, ops []*rules.Op) {
 	cerr := ctx.Err()
 	switch {
 	case sent == 0:
-		s.b.cancel(t) // every call was answered from leased units: nothing learnt about Redis
+		s.b.cancel(t) // every call was answered from batched units: nothing learnt about Redis
 	case decided > 0:
 		s.b.success()
 		retry = unknownRetry // closed: no probe is scheduled

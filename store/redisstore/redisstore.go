@@ -111,7 +111,7 @@ type Call struct {
 	Dec algos.Decision
 	Err error
 	// Cached is set by a store in front of this one that decided the call without a round trip
-	// (store/batch, from units leased earlier): its outcome says nothing about Redis.
+	// (store/batch, from units taken earlier in a batch): its outcome says nothing about Redis.
 	Cached bool
 }
 

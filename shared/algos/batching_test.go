@@ -6,12 +6,12 @@ func TestLeaseLife(t *testing.T) {
 	fw, _ := NewFixedWindow(10, Second)
 	sw, _ := NewSlidingWindow(10, Second)
 	sl, _ := NewSlidingLog(10, Second)
-	lf, _ := fw.Lease(0)
-	ls, _ := sw.Lease(0)
-	ll, _ := sl.Lease(0)
+	lf, _ := fw.Batching(0)
+	ls, _ := sw.Batching(0)
+	ll, _ := sl.Batching(0)
 	tests := []struct {
 		name          string
-		l             *Lease
+		l             *Batching
 		d             Decision
 		elapsed       int64
 		life, leftNow int64
@@ -55,7 +55,7 @@ func TestBucketLease(t *testing.T) {
 		{"negative age", 10, Second, 10, -1, 1, 0, 0, true},
 	}
 	for _, tt := range tests {
-		burst, age, err := bucketLease("x", tt.rate, tt.period, tt.burst, tt.least, tt.age)
+		burst, age, err := bucketBatch("x", tt.rate, tt.period, tt.burst, tt.least, tt.age)
 		if (err != nil) != tt.wantErr || burst != tt.wantBurst || age != tt.wantAge {
 			t.Errorf("%s: burst %d, age %d, err %v; want %d, %d, error %v", tt.name, burst, age, err, tt.wantBurst, tt.wantAge, tt.wantErr)
 		}

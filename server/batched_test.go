@@ -7,10 +7,10 @@ import (
 	"github.com/diana-gw/diana/internal/redistest"
 )
 
-// TestThreeInstancesLeased runs three dianad servers on one Redis in leased mode under
+// TestThreeInstancesBatched runs three dianad servers on one Redis in batched mode under
 // concurrent load: no client gets more than its limit, most of the limit is used, and Redis sees
 // a call per batch, not per request.
-func TestThreeInstancesLeased(t *testing.T) {
+func TestThreeInstancesBatched(t *testing.T) {
 	const limit = 40
 	tests := []struct{ name, limit string }{
 		{"fixed_window", `{algorithm: fixed_window, limit: 40, window: ` + forever + `}`},
@@ -52,13 +52,13 @@ func TestThreeInstancesLeased(t *testing.T) {
 			}
 			var batches, spent float64
 			for _, ts := range servers {
-				batches += metric(t, ts, "diana_lease_batches_total")
-				spent += metric(t, ts, `diana_leased_units_total{outcome="spent"}`)
+				batches += metric(t, ts, "diana_batches_total")
+				spent += metric(t, ts, `diana_batch_units_total{outcome="spent"}`)
 			}
 			// Requests that came while their server was asking for a batch went to Redis one by
-			// one: they are admitted without spending leased units.
+			// one: they are admitted without spending batched units.
 			if spent == 0 || int(spent) > admitted || batches == 0 || batches > float64(calls) {
-				t.Errorf("metrics: %v leased units spent, %v batches; want 1 to %d spent and 1 to %d batches", spent, batches, admitted, calls)
+				t.Errorf("metrics: %v batched units spent, %v batches; want 1 to %d spent and 1 to %d batches", spent, batches, admitted, calls)
 			}
 		})
 	}

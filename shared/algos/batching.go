@@ -1,21 +1,22 @@
 package algos
 
-// Leaser is an algorithm whose units a node may take from a shared store in batches, ahead of
-// use, and spend later on its own (leased mode). A batch is taken as a partial request of the
-// Lease's algorithm, so it is pre-debited: the shared store never hands out more than that
+// Batcher is an algorithm whose units a node may take from a shared store in batches, ahead of
+// use, and spend later on its own (batched mode). A batch is taken as a partial request of the
+// Batching's algorithm, so it is pre-debited: the shared store never hands out more than that
 // algorithm allows.
-type Leaser interface {
+type Batcher interface {
 	Algorithm
-	// Lease returns how to lease this algorithm's units with batches spent at most maxAge µs
+	// Batching returns how to batch this algorithm's units with batches spent at most maxAge µs
 	// after they were granted; maxAge 0 asks for the algorithm's default.
-	Lease(maxAge int64) (*Lease, error)
+	Batching(maxAge int64) (*Batching, error)
 }
 
-// Lease says how units may be taken ahead of use. Units spent no later than Life(d) µs after the
-// grant d of their batch never exceed the leased algorithm's limit, whatever the nodes do.
+// Batching says how units may be taken ahead of use. Units spent no later than Life(d) µs after
+// the grant d of their batch never exceed the batched algorithm's limit, whatever the nodes do.
+// (A lease, in Diana, is only ever a concurrency slot held by a request.)
 //
 // Spending a unit later than it was granted could let it count in the wrong window, so each
-// algorithm's lease is chosen to make up for at most MaxAge µs of delay:
+// algorithm's batching is chosen to make up for at most MaxAge µs of delay:
 //   - fixed window: the same algorithm; units are spent within the window of their grant;
 //   - sliding window: likewise (its estimate uses the count of each aligned window); as the
 //     estimate counts units from their grant, those held unspent make it refuse a little early;
@@ -27,7 +28,7 @@ type Leaser interface {
 //
 // The cost is under-admission, never over-admission: units granted but not spent in time are
 // lost, and the sliding log and the buckets are a little stricter than configured.
-type Lease struct {
+type Batching struct {
 	Alg    Algorithm // takes the batches (partial requests) in the shared store
 	MaxAge int64     // µs a unit may be spent after its grant, at most
 	// window > 0: a grant's units must also be spent within the aligned window it counted in,
@@ -37,7 +38,7 @@ type Lease struct {
 
 // Life returns how long after a grant with decision d (of l.Alg) its units may be spent; 0 when
 // they may not be spent at all.
-func (l *Lease) Life(d Decision) int64 {
+func (l *Batching) Life(d Decision) int64 {
 	if l.window == 0 {
 		return l.MaxAge
 	}
@@ -47,7 +48,7 @@ func (l *Lease) Life(d Decision) int64 {
 // Left returns how long units granted elapsed µs after the grant d could be spent, at most, as
 // far as d tells: MaxAge, or for the window algorithms the time to the end of the window they
 // would count in (windows are aligned, so the window of d tells where every later one ends).
-func (l *Lease) Left(d Decision, elapsed int64) int64 {
+func (l *Batching) Left(d Decision, elapsed int64) int64 {
 	if l.window == 0 || d.ResetAfter == 0 {
 		return l.MaxAge
 	}
@@ -61,8 +62,8 @@ func (l *Lease) Left(d Decision, elapsed int64) int64 {
 // second is the longest default MaxAge of the window algorithms, in µs.
 const second = 1_000_000
 
-// leaseAge checks maxAge, 0 asking for def.
-func leaseAge(name string, maxAge, def int64) (int64, error) {
+// batchAge checks maxAge, 0 asking for def.
+func batchAge(name string, maxAge, def int64) (int64, error) {
 	if maxAge < 0 {
 		return 0, paramError(name, "max_age", "must be at least 0, got "+itoa(maxAge))
 	}
@@ -72,33 +73,33 @@ func leaseAge(name string, maxAge, def int64) (int64, error) {
 	return min(maxAge, MaxSpan), nil
 }
 
-// Lease implements Leaser: batches are spent within the window they were granted in, and within
+// Batching implements Batcher: batches are spent within the window they were granted in, and within
 // MaxAge (default: one second, at most the window).
-func (f *FixedWindow) Lease(maxAge int64) (*Lease, error) {
-	age, err := leaseAge("fixed_window", maxAge, min(second, f.window))
+func (f *FixedWindow) Batching(maxAge int64) (*Batching, error) {
+	age, err := batchAge("fixed_window", maxAge, min(second, f.window))
 	if err != nil {
 		return nil, err
 	}
-	return &Lease{Alg: f, MaxAge: age, window: f.window}, nil
+	return &Batching{Alg: f, MaxAge: age, window: f.window}, nil
 }
 
-// Lease implements Leaser: batches are spent within the window they were granted in. A grant
+// Batching implements Batcher: batches are spent within the window they were granted in. A grant
 // leaves the current window's count above 0, so its ResetAfter runs to the end of the next
 // window: the current one ends one window earlier. MaxAge defaults to a tenth of the window, at
-// most one second: the estimate counts leased units from their grant, so units held unspent
-// make it refuse early, and short leases keep few of them outstanding.
-func (s *SlidingWindow) Lease(maxAge int64) (*Lease, error) {
-	age, err := leaseAge("sliding_window", maxAge, min(second, s.window/10))
+// most one second: the estimate counts batched units from their grant, so units held unspent
+// make it refuse early, and short lives keep few of them outstanding.
+func (s *SlidingWindow) Batching(maxAge int64) (*Batching, error) {
+	age, err := batchAge("sliding_window", maxAge, min(second, s.window/10))
 	if err != nil {
 		return nil, err
 	}
-	return &Lease{Alg: s, MaxAge: age, window: s.window, tail: s.window}, nil
+	return &Batching{Alg: s, MaxAge: age, window: s.window, tail: s.window}, nil
 }
 
-// Lease implements Leaser with a window MaxAge longer (default: a tenth of the window, at most
+// Batching implements Batcher with a window MaxAge longer (default: a tenth of the window, at most
 // one second, so saturated traffic gets about 9% less than the limit).
-func (s *SlidingLog) Lease(maxAge int64) (*Lease, error) {
-	age, err := leaseAge("sliding_log", maxAge, min(second, s.window/10))
+func (s *SlidingLog) Batching(maxAge int64) (*Batching, error) {
+	age, err := batchAge("sliding_log", maxAge, min(second, s.window/10))
 	if err != nil {
 		return nil, err
 	}
@@ -110,14 +111,14 @@ func (s *SlidingLog) Lease(maxAge int64) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Lease{Alg: alg, MaxAge: age}, nil
+	return &Batching{Alg: alg, MaxAge: age}, nil
 }
 
-// Lease implements Leaser with a burst smaller by ⌈MaxAge·Rate/Period⌉ units, at least one unit
+// Batching implements Batcher with a burst smaller by ⌈MaxAge·Rate/Period⌉ units, at least one unit
 // (default: a tenth of the burst, at least one unit, and MaxAge the time that many units take
-// to refill). The leased burst must keep at least one unit.
-func (g *GCRA) Lease(maxAge int64) (*Lease, error) {
-	burst, age, err := bucketLease("token_bucket", g.rate, g.period, g.burst, 1, maxAge)
+// to refill). The batched burst must keep at least one unit.
+func (g *GCRA) Batching(maxAge int64) (*Batching, error) {
+	burst, age, err := bucketBatch("token_bucket", g.rate, g.period, g.burst, 1, maxAge)
 	if err != nil {
 		return nil, err
 	}
@@ -125,17 +126,17 @@ func (g *GCRA) Lease(maxAge int64) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Lease{Alg: alg, MaxAge: age}, nil
+	return &Batching{Alg: alg, MaxAge: age}, nil
 }
 
-// Lease implements Leaser as GCRA does, for a bucket that forwards its burst at once (NoDelay):
+// Batching implements Batcher as GCRA does, for a bucket that forwards its burst at once (NoDelay):
 // a node cannot hold back units it spends on its own.
-func (l *LeakyBucket) Lease(maxAge int64) (*Lease, error) {
+func (l *LeakyBucket) Batching(maxAge int64) (*Batching, error) {
 	const name = "leaky_bucket"
 	if l.delay < l.burst {
-		return nil, paramError(name, "delay", "is below the burst, and leased mode needs nodelay: a node spending leased units cannot hold requests back")
+		return nil, paramError(name, "delay", "is below the burst, and batched mode needs nodelay: a node spending batched units cannot hold requests back")
 	}
-	burst, age, err := bucketLease(name, l.rate, l.period, l.burst, 0, maxAge)
+	burst, age, err := bucketBatch(name, l.rate, l.period, l.burst, 0, maxAge)
 	if err != nil {
 		return nil, err
 	}
@@ -143,13 +144,13 @@ func (l *LeakyBucket) Lease(maxAge int64) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Lease{Alg: alg, MaxAge: age}, nil
+	return &Batching{Alg: alg, MaxAge: age}, nil
 }
 
-// bucketLease returns the burst a bucket is leased with, reduced by the units that refill in
+// bucketBatch returns the burst a bucket is batched with, reduced by the units that refill in
 // maxAge, and maxAge itself (0: the time a tenth of the burst, at least one unit, takes to
-// refill). The leased burst must stay at least least.
-func bucketLease(name string, rate, period, burst, least, maxAge int64) (int64, int64, error) {
+// refill). The batched burst must stay at least least.
+func bucketBatch(name string, rate, period, burst, least, maxAge int64) (int64, int64, error) {
 	if maxAge < 0 {
 		return 0, 0, paramError(name, "max_age", "must be at least 0, got "+itoa(maxAge))
 	}
@@ -161,18 +162,18 @@ func bucketLease(name string, rate, period, burst, least, maxAge int64) (int64, 
 	// refill time of the bucket (≤ MaxSpan): the quotients stay small.
 	if longest, _ := mulDiv(burst-least, period, rate); maxAge > longest {
 		return 0, 0, paramError(name, "max_age", "units refilled in "+itoa(maxAge)+" µs would leave less than "+itoa(least)+
-			" of the burst; leasing needs max_age of at most "+itoa(longest)+" µs (a larger burst allows more)")
+			" of the burst; batching needs max_age of at most "+itoa(longest)+" µs (a larger burst allows more)")
 	}
 	return burst - mulDivCeil(maxAge, rate, period), maxAge, nil
 }
 
-// Lease implements Leaser when the inner algorithm does: the inner lease, banning as b does.
-func (b *Ban) Lease(maxAge int64) (*Lease, error) {
-	in, ok := b.inner.(Leaser)
+// Batching implements Batcher when the inner algorithm does: the inner batching, banning as b does.
+func (b *Ban) Batching(maxAge int64) (*Batching, error) {
+	in, ok := b.inner.(Batcher)
 	if !ok {
-		return nil, paramError(b.inner.Script().Name, "batch", "cannot be leased")
+		return nil, paramError(b.inner.Script().Name, "batch", "cannot be batched")
 	}
-	l, err := in.Lease(maxAge)
+	l, err := in.Batching(maxAge)
 	if err != nil {
 		return nil, err
 	}
