@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/diana-gw/diana/httplimit"
+	"github.com/diana-gw/diana/internal/algotest"
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/memstore"
@@ -104,7 +106,7 @@ func TestHostileHeaders(t *testing.T) {
 		{"invalid UTF-8 in header values", req("/", "X-Api-Key: \xff\xfe|%\r\n", "X-Device-Id: \xc3\x28\r\n"), []int{200, 200, 429},
 			map[string]string{"per-ip": "per-ip|127.0.0.1", "per-key": "per-key|\xff\xfe%7C%25|/", "per-device": "per-device|\xc3\x28"}},
 		{"invalid UTF-8 in the path", req("/\xff\xfe", "X-Api-Key: k\r\n"), []int{200, 200, 429},
-			map[string]string{"per-ip": "per-ip|127.0.0.1", "per-key": "per-key|k|/\xff\xfe"}},
+			map[string]string{"per-ip": "per-ip|127.0.0.1", "per-key": "per-key|k|/%25FF%25FE"}}, // /%FF%FE, its % escaped in the key
 		{"NUL in a header value", req("/", "X-Api-Key: a\x00b\r\n"), []int{400}, nil},
 		{"control byte in a header value", req("/", "X-Device-Id: a\x01b\r\n"), []int{400}, nil},
 		{"NUL in the path", req("/a\x00b"), []int{400}, nil},
@@ -161,4 +163,53 @@ func itoa(i int) string { return strconv.Itoa(i) }
 func sha(v string) string {
 	sum := sha256.Sum256([]byte(v))
 	return hex.EncodeToString(sum[:16])
+}
+
+// TestPathSpellings sends every spelling of /api/login over a real listener, each request line
+// written by hand (Go's client would clean some): a rule on /api/login counts every one, per path
+// as well as per client, so the limit of N holds whatever spelling the client picks. With
+// escaped_slashes reject, the spellings with an escaped slash get a 400 and count for nothing.
+func TestPathSpellings(t *testing.T) {
+	l := httplimit.New(nil, httplimit.Options{})
+	srv := httptest.NewServer(l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	})))
+	defer srv.Close()
+	addr := srv.Listener.Addr().String()
+	spellings := algotest.LoginSpellings
+	n := len(spellings)
+	limits := fmt.Sprintf(`[{"name": "login", "match": {"paths": ["/api/login"]}, "by": ["ip", "path"], "limit": {"algorithm": "fixed_window", "limit": %d, "window": "1h"}}]`, n)
+	for _, slashes := range []rules.EscapedSlashes{rules.DecodeSlashes, rules.KeepSlashes, rules.RejectSlashes} {
+		name := rules.EscapedSlashesNames[slashes]
+		e, err := rules.New(decodeList(t, limits), rules.Options{Local: rules.Each(memstore.New(memstore.Options{}).Decide), EscapedSlashes: slashes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Set(e, httplimit.Options{})
+		counted := 0
+		for _, p := range spellings {
+			status, body := rawRequest(t, addr, "GET "+p+" HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n")
+			escaped := strings.Contains(strings.ToLower(p), "%2f") || strings.Contains(strings.ToLower(p), "%5c")
+			switch {
+			case escaped && slashes == rules.RejectSlashes:
+				if status != 400 {
+					t.Errorf("%s: %s: status %d (%s), want 400", name, p, status, body)
+				}
+			case escaped && slashes == rules.KeepSlashes:
+				// /api%2Flogin is one segment: not the rule's path.
+			case status != 200:
+				t.Errorf("%s: %s: status %d (%s), want 200", name, p, status, body)
+			default:
+				counted++
+			}
+		}
+		// Every spelling the option lets through counted against the one limit.
+		status, _ := rawRequest(t, addr, "GET /api/login HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n")
+		if want := 200; counted < n && status != want {
+			t.Errorf("%s: after %d of %d counted spellings, /api/login got %d, want %d", name, counted, n, status, want)
+		}
+		if counted == n && status != 429 {
+			t.Errorf("%s: after every spelling, /api/login got %d, want 429: some spelling was not counted", name, status)
+		}
+	}
 }

@@ -54,9 +54,14 @@ func (l *Limiter) Set(e *rules.Engine, o Options) {
 	l.state.Store(&state{engine: e, opts: o})
 }
 
-// Input builds what the rules see of r.
+// Input builds what the rules see of r. The path is the one the client sent (the request line's
+// target), escapes and all: the rules normalise it, and r.URL.Path has already decoded %2F.
 func (o *Options) Input(r *http.Request) rules.Input {
-	in := rules.Input{Method: r.Method, Host: r.Host, Path: r.URL.Path, Headers: r.Header}
+	path := r.RequestURI // "" on a request built by hand rather than read by a server
+	if path == "" {
+		path = r.URL.EscapedPath()
+	}
+	in := rules.Input{Method: r.Method, Host: r.Host, Path: path, Headers: r.Header}
 	in.ClientIP = rules.ClientKey(ClientIP(r, o.TrustedProxies), o.IPv6Prefix)
 	if o.ConsumerHeader != "" && isTrusted(parseAddr(r.RemoteAddr), o.TrustedProxies) {
 		in.Consumer = r.Header.Get(o.ConsumerHeader)

@@ -13,6 +13,8 @@ import (
 type settings struct {
 	Rules []*rules.Rule
 	Redis *redisConf // nil with policy local
+	// EscapedSlashes says what %2F, %5C and '\' in a request's path are to the rules.
+	EscapedSlashes rules.EscapedSlashes
 
 	// Kong's extra keys.
 	PluginID  string // __plugin_id: the instance's id, the same in every worker and node
@@ -67,6 +69,7 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 	by := o.Enum("limit_by", "ip", limitBy...)
 	headerName := o.String("header_name", "")
 	path := o.String("path", "")
+	s.EscapedSlashes = rules.DecodeEscapedSlashes(o)
 	algorithm := str("algorithm")
 	limit := integer("limit", 1, maxLimit)
 	window := str("window")
@@ -270,8 +273,11 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 	}
 	for _, r := range s.Rules {
 		s.needs.add(r.By)
+		s.needs.Path = s.needs.Path || len(r.Match.Paths) > 0
 		s.needs.Leases = s.needs.Leases || r.Leases
 	}
+	// Refusing escaped slashes needs every request's path, whatever the rules count by.
+	s.needs.Path = s.needs.Path || s.EscapedSlashes == rules.RejectSlashes
 	return s, nil
 }
 

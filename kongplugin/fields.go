@@ -5,7 +5,10 @@ package main
 // into schema/rule.schema.json): its type, enum, bounds and default come from there, so the
 // schema Kong and Konga see cannot drift from the one the rules are validated against.
 
-import "github.com/diana-gw/diana/shared/algos"
+import (
+	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/rules"
+)
 
 // field is one config field as Kong's schema describes it. Zero values mean "take it from the
 // rule schema" (when From is set) or "none".
@@ -59,6 +62,8 @@ func fieldTable() []field {
 			Desc: "The request header the main limit counts by when limit_by is header, e.g. X-Api-Key."},
 		{Name: "path", Type: "string",
 			Desc: "With limit_by path: the path pattern the main limit applies to (/login exactly, * one segment, a final ** any rest), counted per path. Empty: every path, each counted on its own."},
+		{Name: "escaped_slashes", Type: "string", Default: "decode", OneOf: rules.EscapedSlashesNames[:],
+			Desc: "What %2F, %5C and a backslash in a request's path are to the limits: decode (they separate segments, as upstreams that decode before routing read them; the safe default), keep (part of their segment) or reject (answer 400). Paths are also merged, dot segments resolved and unreserved escapes decoded, so /api//login counts as /api/login."},
 		{Name: "algorithm", Type: "string", From: "limit.schema.json#/properties/algorithm", Default: "sliding_window",
 			Desc: "The algorithm of every limit of this instance: sliding_window (limit per sliding window), fixed_window, sliding_log (exact, limit at most 10000), token_bucket and leaky_bucket (rate limit per window), warm_up, or concurrency (limit requests in flight)."},
 		{Name: "limit", Type: "integer", From: "limit.schema.json#/properties/limit", Default: int64(60), Min: limMin, Max: limMax,

@@ -46,7 +46,7 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 	}()
 	s, err := parse(b, false)
 	if err == nil {
-		c.engine, err = rules.New(s.Rules, rules.Options{Local: local, Cluster: clusterStore(s.Redis)})
+		c.engine, err = rules.New(s.Rules, rules.Options{Local: local, Cluster: clusterStore(s.Redis), EscapedSlashes: s.EscapedSlashes})
 	}
 	if err != nil {
 		c.err = err

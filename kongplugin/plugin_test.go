@@ -12,6 +12,9 @@ import (
 	"github.com/Kong/go-pdk/bridge"
 	"github.com/Kong/go-pdk/bridge/bridgetest"
 	"github.com/Kong/go-pdk/test"
+
+	"github.com/diana-gw/diana/internal/algotest"
+	"github.com/diana-gw/diana/shared/rules"
 )
 
 var pluginSeq atomic.Int64
@@ -351,6 +354,51 @@ func TestPdkTestEnv(t *testing.T) {
 		}
 		if i == 1 && !strings.Contains(string(env.ClientRes.Body), "API rate limit exceeded") {
 			t.Fatalf("body %q", env.ClientRes.Body)
+		}
+	}
+}
+
+// Every spelling of /api/login counts against a limit on /api/login, whatever
+// kong.request.get_path hands over (Kong 3 normalises some spellings itself, older Kongs none).
+func TestPathSpellings(t *testing.T) {
+	n := len(algotest.LoginSpellings)
+	c := newConfig(t, map[string]any{"algorithm": "fixed_window", "limit": n, "window": "1h", "limit_by": "path", "path": "/api/login"})
+	mustValid(t, c)
+	for _, p := range algotest.LoginSpellings {
+		if res := event(t, c, "access", &kongReq{IP: "10.0.0.1", Path: p}); res.Exit {
+			t.Fatalf("%s: refused before the limit: %d %s", p, res.Status, res.Body)
+		}
+	}
+	if res := event(t, c, "access", &kongReq{IP: "10.0.0.1", Path: "/api/login"}); !res.Exit || res.Status != 429 {
+		t.Errorf("after every spelling, /api/login: exit %v status %d, want 429: a spelling was not counted", res.Exit, res.Status)
+	}
+	r := newConfig(t, map[string]any{"limit": 5, "escaped_slashes": "reject"})
+	mustValid(t, r)
+	if res := event(t, r, "access", &kongReq{IP: "10.0.0.1", Path: "/api%2Flogin"}); !res.Exit || res.Status != 400 {
+		t.Errorf("escaped_slashes reject, /api%%2Flogin: exit %v status %d, want 400", res.Exit, res.Status)
+	}
+}
+
+// The limits Kong's own schema lets an operator write, as counts per window from a second to
+// years, all decode and limit, with every algorithm whose bounds hold them.
+func TestBigLimits(t *testing.T) {
+	for _, algorithm := range rules.Algorithms() {
+		for _, c := range []struct {
+			limit  int64
+			window string
+		}{{100_000, "1d"}, {1_000_000, "1h"}, {5_000, "30d"}, {1_000_000_000, "365d"}, {1_000_000_000_000, "1y"}, {1, "1s"}} {
+			k, _ := rules.Algorithm(algorithm)
+			if p, _ := k.Param(rules.Amount); c.limit > p.Max {
+				continue // sliding_log and concurrency keep an entry per unit: their own bound
+			}
+			cfg := newConfig(t, map[string]any{"algorithm": algorithm, "limit": c.limit, "window": c.window, "warmup": "1h"})
+			if cfg.err != nil {
+				t.Errorf("%s, %d per %s: %v", algorithm, c.limit, c.window, cfg.err)
+				continue
+			}
+			if res := event(t, cfg, "access", &kongReq{IP: "10.0.0.1"}); res.Exit {
+				t.Errorf("%s, %d per %s: the first request was refused: %d %s", algorithm, c.limit, c.window, res.Status, res.Body)
+			}
 		}
 	}
 }

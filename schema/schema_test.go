@@ -176,6 +176,7 @@ const fullServer = `
 	"admin": {"listen": "127.0.0.1:9191", "token": "t0ken"},
 	"trusted_proxies": ["10.0.0.0/8", "192.0.2.7", "2001:db8::/32"],
 	"ipv6_prefix": 56,
+	"escaped_slashes": "keep",
 	"consumer_header": "X-Consumer",
 	"upstreams": [
 		{"name": "api", "url": "http://127.0.0.1:9000", "match": {"methods": "GET", "paths": "/api/**", "hosts": "*.example.com", "headers": {"X-Api": "*"}}},
@@ -378,6 +379,7 @@ func TestInvalidDocuments(t *testing.T) {
 		{"concurrency max 10001", lim(`{"algorithm": "concurrency", "max": 10001}`), false, "rules[0].limit.max"},
 		{"ipv6_prefix 0", `{"version": 1, "ipv6_prefix": 0}`, false, "ipv6_prefix"},
 		{"ipv6_prefix 129", `{"version": 1, "ipv6_prefix": 129}`, false, "ipv6_prefix"},
+		{"escaped_slashes unknown", `{"version": 1, "escaped_slashes": "drop"}`, false, "escaped_slashes"},
 		{"db negative", `{"version": 1, "redis": {"addrs": "x:1", "db": -1}}`, false, "redis.db"},
 		{"db above 2^20", `{"version": 1, "redis": {"addrs": "x:1", "db": 1048577}}`, false, "redis.db"},
 		{"breaker_failures 0", `{"version": 1, "redis": {"addrs": "x:1", "breaker_failures": 0}}`, false, "redis.breaker_failures"},
@@ -810,6 +812,7 @@ func TestRuleDefaults(t *testing.T) {
 		{"listen", cfg.Listen, nil},
 		{"admin.listen", cfg.Admin.Listen, nil},
 		{"ipv6_prefix", cfg.IPv6Prefix, func(d any) any { return int(integer(d)) }},
+		{"escaped_slashes", rules.EscapedSlashesNames[cfg.EscapedSlashes], nil},
 		{"remote.interval", cfg.Remote.Interval, func(d any) any { return us(d.(string)) }},
 	}
 	for _, c := range checks {
@@ -1001,6 +1004,7 @@ func TestPatternsAgree(t *testing.T) {
 		{"match.paths", tb(`"match": {"paths": %s}`), []string{
 			"/", "/a", "/a/", "//", "/a/*", "/a/*/b", "/*", "/**", "/a/**", "/*/**", "/a b/c%20d", "/ä",
 			"", "a", "a/b", "*", "**", "/**/a", "/a/**/", "/a*", "/*a", "/***", "/a/**b",
+			"/a;b", "/a?b", "/a#b", `/a\b`, "/a/b;c/**",
 		}},
 		{"match.hosts", tb(`"match": {"hosts": %s}`), []string{
 			"example.com", "EXAMPLE.COM", "*.example.com", "localhost", "a_b-c.d", "[::1]", "[2001:DB8::1]", "192.0.2.1", "x",

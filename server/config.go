@@ -24,6 +24,7 @@ type Config struct {
 	Admin          Admin
 	TrustedProxies []netip.Prefix
 	IPv6Prefix     int
+	EscapedSlashes rules.EscapedSlashes // what %2F, %5C and '\' in a request's path are
 	ConsumerHeader string
 	Upstreams      []Upstream
 	Redis          *Redis // nil: no cluster mode
@@ -104,6 +105,7 @@ func (c *Config) decodeServer(o *conf.Obj) {
 		o.Fail("trusted_proxies", err.Error())
 	}
 	c.IPv6Prefix = int(o.Int("ipv6_prefix", 64, 1, 128))
+	c.EscapedSlashes = rules.DecodeEscapedSlashes(o)
 	c.ConsumerHeader = o.String("consumer_header", "")
 	names := map[string]bool{}
 	for _, uo := range o.List("upstreams") {

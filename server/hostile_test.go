@@ -2,7 +2,9 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/diana-gw/diana/internal/algotest"
 	"github.com/diana-gw/diana/internal/redistest"
 )
 
@@ -166,5 +169,49 @@ func TestHostileRequests(t *testing.T) {
 	}
 	if n == 0 {
 		t.Error("no keys in Redis: the cluster rules decided nothing")
+	}
+}
+
+// TestPathSpellings: every spelling of /api/login, sent through the proxy on request lines
+// written by hand, and to POST /v1/check, counts against one rule on /api/login.
+func TestPathSpellings(t *testing.T) {
+	n := len(algotest.LoginSpellings)
+	ts := startFile(t, header+`escaped_slashes: decode
+upstreams:
+  - name: demo
+    url: "demo:"
+rules:
+  - name: login
+    match: {paths: [/api/login]}
+    by: [ip, path]
+    limit: {algorithm: fixed_window, limit: `+strconv.Itoa(n)+`, window: `+forever+`}
+`)
+	for _, p := range algotest.LoginSpellings {
+		if status, body := rawHTTP(t, ts.proxy, "GET "+p+" HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n"); status == 429 || status >= 500 {
+			t.Fatalf("proxy, %s: status %d (%s)", p, status, body)
+		}
+	}
+	if status, _ := rawHTTP(t, ts.proxy, "GET /api/login HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n"); status != 429 {
+		t.Errorf("proxy: after every spelling of /api/login, status %d, want 429: a spelling was not counted", status)
+	}
+	check := func(p string) (allowed bool) {
+		body, _ := json.Marshal(map[string]string{"client_ip": "192.0.2.9", "method": "GET", "path": p})
+		r, err := do("POST", ts.admin+"/v1/check", "", bytes.NewReader(body), "")
+		if err != nil || r.status != 200 {
+			t.Fatalf("/v1/check %s: %v, status %d", p, err, r.status)
+		}
+		var resp CheckResponse
+		if err := json.Unmarshal([]byte(r.body), &resp); err != nil {
+			t.Fatal(err)
+		}
+		return resp.Allowed
+	}
+	for _, p := range algotest.LoginSpellings {
+		if !check(p) {
+			t.Fatalf("/v1/check, %s: refused before the limit", p)
+		}
+	}
+	if check("/api/login") {
+		t.Errorf("/v1/check: after every spelling of /api/login, admitted: a spelling was not counted")
 	}
 }

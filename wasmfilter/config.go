@@ -17,6 +17,7 @@ type config struct {
 
 	xffHops    int // X-Forwarded-For entries appended by trusted proxies; 0: source.address
 	ipv6Prefix int // IPv6 clients are counted by this prefix (128: the address)
+	slashes    rules.EscapedSlashes
 
 	slots       int // shared-data keys per rule
 	slotEntries int // identities one slot holds before it evicts
@@ -71,6 +72,7 @@ func parseConfig(data []byte) (*config, error) {
 	c.rules = decodeRules(o)
 	c.xffHops = int(o.Int("xff_trusted_hops", 0, 0, 64))
 	c.ipv6Prefix = int(o.Int("ipv6_prefix", 64, 1, 128))
+	c.slashes = rules.DecodeEscapedSlashes(o)
 	c.slots = int(o.Int("slots", 512, 1, maxSlots))
 	c.slotEntries = int(o.Int("slot_entries", 16, 1, maxSlotEntries))
 	c.casRetries = int(o.Int("cas_retries", 8, 1, maxCASRetries))

@@ -320,3 +320,40 @@ func TestSlotStoreMatchesTransition(t *testing.T) {
 	algotest.BanKeepsWindow(t, decide)
 	algotest.MatchTransition(t, decide, false)
 }
+
+// Every spelling of /api/login counts against a rule on /api/login, in Go and in the compiled
+// diana.wasm; with escaped_slashes reject, a spelling with an escaped slash is refused with 400.
+func TestPathSpellings(t *testing.T) {
+	n := len(algotest.LoginSpellings)
+	for _, rn := range runners {
+		for _, slashes := range []string{"decode", "reject"} {
+			t.Run(rn.name+"/"+slashes, func(t *testing.T) {
+				e := start(t, rn.vm(t), `{"escaped_slashes": "`+slashes+`", "rules": [{"name": "login", "match": {"paths": ["/api/login"]},
+					"by": ["ip", "path"], "limit": {"algorithm": "fixed_window", "limit": `+strconv.Itoa(n)+`, "window": "1h"}}]}`)
+				e.from("192.0.2.7:1")
+				counted := 0
+				for _, p := range algotest.LoginSpellings {
+					r := e.request(p)
+					escaped := strings.Contains(strings.ToLower(p), "%2f") || strings.Contains(strings.ToLower(p), "%5c")
+					switch {
+					case escaped && slashes == "reject":
+						if r.status != 400 {
+							t.Errorf("%s: status %d, want 400", p, r.status)
+						}
+					case r.status != 0:
+						t.Errorf("%s: status %d before the limit", p, r.status)
+					default:
+						counted++
+					}
+				}
+				r := e.request("/api/login")
+				if counted == n && r.status != 429 {
+					t.Errorf("after every spelling, /api/login got %d, want 429: a spelling was not counted", r.status)
+				}
+				if counted < n && r.status != 0 {
+					t.Errorf("after %d of %d spellings counted, /api/login got %d", counted, n, r.status)
+				}
+			})
+		}
+	}
+}

@@ -122,13 +122,13 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		}
 	}
 	if len(cfg.rules) > 0 {
-		if p.local, err = rules.New(cfg.rules, rules.Options{Local: store, Observe: observe}); err != nil {
+		if p.local, err = rules.New(cfg.rules, rules.Options{Local: store, Observe: observe, EscapedSlashes: cfg.slashes}); err != nil {
 			proxywasm.LogCritical("diana.wasm configuration: " + err.Error())
 			return types.OnPluginStartStatusFailed
 		}
 	}
 	if cfg.cluster != nil && len(cfg.cluster.rules) > 0 {
-		if p.fallback, err = rules.New(cfg.cluster.rules, rules.Options{Local: store, Observe: observe}); err != nil {
+		if p.fallback, err = rules.New(cfg.cluster.rules, rules.Options{Local: store, Observe: observe, EscapedSlashes: cfg.slashes}); err != nil {
 			proxywasm.LogCritical("diana.wasm configuration: cluster: " + err.Error())
 			return types.OnPluginStartStatusFailed
 		}
@@ -175,10 +175,6 @@ func header(name string) string {
 
 // input is what the rules see of the request.
 func (h *httpContext) input() rules.Input {
-	path := header(":path")
-	if i := strings.IndexByte(path, '?'); i >= 0 {
-		path = path[:i]
-	}
 	src, _ := proxywasm.GetProperty([]string{"source", "address"})
 	a := clientAddr(src, header("x-forwarded-for"), h.p.cfg.xffHops)
 	if a.IsValid() {
@@ -187,7 +183,7 @@ func (h *httpContext) input() rules.Input {
 	return rules.Input{
 		Method:   header(":method"),
 		Host:     header(":authority"),
-		Path:     path,
+		Path:     header(":path"), // as sent; the rules cut the query and normalise it
 		ClientIP: rules.ClientKey(a, h.p.cfg.ipv6Prefix),
 		Headers:  reqHeaders{},
 	}
@@ -199,6 +195,12 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		return types.ActionContinue
 	}
 	in := h.input()
+	// The engines normalise the path too; doing it first sends dianad the same path.
+	path, ok := rules.NormalPath(in.Path, p.cfg.slashes)
+	if !ok {
+		return h.deny(&rules.Result{BadPath: true})
+	}
+	in.Path = path
 	if p.local != nil {
 		res := h.check(p.local, &in)
 		if !res.Allowed {

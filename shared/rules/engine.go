@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 
 	"github.com/diana-gw/diana/shared/algos"
@@ -17,6 +18,7 @@ type Engine struct {
 	cluster Store
 	observe func(*Rule, Outcome, error)
 	leaseID func() int64
+	slashes EscapedSlashes
 	scratch sync.Pool
 }
 
@@ -32,6 +34,8 @@ type Options struct {
 	// LeaseID returns the id of a new concurrency lease, unique among the leases in flight on
 	// every node, in [1, 2^53); default: random.
 	LeaseID func() int64
+	// EscapedSlashes says what %2F, %5C and '\' in a request's path are (see NormalPath).
+	EscapedSlashes EscapedSlashes
 }
 
 // Outcome is a rule's verdict on one request.
@@ -56,7 +60,10 @@ type Result struct {
 	Decision algos.Decision
 	Delay    int64 // µs to hold the request before forwarding it
 	Err      error // the first store error; the decisions then came from the fail policies
-	leases   []lease
+	// BadPath: the path holds an escaped slash, which the engine refuses (RejectSlashes); no rule
+	// was asked, and the answer is 400.
+	BadPath bool
+	leases  []lease
 }
 
 type lease struct {
@@ -78,7 +85,10 @@ func New(rules []*Rule, o Options) (*Engine, error) {
 	if o.LeaseID == nil {
 		o.LeaseID = func() int64 { return 1 + rand.Int64N(algos.MaxSafe-1) }
 	}
-	e := &Engine{rules: rules, local: o.Local, cluster: o.Cluster, observe: o.Observe, leaseID: o.LeaseID}
+	if int(o.EscapedSlashes) >= len(EscapedSlashesNames) {
+		return nil, errors.New("rules: unknown EscapedSlashes " + strconv.Itoa(int(o.EscapedSlashes)))
+	}
+	e := &Engine{rules: rules, local: o.Local, cluster: o.Cluster, observe: o.Observe, leaseID: o.LeaseID, slashes: o.EscapedSlashes}
 	e.scratch.New = func() any { return new(scratch) }
 	return e, nil
 }
@@ -102,7 +112,15 @@ type scratch struct {
 // having come back in between, the request goes through, committed to every rule.) Each rule
 // stays exact on its own under concurrency: a commit is a fresh atomic decision; only a request
 // racing between the two phases can be refused after other rules took its units.
+//
+// Check first rewrites in.Path into its normal form (NormalPath), which the rules match and
+// count: front ends hand it the path as the client sent it.
 func (e *Engine) Check(ctx context.Context, in *Input) Result {
+	p, ok := NormalPath(in.Path, e.slashes)
+	if !ok {
+		return Result{BadPath: true, Decision: algos.Decision{RetryAfter: algos.Never}}
+	}
+	in.Path = p
 	s := e.scratch.Get().(*scratch)
 	defer e.scratch.Put(s)
 	s.ops = s.ops[:0]

@@ -198,6 +198,7 @@ func FuzzCheck(f *testing.F) {
 		got := check(ip)
 
 		want := map[string]string{}
+		path, _ = rules.NormalPath(path, rules.DecodeSlashes) // what Check matches and counts
 		if ip != "" {
 			want["k-ip"] = "k-ip" + refPart(ip)
 		}
@@ -217,7 +218,7 @@ func FuzzCheck(f *testing.F) {
 		if device == "dev-1" {
 			want["m-hdrv"] = "m-hdrv"
 		}
-		if pathRule != nil && refMatchPath(pathPattern, path) {
+		if np, _ := rules.NormalPath(pathPattern, rules.KeepSlashes); pathRule != nil && refMatchPath(np, path) {
 			want["m-path"] = "m-path"
 		}
 		if hostRule != nil {

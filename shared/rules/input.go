@@ -9,7 +9,7 @@ import (
 type Input struct {
 	Method   string
 	Host     string
-	Path     string // the URL path, without the query
+	Path     string // the URL path as the client sent it (escapes and all); Check normalises it
 	ClientIP string // as the front end trusts it (trusted proxies, Kong's get_forwarded_ip, ...)
 	Consumer string // the authenticated account, if any
 	Route    string // the route or service the front end matched, if any

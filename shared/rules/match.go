@@ -37,7 +37,10 @@ func (m *Match) compile(fail func(field, reason string)) {
 			fail("paths", reason)
 			continue
 		}
-		m.paths = append(m.paths, strings.Split(p[1:], "/"))
+		// Requests are matched in their normal form (NormalPath): so is the pattern, whose
+		// escapes and non-ASCII characters are written as a request's would be.
+		n, _ := NormalPath(p, KeepSlashes)
+		m.paths = append(m.paths, strings.Split(n[1:], "/"))
 	}
 	for i, h := range m.Hosts {
 		m.Hosts[i] = strings.ToLower(h)
@@ -55,10 +58,15 @@ func (m *Match) compile(fail func(field, reason string)) {
 	}
 }
 
-// checkPath returns the reason p is not a path pattern, or "".
+// checkPath returns the reason p is not a path pattern, or "". Requests are matched in their
+// normal form (NormalPath), and patterns are brought to it too (/api/ is /api, //a is /a), but a
+// pattern with ;parameters, a query or a backslash could never match one.
 func checkPath(p string) string {
 	if !strings.HasPrefix(p, "/") {
 		return "a path pattern starts with /, got " + quote(p)
+	}
+	if strings.ContainsAny(p, ";?#\\") {
+		return "requests are matched by their normal path, which holds no ;parameters, query or backslash: got " + quote(p)
 	}
 	segs := strings.Split(p[1:], "/")
 	for i, s := range segs {
