@@ -3,6 +3,7 @@ package httplimit_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -264,5 +265,24 @@ func TestSetWhileInFlight(t *testing.T) {
 	}
 	if codes != [2]int{200, 429} {
 		t.Errorf("after Set: %v, want the new rule (200, 429)", codes)
+	}
+}
+
+// Each header style reaches the client over real HTTP as the rule asks.
+func TestHeaderStylesOverHTTP(t *testing.T) {
+	e := engine(t, `[
+		{"name":"k","match":{"paths":["/kong"]},"reply":{"headers":"kong"},"limit":{"algorithm":"token_bucket","rate":5,"period":"1m"}},
+		{"name":"s","match":{"paths":["/structured"]},"reply":{"headers":"structured"},"limit":{"algorithm":"sliding_window","limit":5,"window":"1h"}}]`, nil)
+	srv := serve(t, httplimit.New(e, httplimit.Options{}), nil)
+	res, _ := get(t, srv, "/kong", "")
+	if res.Header.Get("X-RateLimit-Limit-Minute") != "5" || res.Header.Get("X-RateLimit-Remaining-Minute") != "4" || res.Header.Get("RateLimit-Limit") != "5" {
+		t.Errorf("kong style: %v", res.Header)
+	}
+	res, _ = get(t, srv, "/structured", "")
+	var reset int
+	// The estimate counts the unit until the end of the next aligned hour: 1 to 2 hours away.
+	if n, _ := fmt.Sscanf(res.Header.Get("RateLimit"), `"s";r=4;t=%d`, &reset); n != 1 || reset <= 3600 || reset > 7200 ||
+		res.Header.Get("RateLimit-Policy") != `"s";q=5;w=3600` || res.Header.Get("RateLimit-Limit") != "" {
+		t.Errorf("structured style: %v", res.Header)
 	}
 }

@@ -111,6 +111,7 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 	batchMax := integer("batch_max", 0, rules.MaxBatch)
 	batchAge := str("batch_max_age")
 	hide := boolean("hide_client_headers")
+	style := o.Enum("header_style", strDefault(d["header_style"]), rules.HeaderStyleNames[:rules.NoHeaders]...)
 	status := o.Int("error_code", 429, 400, 599)
 	message := o.String("error_message", rules.DefaultMessage)
 	if strict {
@@ -207,7 +208,10 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 		rep := &conf.Object{}
 		rep.Set("status", conf.Number(strconv.FormatInt(status, 10)))
 		rep.Set("message", message)
-		rep.Set("headers", !hide)
+		if hide {
+			style = rules.HeaderStyleNames[rules.NoHeaders]
+		}
+		rep.Set("headers", style)
 		r.Set("reply", rep)
 		return r, names
 	}

@@ -130,6 +130,8 @@ func fieldTable() []field {
 			Desc: "policy redis with batch_max: how long a node may hold batched units before they expire unspent, e.g. 200ms. 0s: the algorithm's default."},
 		field{Name: "hide_client_headers", Type: "boolean", Default: false,
 			Desc: "Do not send the RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset and Retry-After headers."},
+		field{Name: "header_style", Type: "string", Default: "kong", OneOf: rules.HeaderStyleNames[:rules.NoHeaders],
+			Desc: "Which rate-limit headers: kong (as Kong's rate-limiting: RateLimit-Limit, -Remaining, -Reset and X-RateLimit-Limit-<Window>, -Remaining-<Window>), draft (the RateLimit-* three only) or structured (the current IETF draft's RateLimit-Policy and RateLimit). Retry-After on every refusal."},
 		field{Name: "error_code", Type: "integer", From: "#/properties/reply/properties/status",
 			Desc: "The HTTP status of a refusal, 400 to 599: 429 by default, 503 is common too."},
 		field{Name: "error_message", Type: "string", From: "#/properties/reply/properties/message",

@@ -2,6 +2,8 @@ package schema
 
 import (
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/diana-gw/diana/internal/algotest"
@@ -54,6 +56,37 @@ func TestAlgorithmNames(t *testing.T) {
 			if !slices.Contains(list.names, name) {
 				t.Errorf("%s lack %s", list.what, name)
 			}
+		}
+	}
+}
+
+// TestEnumsFromRules: the enums the schemas state by hand are the ones shared/rules decodes.
+func TestEnumsFromRules(t *testing.T) {
+	set := loadSchemas(t)
+	for _, c := range []struct {
+		file, ptr string
+		want      []string
+	}{
+		{RuleFile, "/properties/reply/properties/headers/oneOf/1/enum", rules.HeaderStyleNames[:]},
+		{DianadFile, "/properties/escaped_slashes/enum", rules.EscapedSlashesNames[:]},
+	} {
+		var node any = set[c.file]
+		for _, k := range strings.Split(c.ptr[1:], "/") {
+			switch n := node.(type) {
+			case map[string]any:
+				node = n[k]
+			case []any:
+				i, _ := strconv.Atoi(k)
+				node = n[i]
+			}
+		}
+		list, _ := node.([]any)
+		var got []string
+		for _, v := range list {
+			got = append(got, v.(string))
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s#%s is %v, shared/rules has %v", c.file, c.ptr, got, c.want)
 		}
 	}
 }

@@ -94,6 +94,14 @@ func (o *Obj) Has(key string) bool {
 	return ok
 }
 
+// IsBool reports whether key holds true or false: for a field that takes a boolean or another
+// form.
+func (o *Obj) IsBool(key string) bool {
+	v, _ := o.o.Get(key)
+	_, ok := v.(bool)
+	return ok
+}
+
 // get returns key's value and marks it read; a null counts as absent.
 func (o *Obj) get(key string) (Value, bool) {
 	for i, k := range o.o.Keys {

@@ -10,27 +10,83 @@ import (
 // Header is a response header of a verdict.
 type Header struct{ Name, Value string }
 
-// AppendHeaders appends the rate-limit headers of r to h, if its rule asks for them:
-// RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset (seconds, rounded up) as Kong's
-// rate-limiting plugin and the IETF draft name them, Retry-After on a denial (absent when the
-// request can never pass: its cost is above the limit), and X-RateLimit-Limit /
-// X-RateLimit-Remaining when the rule asks for Kong's older headers. Nothing when no rule
-// applied, or when the decision came from a fail policy (its numbers would be made up).
+// HeaderStyle is the set of rate-limit headers a rule's replies carry (reply.headers).
+type HeaderStyle uint8
+
+const (
+	// Draft: RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset, as the IETF draft named
+	// them up to its -06 revision and as Kong's rate-limiting and most gateways send them.
+	Draft HeaderStyle = iota
+	// Kong: what Kong's bundled rate-limiting plugin sends: the Draft headers, and
+	// X-RateLimit-Limit-<Window> and X-RateLimit-Remaining-<Window>.
+	Kong
+	// Structured: the current draft's structured fields, RateLimit-Policy ("name";q=;w=) and
+	// RateLimit ("name";r=;t=), the rule's name as the policy's.
+	Structured
+	// NoHeaders: none, Retry-After included.
+	NoHeaders
+)
+
+// HeaderStyleNames are the config names of the header styles, by value.
+var HeaderStyleNames = [...]string{Draft: "draft", Kong: "kong", Structured: "structured", NoHeaders: "none"}
+
+// decodeHeaderStyle reads reply.headers: a style, or the older true (draft) and false (none).
+func decodeHeaderStyle(o *conf.Obj) HeaderStyle {
+	if o.IsBool("headers") {
+		if o.Bool("headers", true) {
+			return Draft
+		}
+		return NoHeaders
+	}
+	return HeaderStyle(enumIndex(o, "headers", HeaderStyleNames[:]...))
+}
+
+// kongWindows are the words Kong's rate-limiting puts in X-RateLimit-Limit-<Window>, by the
+// window's length; any other window is written as a duration ("10s", "1w").
+var kongWindows = [...]struct {
+	us   int64
+	name string
+}{{algos.Second, "Second"}, {algos.Minute, "Minute"}, {algos.Hour, "Hour"}, {algos.Day, "Day"}, {30 * algos.Day, "Month"}, {algos.Year, "Year"}}
+
+// AppendHeaders appends the rate-limit headers of r to h in its rule's style (see HeaderStyle),
+// with Retry-After on a denial (absent when the request can never pass: its cost is above the
+// limit). Nothing when no rule applied, or when the decision came from a fail policy (its numbers
+// would be made up). What the numbers mean for each algorithm is in docs/configuration.md.
 //
 // Names are in Go's canonical form ("Ratelimit-Limit"): header names are case-insensitive, and
 // net/http stores them so; Envoy's front end lower-cases them.
 func (r *Result) AppendHeaders(h []Header) []Header {
-	if r.Rule == nil || !r.Rule.Reply.Headers || r.Err != nil {
+	if r.Rule == nil || r.Rule.Reply.Headers == NoHeaders || r.Err != nil {
 		return h
 	}
 	d := &r.Decision
 	limit, remaining := strconv.FormatInt(d.Limit, 10), strconv.FormatInt(d.Remaining, 10)
-	h = append(h,
-		Header{"Ratelimit-Limit", limit},
-		Header{"Ratelimit-Remaining", remaining},
-		Header{"Ratelimit-Reset", strconv.FormatInt(Seconds(d.ResetAfter), 10)})
-	if r.Rule.Reply.Legacy {
-		h = append(h, Header{"X-Ratelimit-Limit", limit}, Header{"X-Ratelimit-Remaining", remaining})
+	reset := strconv.FormatInt(Seconds(d.ResetAfter), 10)
+	switch rule := r.Rule; rule.Reply.Headers {
+	case Structured:
+		policy := `"` + rule.Name + `";q=` + limit // rule names need no escaping in an sf-string
+		if rule.Window > 0 {
+			policy += ";w=" + strconv.FormatInt(Seconds(rule.Window), 10)
+		}
+		h = append(h, Header{"Ratelimit-Policy", policy},
+			Header{"Ratelimit", `"` + rule.Name + `";r=` + remaining + ";t=" + reset})
+	default:
+		h = append(h,
+			Header{"Ratelimit-Limit", limit},
+			Header{"Ratelimit-Remaining", remaining},
+			Header{"Ratelimit-Reset", reset})
+		if rule.Reply.Legacy {
+			h = append(h, Header{"X-Ratelimit-Limit", limit}, Header{"X-Ratelimit-Remaining", remaining})
+		}
+		if rule.Reply.Headers == Kong && rule.Window > 0 {
+			w := conf.FormatDuration(rule.Window)
+			for _, k := range kongWindows {
+				if k.us == rule.Window {
+					w = k.name
+				}
+			}
+			h = append(h, Header{"X-Ratelimit-Limit-" + w, limit}, Header{"X-Ratelimit-Remaining-" + w, remaining})
+		}
 	}
 	if !r.Allowed && d.RetryAfter != algos.Never {
 		h = append(h, Header{"Retry-After", strconv.FormatInt(Seconds(d.RetryAfter), 10)})

@@ -20,6 +20,10 @@ type Rule struct {
 	Alg       algos.Algorithm
 	Leases    bool // Alg holds units until the request ends (Engine.Release)
 
+	// Window is the span the rule's limit counts over (its window or period, µs; 0 for a
+	// concurrency limit): the headers that name a window state it.
+	Window int64
+
 	Mode     Mode
 	Action   Action
 	MaxDelay int64 // µs a request may be held under ActionDelay
@@ -53,10 +57,10 @@ const (
 
 // Reply is how a denial is answered.
 type Reply struct {
-	Status  int    // 429 by default; 503 is common too
-	Message string // in the JSON body
-	Headers bool   // RateLimit-* headers (and Retry-After) on replies
-	Legacy  bool   // also Kong's X-RateLimit-Limit / X-RateLimit-Remaining
+	Status  int         // 429 by default; 503 is common too
+	Message string      // in the JSON body
+	Headers HeaderStyle // the rate-limit headers on replies (and Retry-After on a denial)
+	Legacy  bool        // also Kong's older X-RateLimit-Limit / X-RateLimit-Remaining (not with Structured)
 }
 
 // DefaultMessage is the body message of a denial, as Kong words it.
@@ -124,8 +128,12 @@ func DecodeRule(o *conf.Obj) *Rule {
 	rep := o.Obj("reply")
 	r.Reply.Status = int(rep.Int("status", 429, 400, 599))
 	r.Reply.Message = rep.String("message", DefaultMessage)
-	r.Reply.Headers = rep.Bool("headers", true)
+	r.Reply.Headers = decodeHeaderStyle(rep)
 	r.Reply.Legacy = rep.Bool("legacy_headers", false)
+	if r.Reply.Legacy && r.Reply.Headers == Structured {
+		rep.Fail("legacy_headers", "adds Kong's older X-RateLimit-Limit and X-RateLimit-Remaining to the RateLimit-* headers, "+
+			"which headers \"structured\" replaces: remove one of them")
+	}
 	rep.Done()
 
 	r.decodeLimit(o)
@@ -156,6 +164,9 @@ func (r *Rule) decodeLimit(o *conf.Obj) {
 	errs := len(o.Errors().List)
 	params := decodeParams(kind, lo)
 	lo.Done()
+	if p, ok := kind.Param(Window); ok && !kind.Leases {
+		r.Window = params[p.Name]
+	}
 	if len(o.Errors().List) > errs {
 		return // the parameters are already reported; building would repeat the errors
 	}

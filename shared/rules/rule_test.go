@@ -233,13 +233,14 @@ func TestDecodeFullRule(t *testing.T) {
 		By:        []string{"ip", "header:X-Api-Key"},
 		Cost:      2,
 		Algorithm: "token_bucket",
+		Window:    algos.Minute,
 		Mode:      rules.Cluster,
 		Action:    rules.Delay,
 		MaxDelay:  500 * algos.Millisecond,
 		Ban:       10 * algos.Minute,
 		OnError:   rules.FailClosed,
 		Nodes:     4,
-		Reply:     rules.Reply{Status: 503, Message: "slow down", Headers: false, Legacy: true},
+		Reply:     rules.Reply{Status: 503, Message: "slow down", Headers: rules.NoHeaders, Legacy: true},
 	}
 	checkRule(t, r, want)
 	if got, want := r.Alg.Script(), banned(script(algos.NewGCRA(100, algos.Minute, 20)), 10*algos.Minute); !reflect.DeepEqual(got, want) {
@@ -281,11 +282,12 @@ func TestDecodeDefaults(t *testing.T) {
 		By:        []string{"global"},
 		Cost:      1,
 		Algorithm: "fixed_window",
+		Window:    algos.Second,
 		Mode:      rules.Local,
 		Action:    rules.Reject,
 		OnError:   rules.FailOpen,
 		Nodes:     1,
-		Reply:     rules.Reply{Status: 429, Message: rules.DefaultMessage, Headers: true},
+		Reply:     rules.Reply{Status: 429, Message: rules.DefaultMessage, Headers: rules.Draft},
 	})
 	if rules.DefaultMessage != "API rate limit exceeded" {
 		t.Errorf("DefaultMessage = %q", rules.DefaultMessage)
@@ -372,7 +374,9 @@ func TestDecodeInvalid(t *testing.T) {
 		{"reply not an object", rule(tb, `"reply": 429`), "rules[0].reply", "must be an object, got the number 429"},
 		{"status a string", rule(tb, `"reply": {"status": "429"}`), "rules[0].reply.status", `must be an integer, got the string "429"`},
 		{"message not a string", rule(tb, `"reply": {"message": 5}`), "rules[0].reply.message", "must be a string, got the number 5"},
-		{"headers not a bool", rule(tb, `"reply": {"headers": "on"}`), "rules[0].reply.headers", `must be true or false, got the string "on"`},
+		{"headers not a style", rule(tb, `"reply": {"headers": "on"}`), "rules[0].reply.headers", `must be one of draft, kong, structured, none, got "on"`},
+		{"headers a number", rule(tb, `"reply": {"headers": 1}`), "rules[0].reply.headers", `must be a string, got the number 1`},
+		{"legacy_headers with structured", rule(tb, `"reply": {"headers": "structured", "legacy_headers": true}`), "rules[0].reply.legacy_headers", `which headers "structured" replaces`},
 		{"legacy_headers not a bool", rule(tb, `"reply": {"legacy_headers": 1}`), "rules[0].reply.legacy_headers", "must be true or false, got the number 1"},
 
 		// Names.
