@@ -154,3 +154,33 @@ func checkRetry(t *testing.T, at string, alg Algorithm, st *State, r Request, d 
 		}
 	}
 }
+
+// TestDryRunChangesNothing: every algorithm, with and without a ban, decides a dry run as it
+// would the same request, and leaves the state exactly as it was (stores rely on it: memstore
+// decides dry runs on the state it holds).
+func TestDryRunChangesNothing(t *testing.T) {
+	for ci, c := range headerCases(t) {
+		rng := rand.New(rand.NewPCG(uint64(ci), 13))
+		var st State
+		now := int64(1_700_000_000) * Second
+		for step := range 2000 {
+			now += rng.Int64N(c.reset/5 + 1)
+			r := Request{Now: now, Cost: rng.Int64N(4), ID: int64(step%7 + 1), Partial: rng.IntN(5) == 0}
+			if c.waits && rng.IntN(4) == 0 {
+				r.MaxWait = rng.Int64N(c.reset/4 + 1)
+			}
+			before := State{W: st.W, Ban: st.Ban, Log: slices.Clone(st.Log)}
+			dry := r
+			dry.DryRun = true
+			got := c.alg.Decide(&st, dry)
+			if st.W != before.W || st.Ban != before.Ban || !slices.Equal(st.Log, before.Log) {
+				t.Fatalf("%s, step %d %+v: a dry run changed the state\n  %+v\n  %+v", c.name, step, r, before, st)
+			}
+			cp := State{W: st.W, Ban: st.Ban, Log: slices.Clone(st.Log)}
+			if want := c.alg.Decide(&cp, r); got != want {
+				t.Fatalf("%s, step %d %+v: dry run %+v, the request itself %+v", c.name, step, r, got, want)
+			}
+			c.alg.Decide(&st, r)
+		}
+	}
+}

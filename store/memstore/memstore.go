@@ -2,7 +2,7 @@
 // sharded map, safe for concurrent use, bounded in size, whose idle entries expire.
 //
 // A decision on a known key takes one shard lock and allocates nothing; so does a dry run
-// (Request.DryRun), once the shard's scratch log has grown to the largest log it copies.
+// (Request.DryRun), which the algorithms decide without changing the state.
 package memstore
 
 import (
@@ -42,10 +42,10 @@ type shard struct {
 	mu  sync.Mutex
 	m   map[string]*entry
 	max int
-	// scratch is the copy of a state that a dry run decides on, kept here (under mu) so that
-	// dry runs reuse it rather than allocate.
-	scratch algos.State
-	_       [40]byte // keep shards on separate cache lines
+	// empty is the state a dry run on a key not held decides on: the algorithms leave a dry
+	// run's state as it was, so it stays empty, and a pointer to it allocates nothing.
+	empty algos.State
+	_     [40]byte // keep shards on separate cache lines
 }
 
 type entry struct {
@@ -79,9 +79,8 @@ func New(o Options) *Store {
 
 // Decide applies r to the identity key under alg, at the store's clock (r.Now is ignored).
 //
-// A dry run (r.DryRun) returns the decision the same request would get, decided on a copy of the
-// state: the stored state, its expiry and any ban stay as they were, and a key not held is not
-// added.
+// A dry run (r.DryRun) returns the decision the same request would get: the algorithms leave the
+// state as it was (its expiry and any ban too), and a key not held is not added.
 func (s *Store) Decide(key string, alg algos.Algorithm, r algos.Request) algos.Decision {
 	r = r.Bounded()
 	// Read the clock outside the lock, to keep the lock short. A request that then waits for the
@@ -92,7 +91,11 @@ func (s *Store) Decide(key string, alg algos.Algorithm, r algos.Request) algos.D
 	sh.mu.Lock()
 	e := sh.m[key]
 	if r.DryRun {
-		d := sh.dryRun(e, alg, r)
+		st := &sh.empty
+		if e != nil && e.expires > r.Now { // else it decides as an empty state
+			st = &e.st
+		}
+		d := alg.Decide(st, r)
 		sh.mu.Unlock()
 		return d
 	}
@@ -113,18 +116,6 @@ func (s *Store) Decide(key string, alg algos.Algorithm, r algos.Request) algos.D
 	e.expires = r.Now + d.TTL
 	sh.mu.Unlock()
 	return d
-}
-
-// dryRun decides r on a copy of e's state (nil: a key not held) in the shard's scratch state,
-// the log copied too, as algorithms change it in place. The caller holds sh.mu.
-func (sh *shard) dryRun(e *entry, alg algos.Algorithm, r algos.Request) algos.Decision {
-	st := &sh.scratch
-	*st = algos.State{Log: st.Log[:0]}
-	if e != nil && e.expires > r.Now { // else it decides as an empty state
-		st.W, st.Ban = e.st.W, e.st.Ban
-		st.Log = append(st.Log, e.st.Log...)
-	}
-	return alg.Decide(st, r) // st.Log keeps what an admission grew, for the next dry run
 }
 
 // Len returns the number of entries held, expired ones included until they are dropped.
