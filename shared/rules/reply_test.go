@@ -15,7 +15,7 @@ import (
 func TestHeaderStyles(t *testing.T) {
 	type h = rules.Header
 	for _, c := range []struct {
-		reply, window string
+		reply, window   string
 		allowed, denied []rules.Header
 	}{
 		{`{}`, "1m",
