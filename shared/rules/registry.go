@@ -110,7 +110,7 @@ func (k AlgorithmKind) Logs() bool {
 }
 
 // Batches reports whether rules of k can take the batch option (batched cluster mode): its
-// example builds into an algorithm that algos can lease.
+// example builds into an algorithm that algos can take in batches.
 func (k AlgorithmKind) Batches() bool {
 	a, err := k.Build(k.Example(), 1)
 	if err != nil {
