@@ -5,7 +5,7 @@ import "math/bits"
 // Products of a count and a duration (a limit of 10^12 per year is 10^12 × 3.2·10^13 µs) do not
 // fit the 53 bits in which a Lua number is an exact integer, so the algorithms never keep such a
 // product: they keep counts and times apart, and where the arithmetic needs one it is divided at
-// once, by mulDiv. Its Lua twin, muldiv in scripts/prelude.lua, computes the same two integers
+// once, by mulDiv. Its Lua twin, muldiv in scripts/wide.lua, computes the same two integers
 // with doubles (an estimate, then the exact remainder from 25-bit halves); both are exact for
 // operands and quotient below 2^50, which is what MaxCount and MaxSpan keep every caller to.
 
