@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/store/slotstore"
 )
 
 // FuzzParseConfig: parsing any plugin configuration never panics (TinyGo has no recover: a
@@ -98,7 +99,7 @@ func FuzzClientAddr(f *testing.F) {
 }
 
 // fuzzFilter is the configuration of FuzzRequest: small limits and few, small slots, so that
-// denials and slot evictions come up, by every dimension a client controls.
+// denials and full slots come up, by every dimension a client controls.
 const fuzzFilter = `{"xff_trusted_hops": 1, "slots": 4, "slot_entries": 2, "rules": [
 	{"name": "a", "by": ["ip"], "limit": {"algorithm": "fixed_window", "limit": 2, "window": "1h"}},
 	{"name": "b", "by": ["header:X-Key", "path"], "limit": {"algorithm": "token_bucket", "rate": 2, "period": "1h"}},
@@ -106,8 +107,8 @@ const fuzzFilter = `{"xff_trusted_hops": 1, "slots": 4, "slot_entries": 2, "rule
 
 // FuzzRequest runs the filter in Go under the SDK's emulator with any request: it never panics,
 // either lets the request through or answers 429 with the JSON body, counts it once, and its
-// shared data stays within the documented bound: rules × slots keys of at most 1 + entries × 56
-// bytes.
+// shared data stays within the documented bound: rules × slots keys of at most
+// slotstore.SlotBytes(entries) bytes, and the hash key.
 func FuzzRequest(f *testing.F) {
 	big := strings.Repeat("x|%", 40_000)
 	f.Add("GET", "/a?b=c", "example.com", "192.0.2.1:40000", "198.51.100.7, 10.0.0.1", "key", "dev")
@@ -138,12 +139,12 @@ func FuzzRequest(f *testing.F) {
 		if n := e.counter(metricAllowed) + e.counter(metricDenied); n != before+1 {
 			t.Fatalf("the request counted %d times", n-before)
 		}
-		if len(d.keys) > 3*4 {
-			t.Fatalf("%d shared-data keys, over rules × slots = 12", len(d.keys))
+		if len(d.keys) > 3*4+1 {
+			t.Fatalf("%d shared-data keys, over rules × slots = 12 and the hash key", len(d.keys))
 		}
 		for k := range d.keys {
-			if v, _, err := d.hostData.Get(k); err != nil || len(v) > 1+2*entrySize {
-				t.Fatalf("slot %s: %d bytes (%v), over 1 + 2 × %d", k, len(v), err, entrySize)
+			if v, _, err := d.hostData.Get(k); err != nil || k != slotstore.KeyName && len(v) > slotstore.SlotBytes(2) {
+				t.Fatalf("slot %s: %d bytes (%v), over %d", k, len(v), err, slotstore.SlotBytes(2))
 			}
 		}
 	})

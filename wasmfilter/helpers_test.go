@@ -14,7 +14,13 @@ import (
 
 // compiled builds diana.wasm once per test binary with build/tinygo.sh (which provisions TinyGo
 // when it is missing); a failure to build fails the tests that need it, never skips them.
-var compiled = sync.OnceValues(func() ([]byte, error) {
+var compiled = sync.OnceValues(func() ([]byte, error) { return tinygoBuild(".") })
+
+// compiledEmpty is testdata/empty, the anchor of the benchmarks: a filter that does nothing.
+var compiledEmpty = sync.OnceValues(func() ([]byte, error) { return tinygoBuild("./testdata/empty") })
+
+// tinygoBuild compiles the package in dir to wasm as make wasm does.
+func tinygoBuild(dir string) ([]byte, error) {
 	out, err := os.MkdirTemp("", "diana-wasm")
 	if err != nil {
 		return nil, err
@@ -26,12 +32,12 @@ var compiled = sync.OnceValues(func() ([]byte, error) {
 	}
 	wasm := filepath.Join(out, "diana.wasm")
 	cmd := exec.Command(strings.TrimSpace(string(tinygo)), "build", "-o", wasm,
-		"-scheduler=none", "-target=wasip1", "-buildmode=wasi-legacy", "-no-debug", ".")
+		"-scheduler=none", "-target=wasip1", "-buildmode=wasi-legacy", "-no-debug", dir)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return nil, &buildError{"tinygo build: " + string(b), err}
+		return nil, &buildError{"tinygo build " + dir + ": " + string(b), err}
 	}
 	return os.ReadFile(wasm)
-})
+}
 
 type buildError struct {
 	what string
@@ -48,9 +54,15 @@ func (e *buildError) Error() string {
 // wasmVM returns a VM running the compiled diana.wasm in wazero.
 func wasmVM(t testing.TB) proxytest.WasmVMContext {
 	t.Helper()
-	b, err := compiled()
+	return loadVM(t, compiled)
+}
+
+// loadVM returns a VM running the module build gives.
+func loadVM(t testing.TB, build func() ([]byte, error)) proxytest.WasmVMContext {
+	t.Helper()
+	b, err := build()
 	if err != nil {
-		t.Fatalf("building diana.wasm: %v", err)
+		t.Fatalf("building the module: %v", err)
 	}
 	vm, err := proxytest.NewWasmVMContext(b)
 	if err != nil {

@@ -14,12 +14,14 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"runtime"
 	"strings"
 	"time"
 
 	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/store/slotstore"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
@@ -29,8 +31,8 @@ func main() { proxywasm.SetVMContext(&vmContext{}) }
 // vmContext is the VM. Its fields are for tests; zero values use the host.
 type vmContext struct {
 	types.DefaultVMContext
-	data sharedData   // nil: the host's shared data
-	now  func() int64 // µs; nil: time.Now
+	data slotstore.Data // nil: the host's shared data
+	now  func() int64   // µs; nil: time.Now
 }
 
 func (vm *vmContext) NewPluginContext(uint32) types.PluginContext {
@@ -44,31 +46,39 @@ func (vm *vmContext) NewPluginContext(uint32) types.PluginContext {
 	return p
 }
 
+// readRandom fills b from the host's randomness (WASI random_get under Envoy).
+func readRandom(b []byte) error {
+	_, err := rand.Read(b)
+	return err
+}
+
 // Metric names; Envoy prefixes them with "wasmcustom.".
 const (
 	metricAllowed      = "diana.allowed"       // requests let through (shadow denials included)
 	metricDenied       = "diana.denied"        // requests refused with a local reply
 	metricShadowDenied = "diana.shadow_denied" // requests a shadow rule would have refused
 	metricBackendError = "diana.backend_errors"
-	metricCASExhausted = "diana.cas_retries_exhausted"
-	metricHeap         = "diana.heap_bytes" // gauge: this VM's heap, updated every tick
+	metricCASExhausted = "diana.cas_retries_exhausted" // requests denied as their slot changed under every retry
+	metricOverflow     = "diana.slot_overflows"        // decisions on a slot's overflow state: its entries were all live
+	metricHeap         = "diana.heap_bytes"            // gauge: this VM's heap, updated every tick
 )
 
-// tickMS is how often each VM updates its heap gauge.
+// tickMS is how often each VM updates its heap gauge and rereads the hash key.
 const tickMS = 10_000
 
 type metrics struct {
-	allowed, denied, shadowDenied, backendErrors, casExhausted proxywasm.MetricCounter
-	heap                                                       proxywasm.MetricGauge
+	allowed, denied, shadowDenied, backendErrors, casExhausted, overflow proxywasm.MetricCounter
+	heap                                                                 proxywasm.MetricGauge
 }
 
 // pluginContext is one filter configuration.
 type pluginContext struct {
 	types.DefaultPluginContext
-	data sharedData
+	data slotstore.Data
 	now  func() int64
 
 	cfg      *config
+	store    *slotstore.Store
 	local    *rules.Engine // cfg.rules; nil when there are none
 	fallback *rules.Engine // cfg.cluster.rules, for on_failure: local
 	m        metrics
@@ -101,21 +111,21 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		shadowDenied:  proxywasm.DefineCounterMetric(metricShadowDenied),
 		backendErrors: proxywasm.DefineCounterMetric(metricBackendError),
 		casExhausted:  proxywasm.DefineCounterMetric(metricCASExhausted),
+		overflow:      proxywasm.DefineCounterMetric(metricOverflow),
 		heap:          proxywasm.DefineGaugeMetric(metricHeap),
 	}
 	if err := proxywasm.SetTickPeriodMilliSeconds(tickMS); err != nil {
 		proxywasm.LogWarn("diana.wasm: no ticks, the heap gauge stays 0: " + err.Error())
 	}
-	store := &slotStore{data: p.data, now: p.now, slots: cfg.slots, entries: cfg.slotEntries, retries: cfg.casRetries,
-		exhausted: func() { p.m.casExhausted.Increment(1) }}
-	all := cfg.rules
-	if cfg.cluster != nil {
-		all = append(all[:len(all):len(all)], cfg.cluster.rules...)
-	}
-	if err := store.precreate(all); err != nil {
+	key, err := slotstore.LoadKey(p.data, readRandom)
+	if err != nil {
 		proxywasm.LogCritical("diana.wasm: " + err.Error())
 		return types.OnPluginStartStatusFailed
 	}
+	store := &slotstore.Store{Data: p.data, Now: p.now, Key: key, Slots: cfg.slots, Entries: cfg.slotEntries, Retries: cfg.casRetries,
+		Contended:  func() { p.m.casExhausted.Increment(1) },
+		Overflowed: func() { p.m.overflow.Increment(1) }}
+	p.store = store
 	observe := func(_ *rules.Rule, o rules.Outcome, _ error) {
 		if o == rules.ShadowDenied {
 			p.shadow = true
@@ -137,8 +147,13 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	return types.OnPluginStartStatusOK
 }
 
-// OnTick records the heap's size: with TinyGo, the linear memory the VM has grown to.
+// OnTick records the heap's size (with TinyGo, the linear memory the VM has grown to) and
+// rereads the hash key: workers that started at the same moment may have stored different ones,
+// and the last stored wins.
 func (p *pluginContext) OnTick() {
+	if key, err := slotstore.LoadKey(p.data, readRandom); err == nil {
+		p.store.Key = key
+	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	p.m.heap.Add(int64(ms.Sys) - p.heap)

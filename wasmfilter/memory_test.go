@@ -96,21 +96,40 @@ func TestCompiledMemory(t *testing.T) {
 	}
 }
 
-// BenchmarkRequest is the time per request (headers in, response headers out) through the
-// filter in Go and compiled to wasm in wazero, on the same emulator: one client in a per-IP rule.
+// BenchmarkRequest is the time per request (headers in, response headers out) on the same
+// emulator: the filter in Go and compiled to wasm in wazero, with one per-IP rule and with three
+// matching rules, beside its anchor, testdata/empty compiled the same way (a filter that does
+// nothing). Clients rotate over 1,000 addresses.
 func BenchmarkRequest(b *testing.B) {
-	cfg := `{"rules": [{"name": "per-ip", "by": ["ip"], "limit": {"algorithm": "token_bucket", "rate": 1000000000, "period": "1s"}}]}`
-	for _, rn := range runners {
-		b.Run(rn.name, func(b *testing.B) {
-			vm := rn.vm(b)
-			e := start(b, vm, cfg)
+	one := `{"rules": [{"name": "per-ip", "by": ["ip"], "limit": {"algorithm": "token_bucket", "rate": 1000000000, "period": "1s"}}]}`
+	three := `{"rules": [
+		{"name": "per-ip", "by": ["ip"], "limit": {"algorithm": "token_bucket", "rate": 1000000000, "period": "1s"}},
+		{"name": "per-ip-path", "by": ["ip", "path"], "limit": {"algorithm": "fixed_window", "limit": 1000000000, "window": "1m"}},
+		{"name": "global", "limit": {"algorithm": "sliding_window", "limit": 1000000000, "window": "1s"}}]}`
+	cases := []struct {
+		name string
+		vm   func(testing.TB) types.VMContext
+		cfg  string
+	}{
+		{"empty-wasm", func(t testing.TB) types.VMContext { return loadVM(t, compiledEmpty) }, one},
+		{"go/1-rule", runners[0].vm, one},
+		{"wasm/1-rule", runners[1].vm, one},
+		{"wasm/3-rules", runners[1].vm, three},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			vm := c.vm(b)
+			e := start(b, vm, c.cfg)
 			var del api.Function
 			if w, ok := vm.(proxytest.WasmVMContext); ok {
 				del = guestModule(b, w).ExportedFunction("proxy_on_delete")
 			}
+			for i := 0; i < 1000; i++ { // every client's state exists
+				e.hit(i, del)
+			}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				if e.hit(0, del) != types.ActionContinue {
+				if e.hit(i%1000, del) != types.ActionContinue {
 					b.Fatal("denied")
 				}
 			}

@@ -1,0 +1,254 @@
+// Package slotstore keeps rule states in a key-value store whose keys can never be deleted and
+// whose only atomic operation is a compare-and-swap on one key: proxy-wasm's shared data, one
+// store per vm_id shared by every Envoy worker thread. It is the Envoy filter's local store,
+// written against the Data interface so that it is tested in plain Go like the other stores.
+//
+// One key per client would grow Envoy's memory forever, so each rule owns a fixed number of slot
+// keys, created when first written, and a client's identity is hashed into one of them with a
+// keyed hash (SipHash-2-4 under a random key shared by the workers through the store, see
+// LoadKey): without the key nobody can pick identities that share a slot. A slot holds up to
+// Entries identities, each with its own algorithm state and expiry, and one overflow state:
+//
+//   - an entry is dropped only once it expires, when its state is at rest (the algorithm's TTL:
+//     a fresh state would decide the same), so losing an entry never hands out fresh capacity;
+//   - an identity that finds its slot full of live entries is decided on the slot's overflow
+//     state, which every such identity shares: it is limited as one client together with them,
+//     never more leniently than on its own;
+//   - an identity that finds room while the overflow state is live starts from a copy of it (it
+//     may have spent from it), otherwise from a fresh state;
+//   - two identities with the same 64-bit hash share one state (probability about n²/2⁶⁵).
+//
+// So a client that controls N identities gets, per rule, at most what N clients would get from
+// an exact store, and at most what Slots × (Entries + 1) clients would, however large N is; every
+// identity on its own gets no more than the limit. Honest clients are limited together only when
+// more than Slots × Entries identities are live at once in a rule (size Slots for that; the
+// Overflowed callback counts each decision made on an overflow state).
+//
+// Memory is bounded at rules × Slots × SlotBytes(Entries) = 1 + (Entries + 1) × 56 bytes per
+// vm_id, and grows with the slots in use (a slot is created when first written).
+package slotstore
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"strconv"
+
+	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/rules"
+)
+
+// Data is the key-value store: proxy-wasm's shared data.
+type Data interface {
+	// Get returns the value of key and its CAS, or ErrNotFound.
+	Get(key string) (value []byte, cas uint32, err error)
+	// Set stores value if the key's CAS is still cas, else returns ErrCasMismatch. A key that
+	// does not exist yet is created whatever cas is (Envoy's semantics: there is no atomic
+	// create).
+	Set(key string, value []byte, cas uint32) error
+}
+
+var (
+	ErrNotFound    = errors.New("shared data: no such key")
+	ErrCasMismatch = errors.New("shared data: CAS mismatch")
+	// ErrContended is an op's error when its retries ran out: the request is denied (an
+	// admission that cannot be stored would be free).
+	ErrContended = errors.New("shared data: the slot changed under every retry")
+)
+
+// Store decides rule ops in Data. Its fields are set once, before the first Decide.
+type Store struct {
+	Data    Data
+	Now     func() int64 // µs
+	Key     [2]uint64    // the hash key, from LoadKey
+	Slots   int          // slot keys per rule
+	Entries int          // identities one slot holds besides its overflow state
+	Retries int          // attempts of get → decide → set before ErrContended
+
+	// Contended and Overflowed, when set, are called for each op whose retries ran out and each
+	// decided on an overflow state.
+	Contended, Overflowed func()
+
+	buf []byte // the slot being written, reused
+}
+
+// entrySize is one state in a slot: hash, expiry, the four state words and the ban.
+const entrySize = 8 + 8 + 4*8 + 8
+
+// SlotBytes is the most bytes a slot of entries entries holds.
+func SlotBytes(entries int) int { return 1 + (entries+1)*entrySize }
+
+// version is the first byte of every slot value, and part of every key: a change of layout
+// starts on new keys. Version 2: entry 0 is the overflow state.
+const version = 2
+
+// SlotKey returns the Data key of a rule's slot. It names the rule, its algorithm and the slot
+// count, so a config that changes them starts on fresh keys (old keys linger: another reason to
+// keep slot counts stable).
+func SlotKey(rule string, alg algos.Algorithm, slots, slot int) string {
+	return "diana/" + strconv.Itoa(version) + "/" + rule + "/" + alg.Script().Name + "/" +
+		strconv.Itoa(slots) + "/" + strconv.Itoa(slot)
+}
+
+// Hash is the keyed hash of an op's key; its slot is Hash % Slots.
+func (s *Store) Hash(key string) uint64 { return sipHash(s.Key[0], s.Key[1], key) }
+
+// Decide implements rules.Store: get the slot → decide → set with the CAS read, retried on a
+// mismatch up to Retries times. A dry run only reads.
+func (s *Store) Decide(_ context.Context, ops []*rules.Op) {
+	for _, op := range ops {
+		s.decide(op)
+	}
+}
+
+func (s *Store) decide(op *rules.Op) {
+	sum := s.Hash(op.Key)
+	if sum == overflowSum {
+		sum++ // 0 marks the overflow state
+	}
+	rule, _, _ := cut(op.Key, '|')
+	key := SlotKey(rule, op.Alg, s.Slots, int(sum%uint64(s.Slots)))
+	req := op.Req.Bounded()
+	for attempt := 0; ; attempt++ {
+		if attempt == s.Retries {
+			if s.Contended != nil {
+				s.Contended()
+			}
+			op.Dec = algos.Decision{Limit: op.Dec.Limit, ResetAfter: op.Dec.ResetAfter}
+			op.Err = ErrContended
+			return
+		}
+		val, cas, err := s.Data.Get(key)
+		if errors.Is(err, ErrNotFound) || err == nil && !valid(val) {
+			// A new slot is created empty with a CAS no key holds, which Envoy takes for a
+			// create (a missing key is stored whatever the CAS) and refuses as a mismatch when
+			// another worker created the key meanwhile: decisions are only ever stored by a CAS
+			// on an existing slot. A value of another layout is replaced (keys name the
+			// layout's version: only garbage lands here).
+			with := uint32(createCAS)
+			if err == nil {
+				with = cas
+			}
+			if err = s.Data.Set(key, empty, with); err == nil || errors.Is(err, ErrCasMismatch) {
+				continue
+			}
+		}
+		if err != nil {
+			op.Dec, op.Err = algos.Decision{Allowed: true}, err
+			return
+		}
+		now := s.Now()
+		req.Now = now
+		at, full := place(val, sum, s.Entries, now)
+		from := at // the state decided on: the identity's, else the overflow state (entry 0)
+		if at < 0 {
+			from = 0 // a new entry starts from the live overflow state, which it may have spent from
+			if full {
+				at = 0
+				if s.Overflowed != nil {
+					s.Overflowed()
+				}
+			}
+		}
+		var st algos.State
+		if expiry(val, from) > now {
+			read(val, from, &st)
+		}
+		before := st
+		op.Dec = op.Alg.Decide(&st, req)
+		if req.DryRun || st.W == before.W && st.Ban == before.Ban {
+			return // nothing to store (a denial, a peek): no write, no contention
+		}
+		if err = s.Data.Set(key, s.write(val, at, sum, now, now+op.Dec.TTL, &st), cas); err == nil {
+			return
+		}
+		if !errors.Is(err, ErrCasMismatch) {
+			op.Err = err
+			return
+		}
+	}
+}
+
+// createCAS is the CAS a slot is created with: Envoy's CAS values count up from 1, so no key
+// holds this one until 2³² writes have wrapped the count around to it.
+const createCAS = 1<<32 - 1
+
+// overflowSum is the hash field of the overflow state.
+const overflowSum = 0
+
+// empty is a new slot: the version and an overflow state at rest.
+var empty = appendEntry([]byte{version}, overflowSum, 0, &algos.State{})
+
+// valid tells whether val is a slot of this layout: the version, the overflow state, entries.
+func valid(val []byte) bool {
+	return len(val) >= 1+entrySize && val[0] == version && (len(val)-1)%entrySize == 0
+}
+
+// place finds the entry of the identity of hash sum in the slot val at now: at > 0, or -1 when
+// it has none; full tells whether Entries entries are live then (the overflow state at 0 is
+// not one of them), leaving no room for a new one.
+func place(val []byte, sum uint64, entries int, now int64) (at int, full bool) {
+	live := 0
+	for i := 1; i < len(val)/entrySize; i++ {
+		if binary.LittleEndian.Uint64(val[1+i*entrySize:]) == sum {
+			return i, false
+		}
+		if expiry(val, i) > now {
+			live++
+		}
+	}
+	return -1, live >= entries
+}
+
+// write returns the slot val at now with the state st, expiring at exp, stored at entry at
+// (0: the overflow state; −1: a new entry for the identity of hash sum), and without the
+// entries expired by now.
+func (s *Store) write(val []byte, at int, sum uint64, now, exp int64, st *algos.State) []byte {
+	b := append(s.buf[:0], version)
+	if at == 0 {
+		b = appendEntry(b, overflowSum, exp, st)
+	} else {
+		b = append(b, val[1:1+entrySize]...)
+	}
+	for i := 1; i < len(val)/entrySize; i++ {
+		if i != at && expiry(val, i) > now {
+			b = append(b, val[1+i*entrySize:1+(i+1)*entrySize]...)
+		}
+	}
+	if at != 0 {
+		b = appendEntry(b, sum, exp, st)
+	}
+	s.buf = b
+	return b
+}
+
+func expiry(val []byte, i int) int64 {
+	return int64(binary.LittleEndian.Uint64(val[1+i*entrySize+8:]))
+}
+
+func read(val []byte, i int, st *algos.State) {
+	e := val[1+i*entrySize+16:]
+	for w := range st.W {
+		st.W[w] = int64(binary.LittleEndian.Uint64(e[w*8:]))
+	}
+	st.Ban = int64(binary.LittleEndian.Uint64(e[32:]))
+}
+
+func appendEntry(b []byte, sum uint64, exp int64, st *algos.State) []byte {
+	b = binary.LittleEndian.AppendUint64(b, sum)
+	b = binary.LittleEndian.AppendUint64(b, uint64(exp))
+	for _, w := range st.W {
+		b = binary.LittleEndian.AppendUint64(b, uint64(w))
+	}
+	return binary.LittleEndian.AppendUint64(b, uint64(st.Ban))
+}
+
+// cut is strings.Cut for one byte.
+func cut(s string, sep byte) (before, after string, found bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == sep {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
