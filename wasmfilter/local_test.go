@@ -260,7 +260,7 @@ func TestOddInput(t *testing.T) {
 	d := &casData{}
 	e := start(t, &vmContext{data: d}, cfg)
 	e.request("/", "x-key", "k") // creates slots
-	for key := range d.keys { // another version's layout, truncated entries
+	for key := range d.keys {    // another version's layout, truncated entries
 		if key != slotstore.KeyName {
 			_, cas, _ := d.Get(key)
 			d.hostData.Set(key, []byte{9, 1, 2, 3}, cas)
