@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -16,6 +17,8 @@ type config struct {
 	rules []*rules.Rule // local rules, decided in shared data
 
 	xffHops    int // X-Forwarded-For entries appended by trusted proxies; 0: source.address
+	consumer   string // the request header holding the consumer (lower case); "": none
+	route      bool   // a rule counts by route: read xds.route_name
 	ipv6Prefix int // IPv6 clients are counted by this prefix (128: the address)
 	slashes    rules.EscapedSlashes
 
@@ -69,7 +72,8 @@ func parseConfig(data []byte) (*config, error) {
 	errs := &conf.Errors{Source: "diana.wasm configuration"}
 	o := conf.Read(doc, errs)
 	c := &config{}
-	c.rules = decodeRules(o)
+	c.consumer = strings.ToLower(o.String("consumer_header", ""))
+	c.rules = decodeRules(o, c.consumer)
 	c.xffHops = int(o.Int("xff_trusted_hops", 0, 0, 64))
 	c.ipv6Prefix = int(o.Int("ipv6_prefix", 64, 1, 128))
 	c.slashes = rules.DecodeEscapedSlashes(o)
@@ -77,19 +81,39 @@ func parseConfig(data []byte) (*config, error) {
 	c.slotEntries = int(o.Int("slot_entries", 16, 1, maxSlotEntries))
 	c.casRetries = int(o.Int("cas_retries", 8, 1, maxCASRetries))
 	if o.Has("cluster") {
-		c.cluster = decodeCluster(o.Obj("cluster"))
+		c.cluster = decodeCluster(o.Obj("cluster"), c.consumer)
+		for _, r := range c.cluster.rules { // one name, one state: they would share slots
+			for i, top := range c.rules {
+				if top.Name == r.Name {
+					o.Fail("rules["+strconv.Itoa(i)+"].name", strconv.Quote(r.Name)+" is also the name of a rule in cluster.rules: names must differ, or the two rules would share one count")
+				}
+			}
+		}
 	}
-	if !o.Has("rules") && !o.Has("cluster") {
+	switch {
+	case !o.Has("rules") && !o.Has("cluster"):
 		o.Fail("rules", "is required unless cluster is set (the filter would limit nothing)")
+	case o.Has("rules") && len(c.rules) == 0 && !o.Has("cluster") && !failed(errs):
+		o.Fail("rules", "is empty and cluster is not set: the filter would limit nothing")
 	}
 	o.Done()
 	if err := errs.Err(); err != nil {
 		return nil, err
 	}
+	all := c.rules
+	if c.cluster != nil {
+		all = append(all[:len(all):len(all)], c.cluster.rules...)
+	}
+	for _, r := range all {
+		c.route = c.route || slices.Contains(r.By, "route")
+	}
 	return c, nil
 }
 
-func decodeCluster(o *conf.Obj) *clusterConfig {
+// failed tells whether errs holds an error already (an empty list may be what is left of a bad one).
+func failed(errs *conf.Errors) bool { return errs.Err() != nil }
+
+func decodeCluster(o *conf.Obj, consumer string) *clusterConfig {
 	c := &clusterConfig{}
 	o.Require("name")
 	c.name = o.String("name", "")
@@ -116,7 +140,7 @@ func decodeCluster(o *conf.Obj) *clusterConfig {
 		}
 	}
 	c.status = int(o.Int("failure_status", 503, 400, 599))
-	c.rules = decodeRules(o)
+	c.rules = decodeRules(o, consumer)
 	if c.onFailure == failLocal && len(c.rules) == 0 {
 		o.Fail("rules", "is required when on_failure is local: the rules to decide in shared data while dianad cannot")
 	}
@@ -125,9 +149,10 @@ func decodeCluster(o *conf.Obj) *clusterConfig {
 }
 
 // decodeRules reads o's "rules" and rejects what the filter cannot do: cluster-mode rules
-// (cluster mode goes through dianad), delays (the filter does not hold requests) and the
-// log-based algorithms, whose state does not fit a fixed-size slot entry.
-func decodeRules(o *conf.Obj) []*rules.Rule {
+// (cluster mode goes through dianad), delays (the filter does not hold requests), the algorithms
+// whose state is a list per client, which does not fit a fixed-size slot entry, and counting by
+// consumer without consumer_header (the filter would never see one).
+func decodeRules(o *conf.Obj, consumer string) []*rules.Rule {
 	rs := rules.Decode(o)
 	for i, r := range rs {
 		p := "rules[" + strconv.Itoa(i) + "]"
@@ -135,10 +160,17 @@ func decodeRules(o *conf.Obj) []*rules.Rule {
 		case r.Mode == rules.Cluster:
 			o.Fail(p+".mode", "must be local: the filter's cluster mode asks dianad (set cluster), which holds the cluster rules")
 		case r.Action == rules.Delay:
-			o.Fail(p+".action", "delay is not supported by the Envoy filter; use reject or shadow")
+			o.Fail(p+".action", "delay is not supported by the Envoy filter, which does not hold requests; use reject or shadow")
+		case r.Leases:
+			o.Fail(p+".limit.algorithm", r.Algorithm+" holds a lease per request in flight, a list that the filter's fixed-size shared-data slots cannot hold; use it in dianad (cluster)")
 		case r.Alg != nil && r.Alg.Script().Log:
-			o.Fail(p+".limit.algorithm", r.Algorithm+" keeps a log per client, which the filter's fixed-size shared-data slots cannot hold; use one of "+
-				strings.Join(rules.AlgorithmsWhere(func(k rules.AlgorithmKind) bool { return !k.Logs() }), ", "))
+			o.Fail(p+".limit.algorithm", r.Algorithm+" keeps a log of request times per client, which the filter's fixed-size shared-data slots cannot hold; use one of "+
+				strings.Join(rules.AlgorithmsWhere(func(k rules.AlgorithmKind) bool { return !k.Logs() && !k.Leases }), ", "))
+		}
+		for j, d := range r.By {
+			if d == "consumer" && consumer == "" {
+				o.Fail(p+".by["+strconv.Itoa(j)+"]", "consumer needs consumer_header: the request header in which an authentication filter (jwt_authn's claim_to_headers, ext_authz) puts the consumer; without it the rule would count nothing")
+			}
 		}
 	}
 	return rs

@@ -22,6 +22,13 @@ func TestBadConfig(t *testing.T) {
 		{"cluster rule", rule(`, "mode": "cluster"`), "rules[0].mode: must be local"},
 		{"delay", rule(`, "action": "delay", "max_delay": "1s"`), "rules[0].action: delay is not supported"},
 		{"sliding log", `{"rules": [{"name": "r", "limit": {"algorithm": "sliding_log", "limit": 3, "window": "1m"}}]}`, "rules[0].limit.algorithm: sliding_log keeps a log"},
+		{"concurrency", `{"rules": [{"name": "r", "limit": {"algorithm": "concurrency", "max": 3}}]}`, "rules[0].limit.algorithm: concurrency holds a lease per request in flight"},
+		{"leaky bucket delay", `{"rules": [{"name": "r", "action": "delay", "max_delay": "1s", "limit": {"algorithm": "leaky_bucket", "rate": 1, "period": "1s"}}]}`, "rules[0].action: delay is not supported"},
+		{"no rules", `{"rules": []}`, "rules: is empty and cluster is not set"},
+		{"same name twice", `{"rules": [{"name": "r", "limit": {"algorithm": "fixed_window", "limit": 3, "window": "1m"}}],
+			"cluster": {"name": "d", "on_failure": "local", "rules": [{"name": "r", "limit": {"algorithm": "fixed_window", "limit": 3, "window": "1m"}}]}}`, `rules[0].name: "r" is also the name of a rule in cluster.rules`},
+		{"consumer", rule(`, "by": ["ip", "consumer"]`), "rules[0].by[1]: consumer needs consumer_header"},
+		{"fallback consumer", `{"cluster": {"name": "d", "on_failure": "local", "rules": [{"name": "x", "by": ["consumer"], "limit": {"algorithm": "fixed_window", "limit": 3, "window": "1m"}}]}}`, "cluster.rules[0].by[0]: consumer needs consumer_header"},
 		{"hops", `{"rules": [], "xff_trusted_hops": -1}`, "xff_trusted_hops"},
 		{"slots", `{"rules": [], "slots": 0}`, "slots"},
 		{"ipv6 prefix", `{"rules": [], "ipv6_prefix": 129}`, "ipv6_prefix"},
@@ -57,5 +64,38 @@ func TestConfigDefaults(t *testing.T) {
 	if cl.authority != "dianad" || cl.path != "/v1/check" || cl.timeoutMS != 1000 || cl.onFailure != failOpen ||
 		cl.status != 503 || len(cl.headers) != 1 || cl.headers[0] != "x-api-key" {
 		t.Errorf("cluster %+v", cl)
+	}
+}
+
+// consumer_header names the header an authentication filter sets; route is Envoy's route name.
+func TestConsumerAndRoute(t *testing.T) {
+	cfg := `{"consumer_header": "X-Consumer", "rules": [
+		{"name": "c", "by": ["consumer"], "limit": {"algorithm": "fixed_window", "limit": 1, "window": "1h"}},
+		{"name": "r", "by": ["route"], "limit": {"algorithm": "fixed_window", "limit": 2, "window": "1h"}}]}`
+	for _, rn := range runners {
+		t.Run(rn.name, func(t *testing.T) {
+			e := start(t, rn.vm(t), cfg)
+			if err := e.SetProperty([]string{"xds", "route_name"}, []byte("orders")); err != nil {
+				t.Fatal(err)
+			}
+			if r := e.request("/", "x-consumer", "alice"); r.status != 0 {
+				t.Fatalf("alice's first request: %d", r.status)
+			}
+			if r := e.request("/", "x-consumer", "alice"); r.status != 429 {
+				t.Errorf("alice's second request: %d, want 429 by consumer", r.status)
+			}
+			if r := e.request("/", "x-consumer", "bob"); r.status != 0 {
+				t.Errorf("bob's first request: %d", r.status)
+			}
+			if r := e.request("/", "x-consumer", "carol"); r.status != 429 {
+				t.Errorf("the route's third request: %d, want 429 by route", r.status)
+			}
+			if err := e.SetProperty([]string{"xds", "route_name"}, []byte("users")); err != nil {
+				t.Fatal(err)
+			}
+			if r := e.request("/", "x-consumer", "dave"); r.status != 0 {
+				t.Errorf("another route: %d", r.status)
+			}
+		})
 	}
 }

@@ -12,7 +12,7 @@ import (
 // FuzzParseConfig: parsing any plugin configuration never panics (TinyGo has no recover: a
 // panic kills the Envoy VM); an error's every line starts with "diana.wasm configuration"; a
 // valid configuration keeps every field within its bounds and holds only rules the filter can
-// run. ("rules": [] without cluster is accepted and limits nothing.)
+// run.
 func FuzzParseConfig(f *testing.F) {
 	for _, s := range []string{
 		perIP,

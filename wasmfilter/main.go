@@ -195,13 +195,22 @@ func (h *httpContext) input() rules.Input {
 	if a.IsValid() {
 		h.addr = a.String()
 	}
-	return rules.Input{
+	in := rules.Input{
 		Method:   header(":method"),
 		Host:     header(":authority"),
 		Path:     header(":path"), // as sent; the rules cut the query and normalise it
 		ClientIP: rules.ClientKey(a, h.p.cfg.ipv6Prefix),
 		Headers:  reqHeaders{},
 	}
+	if c := h.p.cfg.consumer; c != "" {
+		in.Consumer = header(c)
+	}
+	if h.p.cfg.route {
+		if v, err := proxywasm.GetProperty([]string{"xds", "route_name"}); err == nil {
+			in.Route = string(v)
+		}
+	}
+	return in
 }
 
 func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
