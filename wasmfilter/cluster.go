@@ -170,7 +170,7 @@ func parseCheck(body []byte) (checkAnswer, string) {
 func (h *httpContext) failed(reason string, paused bool) types.Action {
 	p := h.p
 	p.m.backendErrors.Increment(1)
-	proxywasm.LogWarn("diana.wasm: cluster mode: " + reason)
+	p.callouts.add(reason + "; on_failure " + failures[p.cfg.cluster.onFailure] + ", client " + h.client())
 	switch p.cfg.cluster.onFailure {
 	case failClosed:
 		h.hdrs = nil

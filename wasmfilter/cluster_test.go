@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -196,4 +198,62 @@ func TestClusterFailure(t *testing.T) {
 			t.Errorf("401 from dianad: %d %q, want the fail-closed 503", r.status, r.body)
 		}
 	})
+}
+
+// warnings returns the warnings logged since the last call. The emulator keeps log lines as
+// strings pointing into the module's memory, which the compiled module reuses: they are read
+// from what the emulator prints as each is logged instead.
+func warnings(t *testing.T) func() []string {
+	var buf bytes.Buffer
+	log.SetOutput(&buf)
+	t.Cleanup(func() { log.SetOutput(os.Stderr) })
+	return func() []string {
+		var w []string
+		for _, line := range strings.Split(buf.String(), "\n") {
+			if _, msg, ok := strings.Cut(line, "proxy_warn_log: "); ok {
+				w = append(w, msg)
+			}
+		}
+		return w
+	}
+}
+
+// A flood of failed callouts, or of shadow denials, logs the first at once and the rest as one
+// summary line per tick, naming the client and the reason; in Go and compiled.
+func TestLogSummaries(t *testing.T) {
+	for _, rn := range runners {
+		t.Run(rn.name+"/callouts", func(t *testing.T) {
+			e := start(t, rn.vm(t), clusterConfigWith("open"))
+			warns := warnings(t)
+			for i := 0; i < 100; i++ {
+				e.answer(e.request("/"), [][2]string{{":status", "500"}}, "")
+			}
+			if warns := warns(); len(warns) != 1 || !strings.Contains(warns[0], "dianad answered with status \"500\"; on_failure open, client 192.0.2.1") {
+				t.Fatalf("after 100 failed callouts, warnings %q; want one naming the reason, the policy and the client", warns)
+			}
+			e.Tick()
+			if warns := warns(); len(warns) != 2 || !strings.Contains(warns[1], "99 more in the last 10 s; the last: dianad answered") {
+				t.Fatalf("after a tick, warnings %q; want a summary of the 99 others", warns)
+			}
+			e.Tick()
+			if n := len(warns()); n != 2 {
+				t.Errorf("a quiet tick logged: %d warnings", n)
+			}
+			if n := e.counter(metricBackendError); n != 100 {
+				t.Errorf("%s = %d, want 100", metricBackendError, n)
+			}
+		})
+		t.Run(rn.name+"/shadow", func(t *testing.T) {
+			e := start(t, rn.vm(t), `{"rules": [{"name": "s", "action": "shadow", "by": ["ip"], "limit": {"algorithm": "fixed_window", "limit": 1, "window": "1h"}}]}`)
+			warns := warnings(t)
+			for i := 0; i < 50; i++ {
+				e.request("/")
+			}
+			e.Tick()
+			if warns := warns(); len(warns) != 2 || !strings.Contains(warns[0], `shadow rule would have denied: rule "s", client 192.0.2.1`) ||
+				!strings.Contains(warns[1], "48 more") {
+				t.Errorf("warnings %q; want the first of 49 shadow denials, then a summary of 48", warns)
+			}
+		})
+	}
 }

@@ -16,10 +16,10 @@ import (
 type config struct {
 	rules []*rules.Rule // local rules, decided in shared data
 
-	xffHops    int // X-Forwarded-For entries appended by trusted proxies; 0: source.address
+	xffHops    int    // X-Forwarded-For entries appended by trusted proxies; 0: source.address
 	consumer   string // the request header holding the consumer (lower case); "": none
 	route      bool   // a rule counts by route: read xds.route_name
-	ipv6Prefix int // IPv6 clients are counted by this prefix (128: the address)
+	ipv6Prefix int    // IPv6 clients are counted by this prefix (128: the address)
 	slashes    rules.EscapedSlashes
 
 	slots       int // shared-data keys per rule

@@ -17,6 +17,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -82,8 +83,12 @@ type pluginContext struct {
 	local    *rules.Engine // cfg.rules; nil when there are none
 	fallback *rules.Engine // cfg.cluster.rules, for on_failure: local
 	m        metrics
-	heap     int64 // the heap gauge's value
-	shadow   bool  // a shadow rule would have denied the request being checked (the VM is single-threaded)
+	heap     int64  // the heap gauge's value
+	shadow   string // the shadow rule that would have denied the request being checked (the VM is single-threaded)
+
+	// Logs of events that a flood could repeat: failed callouts, local replies the host
+	// refused, shadow denials.
+	callouts, replies, shadows summary
 }
 
 // OnPluginStart parses and validates the configuration; a bad one fails the start (Envoy then
@@ -126,11 +131,14 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		Contended:  func() { p.m.casExhausted.Increment(1) },
 		Overflowed: func() { p.m.overflow.Increment(1) }}
 	p.store = store
-	observe := func(_ *rules.Rule, o rules.Outcome, _ error) {
+	observe := func(r *rules.Rule, o rules.Outcome, _ error) {
 		if o == rules.ShadowDenied {
-			p.shadow = true
+			p.shadow = r.Name
 		}
 	}
+	p.callouts.what = "cluster mode: the callout to dianad failed"
+	p.replies.what = "a local reply was refused by the host, the request went on"
+	p.shadows.what = "shadow rule would have denied"
 	if len(cfg.rules) > 0 {
 		if p.local, err = rules.New(cfg.rules, rules.Options{Local: store, Observe: observe, EscapedSlashes: cfg.slashes}); err != nil {
 			proxywasm.LogCritical("diana.wasm configuration: " + err.Error())
@@ -151,6 +159,9 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 // rereads the hash key: workers that started at the same moment may have stored different ones,
 // and the last stored wins.
 func (p *pluginContext) OnTick() {
+	p.callouts.tick(tickMS)
+	p.replies.tick(tickMS)
+	p.shadows.tick(tickMS)
 	if key, err := slotstore.LoadKey(p.data, readRandom); err == nil {
 		p.store.Key = key
 	}
@@ -169,7 +180,7 @@ type httpContext struct {
 	addr    string      // the client address sent to dianad
 	hdrs    [][2]string // rate-limit headers to add to the response
 	replied bool        // a local reply was sent: its headers are already set
-	shadow  bool        // a shadow rule would have denied the request
+	shadow  string      // the shadow rule that would have denied the request
 }
 
 // reqHeaders reads request headers from the host, only those the rules ask for.
@@ -241,18 +252,34 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 
 // check decides in against e, noting whether a shadow rule would have denied it.
 func (h *httpContext) check(e *rules.Engine, in *rules.Input) rules.Result {
-	h.p.shadow = false
+	h.p.shadow = ""
 	res := e.Check(context.Background(), in)
-	h.shadow = h.shadow || h.p.shadow
+	if h.p.shadow != "" {
+		h.shadow = h.p.shadow
+	}
 	return res
 }
 
 // allow counts an admitted request.
 func (h *httpContext) allow() {
 	h.p.m.allowed.Increment(1)
-	if h.shadow {
+	h.countShadow()
+}
+
+// countShadow counts and logs a shadow rule's would-be denial.
+func (h *httpContext) countShadow() {
+	if h.shadow != "" {
 		h.p.m.shadowDenied.Increment(1)
+		h.p.shadows.add("rule " + strconv.Quote(h.shadow) + ", client " + h.client())
 	}
+}
+
+// client names the request's client for a log line.
+func (h *httpContext) client() string {
+	if h.addr == "" {
+		return "(no address)"
+	}
+	return h.addr
 }
 
 // deny answers a request the local rules refused.
@@ -266,15 +293,13 @@ func (h *httpContext) deny(res *rules.Result) types.Action {
 func (h *httpContext) reply(status int, hdrs [][2]string, body []byte) types.Action {
 	hdrs = append(hdrs, [2]string{"content-type", "application/json; charset=utf-8"})
 	if err := proxywasm.SendHttpResponse(uint32(status), hdrs, body, -1); err != nil {
-		proxywasm.LogWarn("diana.wasm: sending the local reply: " + err.Error())
+		h.p.replies.add("status " + strconv.Itoa(status) + " to client " + h.client() + ": " + err.Error())
 		h.allow()
 		return types.ActionContinue
 	}
 	h.replied = true
 	h.p.m.denied.Increment(1)
-	if h.shadow {
-		h.p.m.shadowDenied.Increment(1)
-	}
+	h.countShadow()
 	return types.ActionPause
 }
 
