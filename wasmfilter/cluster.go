@@ -114,7 +114,7 @@ func (h *httpContext) onCheck(numHeaders, bodySize, _ int) {
 		return
 	}
 	if !ans.allowed {
-		h.reply(ans.status, ans.headers, []byte(ans.body))
+		h.reply(ans.status, append(ans.headers, ratelimited), []byte(ans.body))
 		return
 	}
 	if len(ans.headers) > 0 {

@@ -236,8 +236,8 @@ func TestShadowAndReply(t *testing.T) {
 		if r.status != 503 || r.body != `{"message":"slow \"down\"\u000a","retry_after":3600}`+"\n" {
 			t.Errorf("denial %d %q", r.status, r.body)
 		}
-		if r.headers["retry-after"] != "3600" {
-			t.Errorf("retry-after %q", r.headers["retry-after"])
+		if r.headers["retry-after"] != "3600" || r.headers["x-envoy-ratelimited"] != "true" {
+			t.Errorf("retry-after %q, x-envoy-ratelimited %q", r.headers["retry-after"], r.headers["x-envoy-ratelimited"])
 		}
 	})
 	t.Run("no headers", func(t *testing.T) {

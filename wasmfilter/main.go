@@ -282,10 +282,17 @@ func (h *httpContext) client() string {
 	return h.addr
 }
 
+// ratelimited marks a denial as Envoy's rate limit filters do: Envoy's router does not retry a
+// request whose response carries it.
+var ratelimited = [2]string{"x-envoy-ratelimited", "true"}
+
 // deny answers a request the local rules refused.
 func (h *httpContext) deny(res *rules.Result) types.Action {
 	status, body := res.Denial()
 	hdrs := appendHeaders(make([][2]string, 0, 8), res)
+	if !res.BadPath {
+		hdrs = append(hdrs, ratelimited)
+	}
 	return h.reply(status, hdrs, body)
 }
 

@@ -25,10 +25,14 @@ const (
 	Structured
 	// NoHeaders: none, Retry-After included.
 	NoHeaders
+	// Envoy: what Envoy's rate limit filters send with enable_x_ratelimit_headers set to
+	// DRAFT_VERSION_03: X-RateLimit-Limit ("10, 10;w=60"), X-RateLimit-Remaining and
+	// X-RateLimit-Reset.
+	Envoy
 )
 
 // HeaderStyleNames are the config names of the header styles, by value.
-var HeaderStyleNames = [...]string{Draft: "draft", Kong: "kong", Structured: "structured", NoHeaders: "none"}
+var HeaderStyleNames = [...]string{Draft: "draft", Kong: "kong", Structured: "structured", NoHeaders: "none", Envoy: "envoy"}
 
 // decodeHeaderStyle reads reply.headers: a style, or the older true (draft) and false (none).
 func decodeHeaderStyle(o *conf.Obj) HeaderStyle {
@@ -70,6 +74,14 @@ func (r *Result) AppendHeaders(h []Header) []Header {
 		}
 		h = append(h, Header{"Ratelimit-Policy", policy},
 			Header{"Ratelimit", `"` + rule.Name + `";r=` + remaining + ";t=" + reset})
+	case Envoy:
+		quota := limit
+		if rule.Window > 0 {
+			quota += ", " + limit + ";w=" + strconv.FormatInt(Seconds(rule.Window), 10)
+		}
+		h = append(h, Header{"X-Ratelimit-Limit", quota},
+			Header{"X-Ratelimit-Remaining", remaining},
+			Header{"X-Ratelimit-Reset", reset})
 	default:
 		h = append(h,
 			Header{"Ratelimit-Limit", limit},

@@ -33,6 +33,9 @@ func TestHeaderStyles(t *testing.T) {
 		{`{"headers": "structured"}`, "1m",
 			[]h{{"Ratelimit-Policy", `"r";q=2;w=60`}, {"Ratelimit", `"r";r=1;t=50`}},
 			[]h{{"Ratelimit-Policy", `"r";q=2;w=60`}, {"Ratelimit", `"r";r=0;t=50`}, {"Retry-After", "50"}}},
+		{`{"headers": "envoy"}`, "1m",
+			[]h{{"X-Ratelimit-Limit", "2, 2;w=60"}, {"X-Ratelimit-Remaining", "1"}, {"X-Ratelimit-Reset", "50"}},
+			[]h{{"X-Ratelimit-Limit", "2, 2;w=60"}, {"X-Ratelimit-Remaining", "0"}, {"X-Ratelimit-Reset", "50"}, {"Retry-After", "50"}}},
 		{`{"headers": "none"}`, "1m", nil, nil},
 		{`{"headers": false, "legacy_headers": true}`, "1m", nil, nil},
 	} {

@@ -130,9 +130,12 @@ func DecodeRule(o *conf.Obj) *Rule {
 	r.Reply.Message = rep.String("message", DefaultMessage)
 	r.Reply.Headers = decodeHeaderStyle(rep)
 	r.Reply.Legacy = rep.Bool("legacy_headers", false)
-	if r.Reply.Legacy && r.Reply.Headers == Structured {
+	switch {
+	case r.Reply.Legacy && r.Reply.Headers == Structured:
 		rep.Fail("legacy_headers", "adds Kong's older X-RateLimit-Limit and X-RateLimit-Remaining to the RateLimit-* headers, "+
 			"which headers \"structured\" replaces: remove one of them")
+	case r.Reply.Legacy && r.Reply.Headers == Envoy:
+		rep.Fail("legacy_headers", "adds X-RateLimit-Limit and X-RateLimit-Remaining, which headers \"envoy\" sends already: remove one of them")
 	}
 	rep.Done()
 

@@ -374,7 +374,7 @@ func TestDecodeInvalid(t *testing.T) {
 		{"reply not an object", rule(tb, `"reply": 429`), "rules[0].reply", "must be an object, got the number 429"},
 		{"status a string", rule(tb, `"reply": {"status": "429"}`), "rules[0].reply.status", `must be an integer, got the string "429"`},
 		{"message not a string", rule(tb, `"reply": {"message": 5}`), "rules[0].reply.message", "must be a string, got the number 5"},
-		{"headers not a style", rule(tb, `"reply": {"headers": "on"}`), "rules[0].reply.headers", `must be one of draft, kong, structured, none, got "on"`},
+		{"headers not a style", rule(tb, `"reply": {"headers": "on"}`), "rules[0].reply.headers", `must be one of draft, kong, structured, none, envoy, got "on"`},
 		{"headers a number", rule(tb, `"reply": {"headers": 1}`), "rules[0].reply.headers", `must be a string, got the number 1`},
 		{"legacy_headers with structured", rule(tb, `"reply": {"headers": "structured", "legacy_headers": true}`), "rules[0].reply.legacy_headers", `which headers "structured" replaces`},
 		{"legacy_headers not a bool", rule(tb, `"reply": {"legacy_headers": 1}`), "rules[0].reply.legacy_headers", "must be true or false, got the number 1"},

@@ -69,7 +69,30 @@ type Store struct {
 	// decided on an overflow state.
 	Contended, Overflowed func()
 
-	buf []byte // the slot being written, reused
+	buf  []byte               // the slot being written, reused
+	keys map[string]*ruleKeys // by rule name: building a key per decision would allocate
+}
+
+// ruleKeys are a rule's slot keys, made as first used.
+type ruleKeys struct {
+	alg  string // the algorithm's name, part of the keys
+	keys []string
+}
+
+// slotKey returns SlotKey(rule, alg, s.Slots, slot), from the cache.
+func (s *Store) slotKey(rule string, alg algos.Algorithm, slot int) string {
+	rk, name := s.keys[rule], alg.Script().Name
+	if rk == nil || rk.alg != name {
+		if s.keys == nil {
+			s.keys = map[string]*ruleKeys{}
+		}
+		rk = &ruleKeys{alg: name, keys: make([]string, s.Slots)}
+		s.keys[rule] = rk
+	}
+	if rk.keys[slot] == "" {
+		rk.keys[slot] = SlotKey(rule, alg, s.Slots, slot)
+	}
+	return rk.keys[slot]
 }
 
 // entrySize is one state in a slot: hash, expiry, the four state words and the ban.
@@ -107,7 +130,7 @@ func (s *Store) decide(op *rules.Op) {
 		sum++ // 0 marks the overflow state
 	}
 	rule, _, _ := cut(op.Key, '|')
-	key := SlotKey(rule, op.Alg, s.Slots, int(sum%uint64(s.Slots)))
+	key := s.slotKey(rule, op.Alg, int(sum%uint64(s.Slots)))
 	req := op.Req.Bounded()
 	for attempt := 0; ; attempt++ {
 		if attempt == s.Retries {
