@@ -170,12 +170,12 @@ func parseCheck(body []byte) (checkAnswer, string) {
 func (h *httpContext) failed(reason string, paused bool) types.Action {
 	p := h.p
 	p.m.backendErrors.Increment(1)
-	p.callouts.add(reason + "; on_failure " + failures[p.cfg.cluster.onFailure] + ", client " + h.client())
+	p.callouts.add(reason + "; on_failure " + p.cfg.cluster.onFailure.String() + ", client " + h.client())
 	switch p.cfg.cluster.onFailure {
-	case failClosed:
+	case rules.FailClosed:
 		h.hdrs = nil
 		return h.reply(p.cfg.cluster.status, nil, rules.DenialBody("rate limit service unavailable", -1))
-	case failLocal:
+	case rules.FailLocal:
 		in := h.input()
 		res := h.check(p.fallback, &in)
 		if !res.Allowed {

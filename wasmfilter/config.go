@@ -32,27 +32,16 @@ type config struct {
 // clusterConfig is cluster mode: every request that the local rules admit is checked with
 // dianad's POST /v1/check on an Envoy cluster.
 type clusterConfig struct {
-	name      string   // the Envoy cluster of dianad's admin listener
-	authority string   // :authority of the callout (Envoy hashes on it); default name
-	path      string   // default /v1/check
-	timeoutMS uint32   // callout timeout
-	token     string   // dianad's admin.token, sent as a bearer token
-	headers   []string // request headers to send (lower case); nil: all but the sensitive ones
-	onFailure failure  // what a failed callout does
-	status    int      // fail closed: the reply status
+	name      string           // the Envoy cluster of dianad's admin listener
+	authority string           // :authority of the callout (Envoy hashes on it); default name
+	path      string           // default /v1/check
+	timeoutMS uint32           // callout timeout
+	token     string           // dianad's admin.token, sent as a bearer token
+	headers   []string         // request headers to send (lower case); nil: all but the sensitive ones
+	onFailure rules.FailPolicy // what a failed callout does: open, closed, or local (decide rules in shared data)
+	status    int              // fail closed: the reply status
 	rules     []*rules.Rule
 }
-
-// failure is the policy of a failed callout (reset, timeout, non-2xx, unreadable body).
-type failure uint8
-
-const (
-	failOpen   failure = iota // let the request through
-	failClosed                // deny it with cluster.failure_status
-	failLocal                 // decide cluster.rules in shared data instead
-)
-
-var failures = [...]string{failOpen: "open", failClosed: "closed", failLocal: "local"}
 
 // Limits of the filter-specific fields.
 const (
@@ -133,15 +122,15 @@ func decodeCluster(o *conf.Obj, consumer string) *clusterConfig {
 			c.headers = append(c.headers, strings.ToLower(h))
 		}
 	}
-	v := o.Enum("on_failure", "open", failures[:]...)
-	for i, f := range failures {
+	v := o.Enum("on_failure", "open", rules.FailPolicyNames[:]...)
+	for i, f := range rules.FailPolicyNames {
 		if f == v {
-			c.onFailure = failure(i)
+			c.onFailure = rules.FailPolicy(i)
 		}
 	}
 	c.status = int(o.Int("failure_status", 503, 400, 599))
 	c.rules = decodeRules(o, consumer)
-	if c.onFailure == failLocal && len(c.rules) == 0 {
+	if c.onFailure == rules.FailLocal && len(c.rules) == 0 {
 		o.Fail("rules", "is required when on_failure is local: the rules to decide in shared data while dianad cannot")
 	}
 	o.Done()

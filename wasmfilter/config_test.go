@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/diana-gw/diana/shared/rules"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
@@ -61,7 +62,7 @@ func TestConfigDefaults(t *testing.T) {
 	if c.slots != 512 || c.slotEntries != 16 || c.casRetries != 8 || c.ipv6Prefix != 64 || c.xffHops != 0 {
 		t.Errorf("defaults %+v", c)
 	}
-	if cl.authority != "dianad" || cl.path != "/v1/check" || cl.timeoutMS != 1000 || cl.onFailure != failOpen ||
+	if cl.authority != "dianad" || cl.path != "/v1/check" || cl.timeoutMS != 1000 || cl.onFailure != rules.FailOpen ||
 		cl.status != 503 || len(cl.headers) != 1 || cl.headers[0] != "x-api-key" {
 		t.Errorf("cluster %+v", cl)
 	}

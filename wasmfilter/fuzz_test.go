@@ -48,7 +48,7 @@ func FuzzParseConfig(f *testing.F) {
 		all := c.rules
 		if c.cluster != nil {
 			if c.cluster.name == "" || !strings.HasPrefix(c.cluster.path, "/") || c.cluster.timeoutMS == 0 ||
-				c.cluster.onFailure == failLocal && len(c.cluster.rules) == 0 {
+				c.cluster.onFailure == rules.FailLocal && len(c.cluster.rules) == 0 {
 				t.Fatalf("cluster config %+v", c.cluster)
 			}
 			all = append(all[:len(all):len(all)], c.cluster.rules...)

@@ -122,7 +122,7 @@ func DecodeRule(o *conf.Obj) *Rule {
 		o.Fail("max_delay", "is required (above 0) when action is delay")
 	}
 	r.Ban = o.Duration("ban", 0, 0, algos.MaxSpan)
-	r.OnError = FailPolicy(enumIndex(o, "on_error", failPolicies[:]...))
+	r.OnError = FailPolicy(enumIndex(o, "on_error", FailPolicyNames[:]...))
 	r.Nodes = o.Int("nodes", 1, 1, 10000)
 
 	rep := o.Obj("reply")

@@ -44,9 +44,10 @@ const (
 	FailLocal
 )
 
-var failPolicies = [...]string{FailOpen: "open", FailClosed: "closed", FailLocal: "local"}
+// FailPolicyNames are the config names of the fail policies, by value.
+var FailPolicyNames = [...]string{FailOpen: "open", FailClosed: "closed", FailLocal: "local"}
 
-func (p FailPolicy) String() string { return failPolicies[p] }
+func (p FailPolicy) String() string { return FailPolicyNames[p] }
 
 // Each adapts a store that decides one key at a time without I/O, such as memstore's Decide.
 type Each func(key string, alg algos.Algorithm, r algos.Request) algos.Decision
