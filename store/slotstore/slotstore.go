@@ -69,8 +69,41 @@ type Store struct {
 	// decided on an overflow state.
 	Contended, Overflowed func()
 
-	buf  []byte               // the slot being written, reused
-	keys map[string]*ruleKeys // by rule name: building a key per decision would allocate
+	buf   []byte               // the slot being written, reused
+	keys  map[string]*ruleKeys // by rule name: building a key per decision would allocate
+	peeks []slotRead           // the slots dry runs read, for the commits the Engine makes next
+}
+
+// slotRead is a slot as Data.Get returned it.
+type slotRead struct {
+	key string
+	val []byte
+	cas uint32
+}
+
+// maxPeeks bounds the dry runs' reads kept: a request's rules.
+const maxPeeks = 8
+
+// get reads the slot key. The reads of dry runs are kept for the commits that the Engine makes
+// next, which take them instead of reading again: a stale one only costs a CAS mismatch and a
+// read.
+func (s *Store) get(key string, dry bool) (val []byte, cas uint32, peeked bool, err error) {
+	for i, p := range s.peeks {
+		if p.key == key {
+			s.peeks = append(s.peeks[:i], s.peeks[i+1:]...)
+			if !dry {
+				return p.val, p.cas, true, nil
+			}
+		}
+	}
+	val, cas, err = s.Data.Get(key)
+	if dry && err == nil {
+		if len(s.peeks) == maxPeeks {
+			s.peeks = append(s.peeks[:0], s.peeks[1:]...)
+		}
+		s.peeks = append(s.peeks, slotRead{key, val, cas})
+	}
+	return val, cas, false, err
 }
 
 // ruleKeys are a rule's slot keys, made as first used.
@@ -132,6 +165,7 @@ func (s *Store) decide(op *rules.Op) {
 	rule, _, _ := cut(op.Key, '|')
 	key := s.slotKey(rule, op.Alg, int(sum%uint64(s.Slots)))
 	req := op.Req.Bounded()
+	created := false
 	for attempt := 0; ; attempt++ {
 		if attempt == s.Retries {
 			if s.Contended != nil {
@@ -141,7 +175,7 @@ func (s *Store) decide(op *rules.Op) {
 			op.Err = ErrContended
 			return
 		}
-		val, cas, err := s.Data.Get(key)
+		val, cas, peeked, err := s.get(key, req.DryRun && attempt == 0)
 		if errors.Is(err, ErrNotFound) || err == nil && !valid(val) {
 			// A new slot is created empty with a CAS no key holds, which Envoy takes for a
 			// create (a missing key is stored whatever the CAS) and refuses as a mismatch when
@@ -153,6 +187,10 @@ func (s *Store) decide(op *rules.Op) {
 				with = cas
 			}
 			if err = s.Data.Set(key, empty, with); err == nil || errors.Is(err, ErrCasMismatch) {
+				if !created {
+					created = true
+					attempt-- // not a lost race
+				}
 				continue
 			}
 		}
@@ -188,6 +226,9 @@ func (s *Store) decide(op *rules.Op) {
 		if !errors.Is(err, ErrCasMismatch) {
 			op.Err = err
 			return
+		}
+		if peeked {
+			attempt-- // the dry run's read was stale: not a lost race
 		}
 	}
 }

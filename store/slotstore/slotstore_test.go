@@ -367,3 +367,47 @@ func TestLoadKey(t *testing.T) {
 		t.Errorf("a stored key needs no random bytes: %v", err)
 	}
 }
+
+// A commit takes the slot its dry run read instead of reading it again; when another worker
+// wrote in between, the CAS refuses the stale read and the commit reads again, without spending
+// a retry on it.
+func TestDryRunReadKept(t *testing.T) {
+	d := newData()
+	now := t0
+	alg := must(algos.NewFixedWindow(2, algos.Hour))
+	s, other := newStore(d, &now, 1, 4), newStore(d, &now, 1, 4)
+	s.Retries = 1
+	if dec, err := decide(s, "r", "a", alg, now); err != nil || !dec.Allowed { // creates the slot
+		t.Fatalf("first request: %+v, %v", dec, err)
+	}
+	dry := &rules.Op{Key: "r|a", Alg: alg, Req: algos.Request{Now: now, Cost: 1, DryRun: true}}
+	s.Decide(context.Background(), []*rules.Op{dry})
+	if !dry.Dec.Allowed {
+		t.Fatal("dry run refused")
+	}
+	if dec, err := decide(other, "r", "a", alg, now); err != nil || !dec.Allowed { // takes the last unit meanwhile
+		t.Fatalf("the other worker: %+v, %v", dec, err)
+	}
+	gets := 0
+	counting := &countingData{mapData: d, gets: &gets}
+	s.Data = counting
+	if dec, err := decide(s, "r", "a", alg, now); err != nil || dec.Allowed || gets != 1 {
+		t.Errorf("commit after another worker's write: %+v, %v, %d reads; want a denial after 1 read", dec, err, gets)
+	}
+	// Without a write in between, the commit reads nothing.
+	s.Decide(context.Background(), []*rules.Op{{Key: "r|b", Alg: alg, Req: algos.Request{Now: now, Cost: 1, DryRun: true}}})
+	gets = 0
+	if dec, err := decide(s, "r", "b", alg, now); err != nil || !dec.Allowed || gets != 0 {
+		t.Errorf("b's commit: %+v, %v after %d reads; want allowed after none", dec, err, gets)
+	}
+}
+
+type countingData struct {
+	*mapData
+	gets *int
+}
+
+func (c *countingData) Get(key string) ([]byte, uint32, error) {
+	*c.gets++
+	return c.mapData.Get(key)
+}
