@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/diana-gw/diana/shared/rules"
@@ -95,8 +96,9 @@ func (s *Server) newUpstream(u Upstream) *upstream {
 		return &upstream{Upstream: u, handler: demoHandler(u.Name)}
 	}
 	rp := &httputil.ReverseProxy{
-		Rewrite:   Rewrite(u.URL),
-		Transport: s.transport,
+		Rewrite:    Rewrite(u.URL),
+		Transport:  s.transport,
+		BufferPool: buffers,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if ok, skipped := s.proxyLog.allow(); ok {
 				s.log.Warn("upstream failed", "upstream", u.Name, "err", err, "suppressed", skipped)
@@ -106,6 +108,21 @@ func (s *Server) newUpstream(u Upstream) *upstream {
 	}
 	return &upstream{Upstream: u, handler: rp}
 }
+
+// buffers lends every reverse proxy its copy buffers: without a pool, each response body
+// copied allocates 32 KiB.
+var buffers = &bufferPool{}
+
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(v []byte) { b.p.Put(&v) }
 
 // demoHandler is the built-in demo upstream: it answers every request with a small JSON echo.
 func demoHandler(name string) http.Handler {
