@@ -67,7 +67,7 @@ fuzz:
 
 ## report: the accuracy report, docs/accuracy.md and its charts in docs/img (starts its own redis-server)
 report: deps
-	$(GO) run ./cmd/dianad simulate -out docs
+	$(GO) run ./cmd/dianasim -out docs
 
 ## faults: the fault matrix (dianad and the Kong plugin × Redis killed, paused, slowed, restarted,
 ## failed over × on_error open, closed, local), as Markdown in bin/faults.md

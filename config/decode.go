@@ -38,7 +38,8 @@ import (
 //     forms only YAML has (0x1F, 0o17, 010, 1_000, +1, .5, .inf, .nan) are errors that say
 //     which value YAML reads, so that no number means something other than it seems;
 //   - aliases are expanded; an alias inside its own anchor is an error, and so is a document
-//     that aliases expand to more than 100 times its written size (a "billion laughs" bomb);
+//     whose aliases add more than MaxAliasValues values to the ones written (a "billion laughs"
+//     bomb: the bound is absolute, so that the memory a document costs follows its size);
 //   - merge keys ("<<: *base" or "<<: [*a, *b]") copy the keys of the merged mappings that
 //     the mapping does not set itself, at the place of "<<"; with several, the first wins;
 //   - any other tag (!!binary, !custom) is an error, and so is a second document ("---").
@@ -104,9 +105,14 @@ func decodeYAML(data []byte, name string) (v conf.Value, err error) {
 		return nil, fmt.Errorf("%s: empty document", name)
 	}
 	written := countNodes(root)
-	c := &yamlConv{name: name, budget: 100 * written, limit: 100 * written, active: map[*yaml.Node]bool{}}
+	c := &yamlConv{name: name, budget: written + MaxAliasValues, limit: written + MaxAliasValues, active: map[*yaml.Node]bool{}}
 	return c.value(root)
 }
+
+// MaxAliasValues is the most values YAML aliases may add to a document: templates repeated a
+// few hundred times fit, and a decoded document stays within about 100 bytes per value written
+// plus 10 MB, whatever its aliases.
+const MaxAliasValues = 100_000
 
 // yamlError rewrites yaml.v3's "yaml: line L: reason" as "NAME: line L: reason".
 func yamlError(name string, err error) error {
@@ -139,7 +145,7 @@ func (c *yamlConv) errorf(line int, format string, args ...any) error {
 func (c *yamlConv) value(n *yaml.Node) (conf.Value, error) {
 	c.budget--
 	if c.budget < 0 {
-		return nil, c.errorf(n.Line, "aliases expand the document to more than %d values (100 times its written size)", c.limit)
+		return nil, c.errorf(n.Line, "aliases expand the document to more than %d values (its own and %d more)", c.limit, MaxAliasValues)
 	}
 	switch n.Kind {
 	case yaml.AliasNode:

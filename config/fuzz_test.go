@@ -17,7 +17,7 @@ var fuzzNames = []string{"c.json", "c.yaml", "c.yml", "remote", "https://example
 // FuzzDecode: Decode never panics, and never passes on a yaml.v3 failure it had to recover
 // from; it is deterministic; an error starts with the document's name; a result holds only
 // the value types conf documents, objects without duplicate keys, numbers in the JSON form, and
-// (aliases expanded) at most 100 times the values the document could have written; a JSON
+// (aliases expanded) at most MaxAliasValues more values than the document could have written; a JSON
 // document gives the same tree through YAML as through conf.ParseJSON.
 func FuzzDecode(f *testing.F) {
 	for _, s := range []string{
@@ -63,7 +63,7 @@ func FuzzDecode(f *testing.F) {
 		n := checkTree(t, v)
 		// A written node takes at least a byte, or three nodes share one ("a:" is a mapping, a
 		// key and a null), so this bounds what a document may expand to, whatever its aliases.
-		if limit := 100 * (3*len(data) + 3); n > limit {
+		if limit := 3*len(data) + 3 + MaxAliasValues; n > limit {
 			t.Fatalf("%d bytes decode to %d values, more than %d", len(data), n, limit)
 		}
 		if isJSON(data, name) {

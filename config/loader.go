@@ -233,7 +233,7 @@ func (l *Loader[T]) checkFile(force bool) error {
 		info.Size() == l.fileStat.Size() && info.ModTime().Equal(l.fileStat.ModTime()) {
 		return s.err
 	}
-	data, err := readFile(l.o.File)
+	data, err := ReadFile(l.o.File)
 	if err != nil {
 		l.fileStat = nil
 		l.report(l.fileFrom, err)
@@ -252,18 +252,29 @@ func (l *Loader[T]) checkFile(force bool) error {
 	return s.err
 }
 
-func readFile(name string) ([]byte, error) {
+// ReadFile reads a config file: a regular file of at most MaxSize bytes. Anything else (a FIFO,
+// which would block the reader until a writer comes, a device such as /dev/zero, a directory)
+// is refused without reading it.
+func ReadFile(name string) ([]byte, error) {
+	if fi, err := os.Stat(name); err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("read config %s: not a regular file (%s)", name, fi.Mode().Type())
+	}
 	f, err := os.Open(name)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() { // replaced since the Stat
+		return nil, fmt.Errorf("read config %s: not a regular file", name)
+	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("read config %s: %w", name, err)
 	}
 	if len(data) > MaxSize {
-		return nil, fmt.Errorf("read config %s: larger than %d bytes", name, MaxSize)
+		return nil, fmt.Errorf("read config %s: larger than %d bytes (4 MiB)", name, MaxSize)
 	}
 	return data, nil
 }

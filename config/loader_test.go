@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -557,5 +559,37 @@ func TestHTTPETag(t *testing.T) {
 	}
 	if got, want := (&HTTP{URL: "https://u:pw@cfg.example/x.yaml"}).Name(), "http https://u:xxxxx@cfg.example/x.yaml"; got != want {
 		t.Fatalf("Name() = %q, want %q", got, want)
+	}
+}
+
+// A config path that is not a regular file is refused at once, without reading it: a FIFO
+// (which would block until a writer came), /dev/zero (endless), a directory; a file over
+// MaxSize is refused after reading MaxSize + 1 bytes.
+func TestReadFileRefuses(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big.yaml")
+	if err := os.WriteFile(big, bytes.Repeat([]byte("#"), MaxSize+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		fifo:        "not a regular file",
+		"/dev/zero": "not a regular file",
+		dir:         "not a regular file",
+		big:         "larger than 4194304 bytes",
+	} {
+		done := make(chan error, 1)
+		go func() { _, err := ReadFile(name); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("ReadFile(%s): %v, want %q", name, err, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("ReadFile(%s) still blocked after 10 s", name)
+		}
 	}
 }

@@ -977,6 +977,12 @@ func TestSchemaCoversDecoder(t *testing.T) {
 	}
 }
 
+// listens are listener addresses, valid and not.
+var listens = []string{
+	"", ":8080", "0.0.0.0:80", "127.0.0.1:9090", "[::]:443", "[::1]:0", "localhost:65535", ":0",
+	":99999", ":65536", "8080", "localhost", ":", ":080", "::1:80", "a:b:80", ":-1", ": 80", "[::1]80",
+}
+
 // The schema's patterns and the decoder's checks give the same verdict on each value.
 func TestPatternsAgree(t *testing.T) {
 	v := compile(t)
@@ -1018,6 +1024,12 @@ func TestPatternsAgree(t *testing.T) {
 		{"upstream url", `{"version": 1, "upstreams": [{"name": "a", "url": %s}]}`, []string{
 			"http://127.0.0.1:9000", "https://example.com/base", "HTTP://example.com", "http://u:p@example.com", "demo:", "demo:x",
 			"", "127.0.0.1:9000", "example.com", "ftp://example.com", "http://", "http:///x", "http:example.com", "//example.com",
+		}},
+		{"listen", `{"version": 1, "listen": %s}`, listens},
+		{"admin.listen", `{"version": 1, "admin": {"listen": %s}}`, listens},
+		{"redis.addrs", `{"version": 1, "redis": {"addrs": [%s]}}`, []string{
+			"127.0.0.1:6379", "redis:6379", "[::1]:6379", "a:1", "a:65535",
+			"", ":6379", "redis", "redis:", "redis:0", "redis:65536", "redis:99999", "redis:06379", "[::1]", "::1:6379", "a:b:1", "redis:+1", "redis:1x",
 		}},
 		{"remote url", `{"version": 1, "remote": {"url": %s}}`, []string{
 			"", "http://example.com", "https://example.com/diana.yaml?x=1", "HTTPS://example.com",

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 
 	"github.com/diana-gw/diana/httplimit"
@@ -91,10 +92,27 @@ func Decode(doc conf.Value, source string, remote bool) (*Config, error) {
 	return c, errs.Err()
 }
 
+// listenAddr and redisAddr are the forms of a listener's address (host:port, port 0–65535,
+// host optional: all interfaces) and of a Redis server's (host:port, port 1–65535); they are
+// schema/dianad.schema.json's patterns, which a test keeps in agreement.
+var (
+	listenAddr = regexp.MustCompile(`^(\[[^\]]*\]|[^:\[\]]*):(0|[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$`)
+	redisAddr  = regexp.MustCompile(`^(\[[^\]]+\]|[^:\[\]]+):([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$`)
+)
+
+// checkListen refuses a listener address dianad could not listen on (an empty one is none).
+func checkListen(o *conf.Obj, field, addr string) {
+	if addr != "" && !listenAddr.MatchString(addr) {
+		o.Fail(field, "must be host:port with a port from 0 to 65535 (the host may be empty: every interface), got "+strconv.Quote(addr))
+	}
+}
+
 func (c *Config) decodeServer(o *conf.Obj) {
 	c.Listen = o.String("listen", ":8080")
+	checkListen(o, "listen", c.Listen)
 	a := o.Obj("admin")
 	c.Admin.Listen = a.String("listen", "127.0.0.1:9090")
+	checkListen(a, "listen", c.Admin.Listen)
 	c.Admin.Token = a.String("token", "")
 	a.Done()
 	if c.Listen == "" && c.Admin.Listen == "" {
@@ -177,8 +195,8 @@ func decodeRedis(o *conf.Obj) *Redis {
 		o.Fail("addrs", "needs at least one host:port")
 	}
 	for _, a := range r.Addrs {
-		if a == "" {
-			o.Fail("addrs", "an address cannot be empty")
+		if !redisAddr.MatchString(a) {
+			o.Fail("addrs", "each must be host:port with a port from 1 to 65535, got "+strconv.Quote(a))
 			break
 		}
 	}

@@ -20,13 +20,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Main runs the command `dianad simulate [flags]` with args (the flags) and returns its exit
+// Main runs the command `dianasim [flags]` with args (the flags) and returns its exit
 // code: 0, 1 when the run failed, 2 for bad flags.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("dianad simulate", flag.ContinueOnError)
+	fs := flag.NewFlagSet("dianasim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: dianad simulate [flags]")
+		fmt.Fprintln(stderr, "usage: dianasim [flags]")
 		fmt.Fprintln(stderr, "Replays request traces through every algorithm in local, cluster and batched modes and writes")
 		fmt.Fprintln(stderr, "DIR/accuracy.md and the charts DIR/img/accuracy-*.svg.")
 		fs.PrintDefaults()
@@ -44,22 +44,22 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "dianad simulate: unexpected argument %q\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "dianasim: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
 	if *nodes < 1 || *nodes > 64 {
-		fmt.Fprintf(stderr, "dianad simulate: -nodes must be between 1 and 64, got %d\n", *nodes)
+		fmt.Fprintf(stderr, "dianasim: -nodes must be between 1 and 64, got %d\n", *nodes)
 		return 2
 	}
 	if *parallel < 1 {
-		fmt.Fprintf(stderr, "dianad simulate: -parallel must be at least 1, got %d\n", *parallel)
+		fmt.Fprintf(stderr, "dianasim: -parallel must be at least 1, got %d\n", *parallel)
 		return 2
 	}
 
 	if *addr == "" {
 		a, stop, err := StartRedis(ctx)
 		if err != nil {
-			fmt.Fprintln(stderr, "dianad simulate:", err)
+			fmt.Fprintln(stderr, "dianasim:", err)
 			return 1
 		}
 		defer stop()
@@ -69,7 +69,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer c.Close()
 	version, err := redisVersion(ctx, c)
 	if err != nil {
-		fmt.Fprintf(stderr, "dianad simulate: Redis at %s: %v\n", *addr, err)
+		fmt.Fprintf(stderr, "dianasim: Redis at %s: %v\n", *addr, err)
 		return 1
 	}
 
@@ -80,27 +80,27 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	traces, err := Traces(to)
 	if err != nil {
-		fmt.Fprintln(stderr, "dianad simulate:", err)
+		fmt.Fprintln(stderr, "dianasim:", err)
 		return 2
 	}
 	o := Options{Seed: *seed, Limit: limit, Traces: traces, Parallel: *parallel,
 		Modes: []Mode{LocalFull(), LocalSplit(), Cluster(c), Batched(c, StandardBatch(limit))},
 		Progress: func(done, total int) {
 			if done%20 == 0 || done == total {
-				fmt.Fprintf(stderr, "dianad simulate: %d of %d runs done\n", done, total)
+				fmt.Fprintf(stderr, "dianasim: %d of %d runs done\n", done, total)
 			}
 		}}
 	rep, err := Run(ctx, o)
 	if err != nil {
-		fmt.Fprintln(stderr, "dianad simulate:", err)
+		fmt.Fprintln(stderr, "dianasim:", err)
 		return 1
 	}
 	scale, err := RunScale(ctx, c, *seed, *nodes, *parallel)
 	if err != nil {
-		fmt.Fprintln(stderr, "dianad simulate:", err)
+		fmt.Fprintln(stderr, "dianasim:", err)
 		return 1
 	}
-	command := "dianad simulate -seed " + strconv.FormatUint(*seed, 10)
+	command := "dianasim -seed " + strconv.FormatUint(*seed, 10)
 	if *quick {
 		command += " -quick"
 	}
@@ -109,7 +109,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	m := Machine{CPU: cpuModel(), Cores: runtime.NumCPU(), OS: runtime.GOOS + "/" + runtime.GOARCH, Go: runtime.Version(), Redis: version}
 	if err := rep.WriteDir(*out, m, command, scale.ScaleMarkdown()); err != nil {
-		fmt.Fprintln(stderr, "dianad simulate:", err)
+		fmt.Fprintln(stderr, "dianasim:", err)
 		return 1
 	}
 	fmt.Fprintf(stdout, "wrote %s and %d charts in %s (%s)\n", filepath.Join(*out, "accuracy.md"), 2*len(traces),

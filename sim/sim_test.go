@@ -122,7 +122,7 @@ func TestRun(t *testing.T) {
 
 	t.Run("the report writes its files", func(t *testing.T) {
 		dir := t.TempDir()
-		if err := rep.WriteDir(dir, Machine{CPU: "test <cpu>", Cores: 2, Go: "go", Redis: "7"}, "dianad simulate"); err != nil {
+		if err := rep.WriteDir(dir, Machine{CPU: "test <cpu>", Cores: 2, Go: "go", Redis: "7"}, "dianasim"); err != nil {
 			t.Fatal(err)
 		}
 		md := readFile(t, dir+"/accuracy.md")
