@@ -99,7 +99,7 @@ func (s *Store) Decide(ctx context.Context, key string, alg algos.Algorithm, r a
 	if err != nil {
 		return algos.Decision{}, err
 	}
-	return decision(e.name, key, e.script.Run(ctx, s.c, e.keys, e.args...))
+	return decision(e.name, key, e.script.Run(ctx, s.c, e.keys, e.args...), nil)
 }
 
 // Call is one decision of a batch: Key, Alg and Req as Decide takes them; DecideAll sets Dec and
@@ -139,7 +139,9 @@ func (s *Store) DecideAll(ctx context.Context, calls []Call) {
 		return
 	}
 	wait := s.wait(ctx, p, calls, cmds)
-	_, _ = p.Exec(ctx) // each command carries its own error
+	// Each command carries its own error, except when the pipeline could not be sent at all (no
+	// connection, or one whose AUTH failed: WRONGPASS, NOAUTH): then only Exec returns it.
+	_, execErr := p.Exec(ctx)
 	// A NOSCRIPT command did not run: sending it again with the script's source applies it once.
 	var retry redis.Pipeliner
 	var retried []bool
@@ -153,15 +155,20 @@ func (s *Store) DecideAll(ctx context.Context, calls []Call) {
 		}
 	}
 	var rewait *redis.Cmd
+	var reexecErr error
 	if retry != nil {
 		rewait = s.wait(ctx, retry, calls, cmds)
-		_, _ = retry.Exec(ctx)
+		_, reexecErr = retry.Exec(ctx)
 	}
 	for i, cmd := range cmds {
 		if cmd == nil {
 			continue
 		}
-		calls[i].Dec, calls[i].Err = decision(evals[i].name, calls[i].Key, cmd)
+		unsent := execErr
+		if retried != nil && retried[i] {
+			unsent = reexecErr
+		}
+		calls[i].Dec, calls[i].Err = decision(evals[i].name, calls[i].Key, cmd, unsent)
 		w := wait
 		if retried != nil && retried[i] {
 			w = rewait
@@ -244,7 +251,10 @@ func (s *Store) eval(key string, alg algos.Algorithm, r algos.Request) (eval, er
 
 // decision reads the reply {allowed, limit, remaining, reset_after, retry_after, delay, granted}
 // of script name on key.
-func decision(name, key string, cmd *redis.Cmd) (algos.Decision, error) {
+func decision(name, key string, cmd *redis.Cmd, unsent error) (algos.Decision, error) {
+	if cmd.Err() == nil && cmd.Val() == nil && unsent != nil {
+		return algos.Decision{}, fmt.Errorf("redisstore: %s on %q: not sent: %w", name, key, unsent)
+	}
 	res, err := cmd.Int64Slice()
 	if err != nil {
 		return algos.Decision{}, fmt.Errorf("redisstore: %s on %q: %w", name, key, err)

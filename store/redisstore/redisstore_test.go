@@ -504,3 +504,37 @@ func TestMatchesTransition(t *testing.T) {
 	algotest.BanKeepsWindow(t, decide)
 	algotest.MatchTransition(t, decide, true)
 }
+
+// A wrong password or a missing one is reported as Redis says it (WRONGPASS, NOAUTH), by
+// Decide and by DecideAll, whose pipeline Redis never ran (wave 1 said "unexpected type=<nil>
+// for Slice").
+func TestAuthErrors(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.StartWith(t, redistest.Options{Users: []string{"diana on >secret ~diana:* +@all"}})
+	alg, err := algos.NewFixedWindow(5, algos.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ user, pass, want string }{
+		{"diana", "wrong", "WRONGPASS"},
+		{"", "", "NOAUTH"},
+	} {
+		cl, err := Open(Conn{Addrs: []string{srv.Addr}, Username: c.user, Password: c.pass})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := New(cl, Options{Prefix: "diana:"})
+		_, err = s.Decide(ctx, "k", alg, algos.Request{Cost: 1})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Decide as %q: %v, want %s", c.user, err, c.want)
+		}
+		calls := []Call{{Key: "a", Alg: alg, Req: algos.Request{Cost: 1}}, {Key: "b", Alg: alg, Req: algos.Request{Cost: 1}}}
+		s.DecideAll(ctx, calls)
+		for i, call := range calls {
+			if call.Err == nil || !strings.Contains(call.Err.Error(), c.want) {
+				t.Errorf("DecideAll as %q, call %d: %v, want %s", c.user, i, call.Err, c.want)
+			}
+		}
+		cl.Close()
+	}
+}
