@@ -1,10 +1,12 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/netip"
@@ -19,8 +21,8 @@ import (
 const maxCheckBody = 64 << 10
 
 // CheckRequest is the body of POST /v1/check: the request to decide, as the gateway sees it.
-// Every field is optional; unknown fields are ignored, so that newer callers work with older
-// servers.
+// Every field is optional; an unknown field is refused (400, naming it): a misspelt field would
+// otherwise leave a rule without the value it counts by, and the request allowed.
 type CheckRequest struct {
 	Method   string `json:"method"`
 	Host     string `json:"host"`
@@ -79,7 +81,8 @@ func (s *Server) adminHandler() http.Handler {
 // request counts: an allowed check takes its units.
 //
 // Statuses: 200 with a CheckResponse; 400 {"error"} for a body that is not a JSON object of
-// CheckRequest's fields, is over 64 KiB, or holds a client_ip that is not an IP address; 401
+// CheckRequest's fields (an unknown field or null included), is over 64 KiB, or holds a
+// client_ip that is not an IP address; 401
 // {"error"} when admin.token is set and the request lacks "Authorization: Bearer TOKEN";
 // 405 {"error"} for any method but POST.
 //
@@ -111,9 +114,9 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	var req CheckRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		writeJSON(w, http.StatusBadRequest, errorBody{checkJSONError(err)})
+	req, err := decodeCheck(body)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, errorBody{err.Error()})
 		return
 	}
 	l := s.live.Load()
@@ -136,6 +139,33 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 	l.engine.Release(context.WithoutCancel(r.Context()), &res)
 	writeJSON(w, http.StatusOK, checkResponse(&res))
 }
+
+// decodeCheck reads a CheckRequest: one JSON object of its fields, nothing else.
+func decodeCheck(body []byte) (CheckRequest, error) {
+	var req CheckRequest
+	if t := bytes.TrimSpace(body); len(t) == 0 || t[0] != '{' {
+		what := "nothing"
+		if len(t) > 0 {
+			what = string(t[:min(len(t), 20)])
+		}
+		return req, fmt.Errorf("the body must be a JSON object of the fields %s, got %s", checkFields, what)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return req, fmt.Errorf("%s: unknown field; the fields are %s", strings.Trim(name, `"`), checkFields)
+		}
+		return req, errors.New(checkJSONError(err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return req, errors.New("the body holds more than one JSON object")
+	}
+	return req, nil
+}
+
+// checkFields lists CheckRequest's fields, for errors.
+const checkFields = "method, host, path, client_ip, consumer, route, headers"
 
 // checkJSONError words a JSON decoding error for the caller, naming the field when it can.
 func checkJSONError(err error) string {
