@@ -200,6 +200,7 @@ func validDocs() map[string]doc {
 	}
 	docs["remote url"] = doc{json: `{"version": 1, "remote": {"url": "https://cfg.example.com/diana.yaml", "headers": {"Authorization": "Bearer x"}, "interval": "1m"}}`}
 	docs["redis tls without verification"] = doc{json: `{"version": 1, "redis": {"addrs": "127.0.0.1:6379", "tls": true, "tls_skip_verify": true}}`}
+	docs["secrets from files"] = doc{json: `{"version": 1, "admin": {"token_file": "testdata/secret"}, "redis": {"addrs": "127.0.0.1:6379", "password_file": "testdata/secret"}}`}
 	docs["redis cluster endpoint"] = doc{json: `{"version": 1, "redis": {"addrs": "127.0.0.1:6379", "cluster": true}}`}
 	docs["short forms"] = doc{json: `{"version": 1, "trusted_proxies": "10.0.0.1", "redis": {"addrs": "127.0.0.1:6379"},
 		"rules": [{"name": "a", "by": "ip", "match": {"methods": "GET", "paths": "/", "hosts": "example.com"}, "limit": {"algorithm": "token_bucket", "rate": 1}}]}`}
@@ -296,6 +297,9 @@ func TestInvalidDocuments(t *testing.T) {
 		remote bool
 		path   string // where the decoder reports the error
 	}{
+		// Secrets.
+		{"password and password_file", `{"version": 1, "redis": {"addrs": "127.0.0.1:6379", "password": "x", "password_file": "testdata/secret"}}`, false, "redis.password_file"},
+		{"token and token_file", `{"version": 1, "admin": {"token": "x", "token_file": "testdata/secret"}}`, false, "admin.token_file"},
 		// Batched mode.
 		{"batch in local mode", `{"version": 1, "rules": [{"name": "a", "limit": {"algorithm": "fixed_window", "limit": 5, "window": "1s"}, "batch": {"max": 5}}]}`, true, "rules[0].batch"},
 		{"batch without max", `{"version": 1, "rules": [{"name": "a", "mode": "cluster", "limit": {"algorithm": "fixed_window", "limit": 5, "window": "1s"}, "batch": {"min": 5}}]}`, true, "rules[0].batch.max"},
@@ -895,6 +899,10 @@ func decoderKeys(t *testing.T) map[string]bool {
 			case *ast.Ident:
 				if fun.Name == "enumIndex" && len(call.Args) > 1 {
 					literal(call.Args[1])
+				}
+				if fun.Name == "secret" && len(call.Args) > 2 {
+					literal(call.Args[1])
+					literal(call.Args[2])
 				}
 			}
 			return true

@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/diana-gw/diana/httplimit"
 	"github.com/diana-gw/diana/shared/algos"
@@ -113,7 +114,7 @@ func (c *Config) decodeServer(o *conf.Obj) {
 	a := o.Obj("admin")
 	c.Admin.Listen = a.String("listen", "127.0.0.1:9090")
 	checkListen(a, "listen", c.Admin.Listen)
-	c.Admin.Token = a.String("token", "")
+	c.Admin.Token = secret(a, "token", "token_file", "DIANA_ADMIN_TOKEN")
 	a.Done()
 	if c.Listen == "" && c.Admin.Listen == "" {
 		o.Fail("listen", "cannot be empty when admin.listen is empty too: dianad would serve nothing")
@@ -187,6 +188,35 @@ func (c *Config) decodeServer(o *conf.Obj) {
 	}
 }
 
+// secret reads the secret field of o: written in the config; or in the file fileField names
+// (the convention of Docker and Kubernetes secrets; a final newline is dropped), read again at
+// every reload; or, when neither is set, in the environment variable env. Its value never
+// appears in an error or a log line.
+func secret(o *conf.Obj, field, fileField, env string) string {
+	v := o.String(field, "")
+	file := o.String(fileField, "")
+	switch {
+	case v != "" && file != "":
+		o.Fail(fileField, "cannot be set with "+field+": give the secret one way")
+	case file != "":
+		b, err := os.ReadFile(file)
+		switch {
+		case err != nil:
+			o.Fail(fileField, "cannot be read: "+err.Error())
+		case len(b) > 64<<10:
+			o.Fail(fileField, "is larger than 64 KiB: not a secret file")
+		default:
+			v = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+			if v == "" {
+				o.Fail(fileField, "is empty")
+			}
+		}
+	case v == "":
+		v = os.Getenv(env)
+	}
+	return v
+}
+
 func decodeRedis(o *conf.Obj) *Redis {
 	r := &Redis{}
 	o.Require("addrs")
@@ -202,7 +232,7 @@ func decodeRedis(o *conf.Obj) *Redis {
 	}
 	r.MasterName = o.String("master_name", "")
 	r.Username = o.String("username", "")
-	r.Password = o.String("password", "")
+	r.Password = secret(o, "password", "password_file", "DIANA_REDIS_PASSWORD")
 	r.DB = int(o.Int("db", 0, 0, 1<<20))
 	r.TLS = o.Bool("tls", false)
 	r.ServerName = o.String("tls_server_name", "")

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -32,6 +34,47 @@ func TestDecodeErrors(t *testing.T) {
 		_, err = Decode(doc, "cfg.yaml", tt.remote)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: error %v, want it to contain %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+// Secrets come from the config, a file (Docker and Kubernetes secrets) or the environment, and
+// never appear in an error.
+func TestSecrets(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "pw")
+	os.WriteFile(file, []byte("from-file\n"), 0o600)
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, []byte("\n"), 0o600)
+	t.Setenv("DIANA_REDIS_PASSWORD", "from-env")
+	t.Setenv("DIANA_ADMIN_TOKEN", "token-from-env")
+	for _, c := range []struct {
+		redis, admin    string
+		password, token string
+	}{
+		{`{addrs: "127.0.0.1:6379", password: written}`, `{token: t1}`, "written", "t1"},
+		{`{addrs: "127.0.0.1:6379", password_file: "` + file + `"}`, `{token_file: "` + file + `"}`, "from-file", "from-file"},
+		{`{addrs: "127.0.0.1:6379"}`, `{}`, "from-env", "token-from-env"},
+	} {
+		cfg, err := Parse([]byte("version: 1\nredis: "+c.redis+"\nadmin: "+c.admin+"\n"), "c.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Redis.Password != c.password || cfg.Admin.Token != c.token {
+			t.Errorf("redis %s, admin %s: password %q, token %q; want %q, %q", c.redis, c.admin, cfg.Redis.Password, cfg.Admin.Token, c.password, c.token)
+		}
+	}
+	for doc, want := range map[string]string{
+		`{addrs: "127.0.0.1:6379", password: sekrit, password_file: "` + file + `"}`: "redis.password_file: cannot be set with password",
+		`{addrs: "127.0.0.1:6379", password_file: "` + filepath.Join(dir, "none") + `"}`: "redis.password_file: cannot be read",
+		`{addrs: "127.0.0.1:6379", password_file: "` + empty + `"}`: "redis.password_file: is empty",
+	} {
+		_, err := Parse([]byte("version: 1\nredis: "+doc+"\nrules: [{name: a, limit: {algorithm: nope}}]\n"), "c.yaml")
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", doc, err, want)
+		}
+		if err != nil && (strings.Contains(err.Error(), "sekrit") || strings.Contains(err.Error(), "from-file")) {
+			t.Errorf("the error shows a secret: %v", err)
 		}
 	}
 }
