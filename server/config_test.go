@@ -65,9 +65,9 @@ func TestSecrets(t *testing.T) {
 		}
 	}
 	for doc, want := range map[string]string{
-		`{addrs: "127.0.0.1:6379", password: sekrit, password_file: "` + file + `"}`: "redis.password_file: cannot be set with password",
+		`{addrs: "127.0.0.1:6379", password: sekrit, password_file: "` + file + `"}`:     "redis.password_file: cannot be set with password",
 		`{addrs: "127.0.0.1:6379", password_file: "` + filepath.Join(dir, "none") + `"}`: "redis.password_file: cannot be read",
-		`{addrs: "127.0.0.1:6379", password_file: "` + empty + `"}`: "redis.password_file: is empty",
+		`{addrs: "127.0.0.1:6379", password_file: "` + empty + `"}`:                      "redis.password_file: is empty",
 	} {
 		_, err := Parse([]byte("version: 1\nredis: "+doc+"\nrules: [{name: a, limit: {algorithm: nope}}]\n"), "c.yaml")
 		if err == nil || !strings.Contains(err.Error(), want) {
