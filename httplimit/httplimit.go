@@ -26,6 +26,9 @@ type Options struct {
 	ConsumerHeader string
 	// Route, if set, names the route or service of a request (the "route" dimension).
 	Route func(*http.Request) string
+	// Denied, if set, is called with every request the rules refuse, before the refusal is
+	// written: for a log line. in and res must not be kept.
+	Denied func(r *http.Request, in *rules.Input, res *rules.Result)
 }
 
 // Limiter is the middleware. Its rules can be replaced at any time (a config reload) without
@@ -87,6 +90,9 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			defer st.engine.Release(context.WithoutCancel(r.Context()), &res)
 		}
 		if !res.Allowed {
+			if st.opts.Denied != nil {
+				st.opts.Denied(r, &in, &res)
+			}
 			Deny(w, &res)
 			return
 		}

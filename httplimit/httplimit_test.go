@@ -20,7 +20,7 @@ import (
 )
 
 // engine builds an engine in local mode from a JSON list of rules.
-func engine(t *testing.T, rulesJSON string, observe func(*rules.Rule, rules.Outcome, error)) *rules.Engine {
+func engine(t *testing.T, rulesJSON string, observe func(*rules.Rule, *rules.Input, rules.Outcome, error)) *rules.Engine {
 	t.Helper()
 	doc, err := conf.ParseJSON([]byte(`{"rules":` + rulesJSON + `}`))
 	if err != nil {
@@ -155,7 +155,7 @@ func TestReplyOptions(t *testing.T) {
 func TestShadowLogsAndLetsThrough(t *testing.T) {
 	var shadowed atomic.Int64
 	e := engine(t, `[{"name":"s","action":"shadow","limit":{"algorithm":"fixed_window","limit":2,"window":"1h"}}]`,
-		func(r *rules.Rule, o rules.Outcome, err error) {
+		func(r *rules.Rule, _ *rules.Input, o rules.Outcome, err error) {
 			if o == rules.ShadowDenied {
 				shadowed.Add(1)
 			}

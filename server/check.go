@@ -137,6 +137,9 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 
 	res := l.engine.Check(r.Context(), &in)
 	l.engine.Release(context.WithoutCancel(r.Context()), &res)
+	if !res.Allowed {
+		s.logDenial(&in, &res)
+	}
 	writeJSON(w, http.StatusOK, checkResponse(&res))
 }
 

@@ -208,6 +208,7 @@ func (s *Server) setLive(c *Config) error {
 			IPv6Prefix:     c.IPv6Prefix,
 			ConsumerHeader: c.ConsumerHeader,
 			Route:          routeName,
+			Denied:         func(_ *http.Request, in *rules.Input, res *rules.Result) { s.logDenial(in, res) },
 		},
 		upstreams: ups,
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/diana-gw/diana/config"
 	"github.com/diana-gw/diana/httplimit"
+	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/batch"
 	"github.com/diana-gw/diana/store/failover"
@@ -63,6 +65,7 @@ type Server struct {
 
 	backendLog throttle // backend errors: at most one log line per second
 	shadowLog  throttle // shadow denials (all counted in the metrics): likewise
+	denialLog  throttle // denials (all counted in the metrics): likewise
 	proxyLog   throttle // upstream errors: likewise
 }
 
@@ -287,19 +290,45 @@ func (s *Server) breakerState(open bool) {
 	}
 }
 
+// logDenial logs a refused request: its rule, client and numbers, at most one line a second
+// (with the count of those held back), so that a flood cannot flood the log; the metrics count
+// every one. The identity's key is left out: it may hold an API key.
+func (s *Server) logDenial(in *rules.Input, res *rules.Result) {
+	if ok, skipped := s.denialLog.allow(); ok {
+		rule := ""
+		if res.Rule != nil {
+			rule = res.Rule.Name
+		}
+		retry := "never"
+		if res.Decision.RetryAfter != algos.Never {
+			retry = strconv.FormatInt(rules.Seconds(res.Decision.RetryAfter), 10) + "s"
+		}
+		s.log.Info("request denied", "rule", rule, "client", clientName(in), "method", in.Method, "path", in.Path,
+			"limit", res.Decision.Limit, "retry_after", retry, "suppressed", skipped)
+	}
+}
+
+// clientName names a request's client in a log line.
+func clientName(in *rules.Input) string {
+	if in == nil || in.ClientIP == "" {
+		return "(no address)"
+	}
+	return in.ClientIP
+}
+
 // observe is the engine's hook, called once per rule decided for a request.
-func (s *Server) observe(r *rules.Rule, o rules.Outcome, err error) {
+func (s *Server) observe(r *rules.Rule, in *rules.Input, o rules.Outcome, err error) {
 	s.met.decision(r.Name, o)
 	if err != nil {
 		s.met.backendError(r.Name)
 		if ok, skipped := s.backendLog.allow(); ok {
 			s.log.Warn("rate-limit backend failed: decided by the rule's on_error policy",
-				"rule", r.Name, "on_error", r.OnError.String(), "err", err, "suppressed", skipped)
+				"rule", r.Name, "on_error", r.OnError.String(), "client", clientName(in), "err", err, "suppressed", skipped)
 		}
 	}
 	if o == rules.ShadowDenied {
 		if ok, skipped := s.shadowLog.allow(); ok {
-			s.log.Info("shadow rule would deny the request", "rule", r.Name, "suppressed", skipped)
+			s.log.Info("shadow rule would deny the request", "rule", r.Name, "client", clientName(in), "suppressed", skipped)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -453,5 +454,70 @@ func TestExampleConfig(t *testing.T) {
 	if r := get(t, ts.admin+"/metrics", ""); !strings.Contains(r.body, `diana_decisions_total{result="denied",rule="per-ip"} 1`+"\n") ||
 		!strings.Contains(r.body, `diana_config_info{source="embedded"} 1`+"\n") {
 		t.Errorf("metrics lack the denial or the embedded source:\n%s", r.body)
+	}
+}
+
+// lockedBuffer is a log sink for one test, safe for the server's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Denials and shadow denials are logged with the rule and the client, at most one line a second
+// each, with the count held back; the proxy and /v1/check alike.
+func TestDenialLogs(t *testing.T) {
+	cfg, err := Parse([]byte(header+`rules:
+  - name: per-ip
+    by: [ip]
+    limit: {algorithm: fixed_window, limit: 1, window: 1h}
+  - name: watch
+    action: shadow
+    limit: {algorithm: fixed_window, limit: 1, window: 1h}
+`), "c.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	s, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), ShutdownTimeout: waitFor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for i := 0; i < 50; i++ {
+		get(t, "http://"+s.ProxyAddr()+"/x", "")
+	}
+	r, err := do("POST", "http://"+s.AdminAddr()+"/v1/check", "", strings.NewReader(`{"path": "/x", "client_ip": "198.51.100.9"}`), "")
+	if err != nil || r.status != 200 {
+		t.Fatalf("check: %v %d", err, r.status)
+	}
+	out := logs.String()
+	if n := strings.Count(out, `msg="request denied"`); n != 1 {
+		t.Errorf("%d denial lines for 49 denials within a second, want 1:\n%s", n, out)
+	}
+	for _, want := range []string{`msg="request denied" rule=per-ip client=127.0.0.1 method=GET path=/x limit=1 retry_after=`,
+		`msg="shadow rule would deny the request" rule=watch client=127.0.0.1`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("logs lack %q:\n%s", want, out)
+		}
+	}
+	time.Sleep(time.Second)
+	get(t, "http://"+s.ProxyAddr()+"/x", "")
+	if out := logs.String(); !strings.Contains(out, "suppressed=48") || strings.Count(out, `msg="request denied"`) != 2 {
+		t.Errorf("a second later, the next denial is logged with the count held back:\n%s", out)
 	}
 }

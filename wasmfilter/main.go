@@ -131,7 +131,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		Contended:  func() { p.m.casExhausted.Increment(1) },
 		Overflowed: func() { p.m.overflow.Increment(1) }}
 	p.store = store
-	observe := func(r *rules.Rule, o rules.Outcome, _ error) {
+	observe := func(r *rules.Rule, _ *rules.Input, o rules.Outcome, _ error) {
 		if o == rules.ShadowDenied {
 			p.shadow = r.Name
 		}

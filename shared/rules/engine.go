@@ -16,7 +16,7 @@ type Engine struct {
 	rules   []*Rule
 	local   Store
 	cluster Store
-	observe func(*Rule, Outcome, error)
+	observe func(*Rule, *Input, Outcome, error)
 	leaseID func() int64
 	slashes EscapedSlashes
 	scratch sync.Pool
@@ -29,8 +29,9 @@ type Options struct {
 	// Observe, if set, is called once per rule whose decision counts, for logs and metrics:
 	// every rule that applies when the request is admitted; only the rules that deny it (and
 	// the shadow rules that would) when it is refused, as the others took nothing. err is the
-	// store's error when the decision came from the rule's fail policy.
-	Observe func(r *Rule, o Outcome, err error)
+	// store's error when the decision came from the rule's fail policy. in is the request, for
+	// the log lines that name its client; it must not be kept.
+	Observe func(r *Rule, in *Input, o Outcome, err error)
 	// LeaseID returns the id of a new concurrency lease, unique among the leases in flight on
 	// every node, in [1, 2^53); default: random.
 	LeaseID func() int64
@@ -103,6 +104,7 @@ type scratch struct {
 	local []*Op
 	clust []*Op
 	key   []byte
+	in    *Input // the request being checked, for Observe
 }
 
 // Check decides a request against every rule that applies to it. When several apply, each is
@@ -122,8 +124,9 @@ func (e *Engine) Check(ctx context.Context, in *Input) Result {
 	}
 	in.Path = p
 	s := e.scratch.Get().(*scratch)
-	defer e.scratch.Put(s)
+	defer e.put(s)
 	s.ops = s.ops[:0]
+	s.in = in
 	for _, r := range e.rules {
 		if !r.Match.Matches(in) {
 			continue
@@ -183,6 +186,12 @@ func (e *Engine) Check(ctx context.Context, in *Input) Result {
 	return e.verdict(s, true)
 }
 
+// put returns s to the pool, keeping nothing of the request.
+func (e *Engine) put(s *scratch) {
+	s.in = nil
+	e.scratch.Put(s)
+}
+
 // decide runs ops on their rules' stores.
 func (e *Engine) decide(ctx context.Context, s *scratch, ops []*Op) {
 	s.local, s.clust = s.local[:0], s.clust[:0]
@@ -220,7 +229,7 @@ func (e *Engine) verdict(s *scratch, final bool) Result {
 			}
 		}
 		if final && e.observe != nil && (!op.Req.DryRun || outcome != Allowed) {
-			e.observe(r, outcome, op.Err)
+			e.observe(r, s.in, outcome, op.Err)
 		}
 		if r.Action == Shadow {
 			continue

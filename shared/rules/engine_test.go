@@ -68,7 +68,7 @@ func (e *env) build(rs []*rules.Rule, o rules.Options) {
 	if o.Local == nil {
 		o.Local = e.local
 	}
-	o.Observe = func(r *rules.Rule, oc rules.Outcome, err error) {
+	o.Observe = func(r *rules.Rule, _ *rules.Input, oc rules.Outcome, err error) {
 		e.mu.Lock()
 		e.obs = append(e.obs, observation{r.Name, oc, err})
 		e.mu.Unlock()
