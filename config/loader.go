@@ -20,8 +20,8 @@ const MaxSize = 4 << 20
 const DefaultInterval = 5 * time.Second
 
 // ErrNoConfig is wrapped by the error of a Remote that is reachable but holds no document (HTTP
-// 404, a missing Redis key). The loader treats it like an unreachable remote, so the file's
-// config applies, but Report can tell the two apart with errors.Is.
+// 404, a missing Redis key). The loader treats it like an unreachable remote (the remote's last
+// valid document keeps applying), but Report can tell the two apart with errors.Is.
 var ErrNoConfig = errors.New("no config document")
 
 // Remote is a source of config documents other than the local file.
@@ -64,10 +64,12 @@ type Options[T any] struct {
 	Interval time.Duration
 }
 
-// Loader keeps the effective config of one process. The remote's last valid document wins
-// while the remote is reachable; when it is unreachable or has no document, the file's last
-// valid document applies. An invalid document from either source is rejected (Report gets the
-// error) and that source's last valid document is kept.
+// Loader keeps the effective config of one process. Once the remote has sent a valid document,
+// its last valid document applies, whatever happens to the remote after (unreachable, slow, an
+// oversized document, none at all): a failing config server must not swap a fleet's rules for
+// the files'. Until then the file's last valid document applies. An invalid document from either
+// source is rejected (Report gets the error) and that source's last valid document is kept. A
+// remote that keeps failing the same way is reported when it starts, not at every check.
 type Loader[T any] struct {
 	o        Options[T]
 	fileFrom string
@@ -88,10 +90,10 @@ type Loader[T any] struct {
 
 // source is what the loader knows of one source.
 type source[T any] struct {
-	data []byte // the last document read, valid or not
-	read bool   // data holds a document
-	err  error  // why data is invalid, or nil
-	up   bool   // remote: the last Fetch succeeded
+	data    []byte // the last document read, valid or not
+	read    bool   // data holds a document
+	err     error  // why data is invalid, or nil
+	failing string // remote: the error of the failing Fetches, reported once; "" while it answers
 
 	good     bool // cfg and goodData hold the last valid document
 	cfg      T
@@ -115,9 +117,14 @@ func NewLoader[T any](o Options[T]) *Loader[T] {
 	return l
 }
 
+// StartWait is how long Load waits for the remote when there is a file to start on: a slow
+// remote does not hold up the start, and Run switches to its document when it arrives.
+const StartWait = time.Second
+
 // Load reads the file and fetches the remote, and applies the effective config: the remote's
-// if it is reachable and valid, else the file's. It returns an error, listing why each source
-// failed, if neither yields a valid config and none was applied before.
+// if it answered with a valid document (within StartWait when there is a file), else the
+// file's. It returns an error, listing why each source failed, if neither yields a valid config
+// and none was applied before.
 func (l *Loader[T]) Load(ctx context.Context) error {
 	if l.o.File == "" && l.o.Remote == nil {
 		return errors.New("config: no file and no remote source")
@@ -127,6 +134,11 @@ func (l *Loader[T]) Load(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.o.File != "" && l.o.Remote != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, StartWait)
+		defer cancel()
+	}
 	remErr, fileErr := l.check(ctx, true)
 	if !l.applied.ok {
 		return fmt.Errorf("config: no valid config: %w", errors.Join(remErr, fileErr))
@@ -202,11 +214,13 @@ func (l *Loader[T]) checkRemote(ctx context.Context, force bool) error {
 	s := &l.remote
 	data, changed, err := l.o.Remote.Fetch(ctx)
 	if err != nil {
-		s.up = false
-		l.report(l.remFrom, err)
+		if force || err.Error() != s.failing {
+			l.report(l.remFrom, err)
+		}
+		s.failing = err.Error()
 		return err
 	}
-	s.up = true
+	s.failing = ""
 	if changed && !(s.read && bytes.Equal(data, s.data)) {
 		l.accept(s, l.remFrom, data)
 	} else if force {
@@ -301,13 +315,12 @@ func (l *Loader[T]) applyEffective() {
 	var s *source[T]
 	var from string
 	switch {
-	case l.o.Remote != nil && l.remote.up && l.remote.good:
+	case l.o.Remote != nil && l.remote.good:
 		s, from = &l.remote, l.remFrom
 	case l.file.good:
 		s, from = &l.file, l.fileFrom
 	default:
-		// Neither rule applies: no valid file (and the remote is down, or never was valid).
-		// Whatever applies stays.
+		// No valid document from either source yet: whatever applies stays.
 		return
 	}
 	if l.applied.ok && l.applied.from == from && bytes.Equal(l.applied.data, s.goodData) {

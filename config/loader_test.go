@@ -141,6 +141,19 @@ func (r *recorder) waitReport(t *testing.T, skip int, from string, match func(er
 	return n
 }
 
+// notFoundReports counts the reports from from that the remote has no document.
+func (r *recorder) notFoundReports(from string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, rep := range r.reports {
+		if rep.from == from && errors.Is(rep.err, ErrNoConfig) {
+			n++
+		}
+	}
+	return n
+}
+
 func (r *recorder) overlapCount() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -323,13 +336,24 @@ type docServer struct {
 	body         string
 	status       int // if not 0, the answer instead of the document
 	ok, notMod   int // 200 and 304 answers
+	statuses     int // answers with status
 	unauthorized int
 }
 
 func (s *docServer) set(body string, status int) {
 	s.mu.Lock()
-	s.body, s.status = body, status
+	s.body, s.status, s.statuses = body, status, 0
 	s.mu.Unlock()
+}
+
+// count returns the answers with the status set by set (404, 500, ...).
+func (s *docServer) count(status int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.status != status {
+		return 0
+	}
+	return s.statuses
 }
 
 func (s *docServer) count304() int {
@@ -347,6 +371,7 @@ func (s *docServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.status != 0 {
+		s.statuses++
 		w.WriteHeader(s.status)
 		return
 	}
@@ -429,30 +454,38 @@ func TestLoaderHTTP(t *testing.T) {
 		t.Fatalf("after a file change, applied %+v", got)
 	}
 
-	// No document on the remote (404): the file applies, and the report says why.
+	// No document on the remote (404): the remote's last valid document stays, and the
+	// report says why, once, not at every poll.
 	ds.set(doc("remote2"), http.StatusNotFound)
-	r.waitApply(t, "file2", fileFrom)
-	r.waitReport(t, 0, remFrom, func(err error) bool { return errors.Is(err, ErrNoConfig) })
-
-	// The document is back, unchanged: a 304, and the remote applies again.
-	n304 = ds.count304()
-	ds.set(doc("remote2"), 0)
-	r.waitApply(t, "remote2", remFrom)
-	if ds.count304() == n304 {
-		t.Fatalf("the remote came back with a 200, want a 304")
+	mark := r.reportCount()
+	r.waitReport(t, mark, remFrom, func(err error) bool { return errors.Is(err, ErrNoConfig) })
+	n404 := ds.count(http.StatusNotFound)
+	waitFor(t, "five more 404 answers", func() bool { return ds.count(http.StatusNotFound) >= n404+5 })
+	settle(l)
+	if got, n := r.last(), r.notFoundReports(remFrom); got != (applied{"remote2", remFrom}) || n != 1 {
+		t.Fatalf("while the remote answers 404: applied %+v, %d reports of it; want remote2 and 1", got, n)
 	}
 
-	// The server goes away: the file applies.
+	// The document is back, unchanged: a 304, and nothing to apply.
+	n304 = ds.count304()
+	ds.set(doc("remote2"), 0)
+	waitFor(t, "a 304 answer", func() bool { return ds.count304() > n304 })
+
+	// The server goes away: the remote's last document stays, and the failure is reported.
 	srv.Close()
-	mark := r.reportCount()
-	r.waitApply(t, "file2", fileFrom)
+	mark = r.reportCount()
 	r.waitReport(t, mark, remFrom, func(err error) bool {
 		return err != nil && !errors.Is(err, ErrNoConfig) && strings.Contains(err.Error(), "connection refused")
 	})
+	settle(l)
+	if got := r.last(); got != (applied{"remote2", remFrom}) {
+		t.Fatalf("with the remote down, applied %+v", got)
+	}
 
-	// It comes back on the same address: the remote applies again.
+	// It comes back on the same address with a new document, which applies.
+	ds.set(doc("remote3"), 0)
 	serveOn(t, addr, ds)
-	r.waitApply(t, "remote2", remFrom)
+	r.waitApply(t, "remote3", remFrom)
 
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
@@ -592,4 +625,41 @@ func TestReadFileRefuses(t *testing.T) {
 			t.Fatalf("ReadFile(%s) still blocked after 10 s", name)
 		}
 	}
+}
+
+// slowRemote answers after delay.
+type slowRemote struct {
+	delay time.Duration
+	body  string
+}
+
+func (s *slowRemote) Name() string { return "slow" }
+
+func (s *slowRemote) Fetch(ctx context.Context) ([]byte, bool, error) {
+	select {
+	case <-time.After(s.delay):
+		return []byte(s.body), true, nil
+	case <-ctx.Done():
+		return nil, false, ctx.Err()
+	}
+}
+
+// A slow remote does not hold up the start: Load applies the file after StartWait, and Run
+// switches to the remote's document when it arrives.
+func TestSlowRemoteAtStart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "diana.yaml")
+	writeFile(t, path, doc("file1"))
+	l, r := newTestLoader(path, &slowRemote{delay: 3 * time.Second, body: doc("remote1")}, time.Hour)
+	began := time.Now()
+	if err := l.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(began); took >= 3*time.Second {
+		t.Fatalf("Load waited %v, the remote's whole delay", took)
+	}
+	if got := r.last(); got != (applied{"file1", "file " + path}) {
+		t.Fatalf("after Load, applied %+v; want the file's", got)
+	}
+	run(t, l)
+	r.waitApply(t, "remote1", "slow")
 }

@@ -65,20 +65,29 @@ func TestLoaderRedis(t *testing.T) {
 	publish(doc("redis2"))
 	r.waitReport(t, mark, remFrom, noError)
 
-	// Redis goes away: the lost subscription triggers a check, and the file applies.
+	// Redis goes away: the lost subscription triggers a check, which fails; the remote's last
+	// document stays.
+	mark = r.reportCount()
 	rs.Stop()
-	r.waitApply(t, "file1", fileFrom)
+	r.waitReport(t, mark, remFrom, func(err error) bool { return err != nil })
+	settle(l)
+	if got := r.last(); got != (applied{"redis2", remFrom}) {
+		t.Fatalf("with Redis down, applied %+v", got)
+	}
 
-	// Redis comes back empty: the watch subscribes again, the key is missing, the file stays.
+	// Redis comes back empty: the watch subscribes again, the key is missing, and still the
+	// remote's last document stays.
 	mark = r.reportCount()
 	rs.Restart()
 	r.waitReport(t, mark, remFrom, func(err error) bool { return errors.Is(err, ErrNoConfig) })
-	if got := r.last(); got != (applied{"file1", fileFrom}) {
+	settle(l)
+	if got := r.last(); got != (applied{"redis2", remFrom}) {
 		t.Fatalf("with the key missing, applied %+v", got)
 	}
-	// The same document as before is set again: the remote applies again.
-	publish(doc("redis2"))
-	r.waitApply(t, "redis2", remFrom)
+	// A new document is set: it applies.
+	publish(doc("redis3"))
+	r.waitApply(t, "redis3", remFrom)
+	_ = fileFrom
 	if n := r.overlapCount(); n != 0 {
 		t.Fatalf("Apply overlapped itself %d times", n)
 	}
