@@ -181,8 +181,13 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 		}
 		r := &conf.Object{}
 		// The algorithm is part of the name, hence of the keys: switching algorithms must not
-		// read one algorithm's state as another's.
-		r.Set("name", scope+"."+name+"."+algorithm)
+		// read one algorithm's state as another's. An unknown one is left out, so that its
+		// error is the algorithm's, not the name's.
+		if _, known := rules.Algorithm(algorithm); known {
+			r.Set("name", scope+"."+name+"."+algorithm)
+		} else {
+			r.Set("name", scope+"."+name)
+		}
 		r.Set("limit", lim)
 		if shadow {
 			r.Set("action", "shadow")
