@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -238,11 +239,16 @@ func TestE2E(t *testing.T) {
 		}
 	})
 
-	t.Run("invalid config fails open", func(t *testing.T) {
+	t.Run("invalid config fails open, loudly", func(t *testing.T) {
 		id := s.start(map[string]any{"window": "sixty"}, "e2e-bad")
 		for i := 0; i < 3; i++ {
-			if res := s.access(id, &kongReq{IP: "192.0.2.1"}); res.Exit || len(res.Calls) != 0 {
-				t.Fatalf("request %d: %+v", i, res)
+			res := s.access(id, &kongReq{IP: "192.0.2.1"})
+			want := []string{"kong.log.err"} // once a second
+			if i > 0 {
+				want = nil
+			}
+			if res.Exit || !reflect.DeepEqual(res.Calls, want) {
+				t.Fatalf("request %d: %+v, want only the calls %q", i, res, want)
 			}
 		}
 	})
@@ -336,4 +342,54 @@ func BenchmarkAccessEvent(b *testing.B) {
 			b.ReportMetric(float64(calls)/float64(b.N), "pdk-calls/op")
 		})
 	}
+}
+
+// The paths where a request passes unlimited leave a line in Kong's error log, through the
+// PDK, at most one a second per instance: a shadow rule's would-be denial, a Redis failure under
+// fault tolerance; an invalid config (which Kong's schema should have refused) logs an error and,
+// with fail_closed, refuses the request.
+func TestUnlimitedPathsLog(t *testing.T) {
+	bin := build(t, "github.com/diana-gw/diana/kongplugin", "diana")
+	s := startServer(t, bin)
+	logsOf := func(id int32, n int, r *kongReq) (all []string, last kongResult) {
+		for range n {
+			last = s.access(id, r)
+			all = append(all, last.Logs...)
+		}
+		return all, last
+	}
+
+	t.Run("shadow", func(t *testing.T) {
+		id := s.start(map[string]any{"algorithm": "fixed_window", "limit": 1, "window": "1h", "shadow": true}, "log-shadow")
+		logs, last := logsOf(id, 20, &kongReq{IP: "192.0.2.31"})
+		if last.Exit || len(logs) != 1 || logs[0] != "warn: diana: shadow rule log-shadow.main.fixed_window would deny client 192.0.2.31 (0 more since the last line)" {
+			t.Fatalf("20 requests, 19 over a shadow limit: exit %v, logs %q; want none refused and one warning", last.Exit, logs)
+		}
+		time.Sleep(time.Second)
+		if logs, _ := logsOf(id, 1, &kongReq{IP: "192.0.2.31"}); len(logs) != 1 || !strings.Contains(logs[0], "(18 more since the last line)") {
+			t.Fatalf("a second later: logs %q; want one counting the 18 held back", logs)
+		}
+	})
+
+	t.Run("redis down", func(t *testing.T) {
+		id := s.start(map[string]any{"algorithm": "fixed_window", "limit": 5, "window": "1h", "policy": "redis",
+			"redis_host": "127.0.0.1", "redis_port": 1}, "log-redis")
+		logs, last := logsOf(id, 5, &kongReq{IP: "192.0.2.32"})
+		if last.Exit || len(logs) != 1 || !strings.HasPrefix(logs[0], "err: diana: Redis could not decide rule log-redis.main.fixed_window for client 192.0.2.32, on_error open applied") {
+			t.Fatalf("Redis down, fault tolerant: exit %v, logs %q; want requests let through and one error", last.Exit, logs)
+		}
+	})
+
+	t.Run("invalid config", func(t *testing.T) {
+		for _, closed := range []bool{false, true} {
+			id := s.start(map[string]any{"algorithm": "fixed_window", "limit": 5, "window": "abc", "fail_closed": closed}, fmt.Sprint("log-invalid-", closed))
+			logs, last := logsOf(id, 3, &kongReq{IP: "192.0.2.33"})
+			if last.Exit != closed || closed && last.Status != 503 {
+				t.Errorf("fail_closed %v: exit %v status %d", closed, last.Exit, last.Status)
+			}
+			if len(logs) != 1 || !strings.HasPrefix(logs[0], "err: diana: invalid config") || !strings.Contains(logs[0], "window") {
+				t.Errorf("fail_closed %v: logs %q; want one error naming the field", closed, logs)
+			}
+		}
+	})
 }

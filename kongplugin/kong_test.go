@@ -41,6 +41,7 @@ type kongResult struct {
 	Exit    bool
 	Status  int
 	Body    string
+	Logs    []string // kong.log.LEVEL calls: "LEVEL: message"
 }
 
 func writeFrame(w io.Writer, b []byte) error {
@@ -130,6 +131,16 @@ func answer(conn net.Conn, r *kongReq, rpcReturn bool) (res kongResult, closed b
 			if ea.Headers != nil {
 				res.Headers = bridge.UnwrapHeaders(ea.Headers)
 			}
+		case "kong.log.err", "kong.log.warn", "kong.log.notice":
+			var l structpb.ListValue
+			if err := proto.Unmarshal(args, &l); err != nil {
+				return res, false, err
+			}
+			var msg strings.Builder
+			for _, v := range l.Values {
+				fmt.Fprint(&msg, v.AsInterface())
+			}
+			res.Logs = append(res.Logs, strings.TrimPrefix(method, "kong.log.")+": "+msg.String())
 		case "kong.ctx.shared.set":
 			var kv kpp.KV
 			if err := proto.Unmarshal(args, &kv); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/Kong/go-pdk"
 
 	"github.com/diana-gw/diana/httplimit"
+	"github.com/diana-gw/diana/internal/lograte"
 	"github.com/diana-gw/diana/shared/conf"
 	"github.com/diana-gw/diana/shared/rules"
 )
@@ -25,9 +26,14 @@ import (
 // Its fields are unexported on purpose: go-pdk reflects on the config type only for its own
 // -dump, which main replaces.
 type Config struct {
-	s      *settings
-	engine *rules.Engine
-	err    error // the config is invalid: the instance lets every request through
+	s          *settings
+	engine     *rules.Engine
+	err        error // the config is invalid: the instance lets every request through, or none
+	failClosed bool  // the invalid config says fail_closed: true; its requests are refused
+
+	// Kong's error log through the PDK, for the paths where a request passes unlimited (and an
+	// invalid config), at most a line a second each per instance.
+	invalidLog, shadowLog, failedLog lograte.Limiter
 }
 
 // New makes an empty instance for go-pdk, which then decodes Kong's config JSON into it.
@@ -50,6 +56,7 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 	}
 	if err != nil {
 		c.err = err
+		c.failClosed = saysFailClosed(b)
 		id := ""
 		if s != nil {
 			id = s.PluginID
@@ -59,6 +66,21 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 	}
 	c.s = s
 	return nil
+}
+
+// saysFailClosed reads fail_closed from a config that did not decode: true only if it is there
+// and true.
+func saysFailClosed(b []byte) bool {
+	doc, err := conf.ParseJSON(b)
+	if err != nil {
+		return false
+	}
+	o, ok := doc.(*conf.Object)
+	if !ok {
+		return false
+	}
+	v, _ := o.Get("fail_closed")
+	return v == true
 }
 
 // parse reads a config JSON document.
@@ -97,13 +119,15 @@ func recovered(event string) {
 func (c *Config) Access(kong *pdk.PDK) {
 	defer recovered("access")
 	if c.engine == nil {
-		return // invalid config, already reported: fail open
+		c.invalid(kong)
+		return
 	}
 	in, ok := c.input(kong)
 	if !ok {
 		return // Kong did not answer: let the request through rather than guess
 	}
 	res := c.engine.Check(context.Background(), &in)
+	c.logUnlimited(kong, &in, &res)
 	h := map[string][]string{}
 	httplimit.SetHeaders(http.Header(h), &res)
 	if !res.Allowed {
@@ -123,6 +147,45 @@ func (c *Config) Access(kong *pdk.PDK) {
 	}
 	if len(h) > 0 {
 		kong.Response.SetHeaders(h)
+	}
+}
+
+// invalid answers a request of an instance whose config is invalid (which Kong's schema should
+// have refused): an error in Kong's log, and the request refused with 503 under fail_closed,
+// else let through.
+func (c *Config) invalid(kong *pdk.PDK) {
+	what := "let through unlimited"
+	if c.failClosed {
+		what = "refused (fail_closed)"
+	}
+	if ok, skipped := c.invalidLog.Allow(); ok {
+		kong.Log.Err("diana: invalid config, requests are " + what + " (" + strconv.FormatInt(skipped, 10) +
+			" more since the last line): " + fmt.Sprint(c.err))
+	}
+	if c.failClosed {
+		kong.Response.Exit(http.StatusServiceUnavailable, rules.DenialBody("rate limit configuration invalid", -1),
+			map[string][]string{"Content-Type": {"application/json; charset=utf-8"}})
+	}
+}
+
+// logUnlimited logs, in Kong's error log, a request that a shadow rule would have denied and
+// one decided by a fail policy because Redis could not decide: the rule, the client, the reason.
+func (c *Config) logUnlimited(kong *pdk.PDK, in *rules.Input, res *rules.Result) {
+	client := in.ClientIP
+	if client == "" {
+		client = "(no address)"
+	}
+	if r := res.Shadow; r != nil {
+		if ok, skipped := c.shadowLog.Allow(); ok {
+			kong.Log.Warn("diana: shadow rule " + r.Name + " would deny client " + client +
+				" (" + strconv.FormatInt(skipped, 10) + " more since the last line)")
+		}
+	}
+	if r := res.ErrRule; res.Err != nil && r != nil {
+		if ok, skipped := c.failedLog.Allow(); ok {
+			kong.Log.Err("diana: Redis could not decide rule " + r.Name + " for client " + client + ", on_error " +
+				r.OnError.String() + " applied (" + strconv.FormatInt(skipped, 10) + " more since the last line): " + res.Err.Error())
+		}
 	}
 }
 

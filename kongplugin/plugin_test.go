@@ -279,8 +279,11 @@ func TestInvalidConfigFailsOpen(t *testing.T) {
 	if c.err == nil || !strings.Contains(c.err.Error(), "limit") {
 		t.Fatalf("err %v, want one naming limit", c.err)
 	}
+	if res := event(t, c, "access", &kongReq{IP: "1.2.3.4"}); res.Exit || len(res.Logs) != 1 || !strings.Contains(res.Logs[0], "limit") {
+		t.Fatalf("%+v, want the request let through and an error in Kong's log naming limit", res)
+	}
 	if res := event(t, c, "access", &kongReq{IP: "1.2.3.4"}); len(res.Calls) != 0 {
-		t.Fatalf("calls %v, want none", res.Calls)
+		t.Fatalf("calls %v within the same second, want none", res.Calls)
 	}
 	if res := event(t, c, "log", &kongReq{}); len(res.Calls) != 0 {
 		t.Fatalf("log calls %v, want none", res.Calls)

@@ -100,7 +100,7 @@ func (s *Server) newUpstream(u Upstream) *upstream {
 		Transport:  s.transport,
 		BufferPool: buffers,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if ok, skipped := s.proxyLog.allow(); ok {
+			if ok, skipped := s.proxyLog.Allow(); ok {
 				s.log.Warn("upstream failed", "upstream", u.Name, "err", err, "suppressed", skipped)
 			}
 			writeJSON(w, http.StatusBadGateway, errorBody{"bad gateway: upstream " + u.Name + " did not answer"})

@@ -154,7 +154,7 @@ func (s *Server) report(from string, err error) {
 		}
 		st.lastErr[from] = msg
 		if errors.Is(err, config.ErrNoConfig) || from == s.remoteName {
-			s.log.Warn("config: remote source unavailable or invalid; its last valid config (or the file's) applies", "from", from, "err", err)
+			s.log.Warn("config: remote source unavailable or invalid; its last valid document applies (the file's until it has sent one)", "from", from, "err", err)
 		} else {
 			s.log.Warn("config: invalid or unreadable, keeping the last valid config", "from", from, "err", err)
 		}

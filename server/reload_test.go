@@ -228,11 +228,16 @@ func TestRemoteHTTP(t *testing.T) {
 		t.Errorf("limit %q with the remote up, want the remote's 10", got)
 	}
 
-	// The remote has no document: the file's rules apply.
+	// The remote has no document: its last valid rules stay (a failing config server must not
+	// swap the rules), and the failure is counted.
+	before = metric(t, ts, errors)
 	set("", http.StatusNotFound)
-	eventually(t, "the file's limit 4", func() bool { return limitNow(t, ts, "/only/x") == "4" })
-	if got := metric(t, ts, `diana_config_info{source="file"}`); got != 1 {
-		t.Errorf(`diana_config_info{source="file"} = %v, want 1`, got)
+	eventually(t, "the 404 is counted", func() bool { return metric(t, ts, errors) > before })
+	if got := limitNow(t, ts, "/only/x"); got != "10" {
+		t.Errorf("limit %q with the remote answering 404, want the remote's last 10", got)
+	}
+	if got := metric(t, ts, `diana_config_info{source="http"}`); got != 1 {
+		t.Errorf(`diana_config_info{source="http"} = %v, want 1`, got)
 	}
 	if n := badAuth.Load(); n > 0 {
 		t.Errorf("%d remote requests lacked the configured Authorization header", n)
@@ -263,12 +268,13 @@ remote:
 		rc.Publish(ctx, "diana:config", "changed")
 		return limitNow(t, ts, "/") == "12"
 	})
-	eventually(t, "the file's rules apply once the key is gone", func() bool {
-		rc.Del(ctx, "diana:config")
-		rc.Publish(ctx, "diana:config", "deleted")
-		return limitNow(t, ts, "/") == "3"
-	})
-	if got := metric(t, ts, `diana_config_info{source="file"}`); got != 1 {
-		t.Errorf(`diana_config_info{source="file"} = %v, want 1`, got)
+	// The key is deleted: the remote's last rules stay.
+	const errors = `diana_config_reloads_total{result="error",source="redis"}`
+	before := metric(t, ts, errors)
+	rc.Del(ctx, "diana:config")
+	rc.Publish(ctx, "diana:config", "deleted")
+	eventually(t, "the missing key is counted", func() bool { return metric(t, ts, errors) > before })
+	if got := limitNow(t, ts, "/"); got != "12" {
+		t.Errorf("limit %q with the key gone, want the remote's last 12", got)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/diana-gw/diana/config"
 	"github.com/diana-gw/diana/httplimit"
+	"github.com/diana-gw/diana/internal/lograte"
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/batch"
@@ -63,10 +64,10 @@ type Server struct {
 	proxySrv, adminSrv *http.Server
 	stopping           atomic.Bool
 
-	backendLog throttle // backend errors: at most one log line per second
-	shadowLog  throttle // shadow denials (all counted in the metrics): likewise
-	denialLog  throttle // denials (all counted in the metrics): likewise
-	proxyLog   throttle // upstream errors: likewise
+	backendLog lograte.Limiter // backend errors: at most one log line per second
+	shadowLog  lograte.Limiter // shadow denials (all counted in the metrics): likewise
+	denialLog  lograte.Limiter // denials (all counted in the metrics): likewise
+	proxyLog   lograte.Limiter // upstream errors: likewise
 }
 
 // live is what a config reload replaces at once: requests in flight keep the one they started
@@ -294,7 +295,7 @@ func (s *Server) breakerState(open bool) {
 // (with the count of those held back), so that a flood cannot flood the log; the metrics count
 // every one. The identity's key is left out: it may hold an API key.
 func (s *Server) logDenial(in *rules.Input, res *rules.Result) {
-	if ok, skipped := s.denialLog.allow(); ok {
+	if ok, skipped := s.denialLog.Allow(); ok {
 		rule := ""
 		if res.Rule != nil {
 			rule = res.Rule.Name
@@ -321,31 +322,14 @@ func (s *Server) observe(r *rules.Rule, in *rules.Input, o rules.Outcome, err er
 	s.met.decision(r.Name, o)
 	if err != nil {
 		s.met.backendError(r.Name)
-		if ok, skipped := s.backendLog.allow(); ok {
+		if ok, skipped := s.backendLog.Allow(); ok {
 			s.log.Warn("rate-limit backend failed: decided by the rule's on_error policy",
 				"rule", r.Name, "on_error", r.OnError.String(), "client", clientName(in), "err", err, "suppressed", skipped)
 		}
 	}
 	if o == rules.ShadowDenied {
-		if ok, skipped := s.shadowLog.allow(); ok {
+		if ok, skipped := s.shadowLog.Allow(); ok {
 			s.log.Info("shadow rule would deny the request", "rule", r.Name, "client", clientName(in), "suppressed", skipped)
 		}
 	}
-}
-
-// throttle lets at most one event a second through, and counts the others.
-type throttle struct {
-	next    atomic.Int64 // unix ns from which the next event may pass
-	skipped atomic.Int64
-}
-
-// allow reports whether an event may be logged now and how many were held back since the last.
-func (t *throttle) allow() (ok bool, skipped int64) {
-	now := time.Now().UnixNano()
-	next := t.next.Load()
-	if now < next || !t.next.CompareAndSwap(next, now+int64(time.Second)) {
-		t.skipped.Add(1)
-		return false, 0
-	}
-	return true, t.skipped.Swap(0)
 }

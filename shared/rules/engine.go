@@ -61,6 +61,9 @@ type Result struct {
 	Decision algos.Decision
 	Delay    int64 // µs to hold the request before forwarding it
 	Err      error // the first store error; the decisions then came from the fail policies
+	// ErrRule is the rule of Err, and Shadow the first shadow rule that would have denied the
+	// request: for the log lines of the paths where a request passes unlimited.
+	ErrRule, Shadow *Rule
 	// BadPath: the path holds an escaped slash, which the engine refuses (RejectSlashes); no rule
 	// was asked, and the answer is 400.
 	BadPath bool
@@ -219,13 +222,16 @@ func (e *Engine) verdict(s *scratch, final bool) Result {
 		op := &s.ops[i]
 		r := op.rule
 		if op.Err != nil && res.Err == nil {
-			res.Err = op.Err
+			res.Err, res.ErrRule = op.Err, r
 		}
 		outcome := Allowed
 		if !op.Dec.Allowed {
 			outcome = Denied
 			if r.Action == Shadow {
 				outcome = ShadowDenied
+				if res.Shadow == nil {
+					res.Shadow = r
+				}
 			}
 		}
 		if final && e.observe != nil && (!op.Req.DryRun || outcome != Allowed) {

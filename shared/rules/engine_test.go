@@ -258,8 +258,12 @@ func TestEngineShadow(t *testing.T) {
 	})
 	t.Run("alone", func(t *testing.T) {
 		e := newEnv(t, `{"rules": [{"name": "watch", "action": "shadow", "limit": {"algorithm": "fixed_window", "limit": 1, "window": "1m"}}]}`)
-		for range 3 {
-			e.expect(e.check(ip("10.0.0.1")), true, "") // a shadow rule is never the one reported
+		for i := range 3 {
+			res := e.check(ip("10.0.0.1"))
+			e.expect(res, true, "") // a shadow rule is never the one reported
+			if (res.Shadow != nil) != (i > 0) || i > 0 && res.Shadow.Name != "watch" {
+				t.Errorf("request %d: Result.Shadow = %v", i, res.Shadow)
+			}
 		}
 		if got, want := e.observed(), []string{"watch:allowed", "watch:shadow_denied", "watch:shadow_denied"}; !equal(got, want) {
 			t.Errorf("observed %q, want %q", got, want)
@@ -586,8 +590,8 @@ func TestEngineRouting(t *testing.T) {
 	down := errors.New("redis: connection refused")
 	clu.fail = down
 	res = e.check(ip("10.0.0.2"))
-	if !res.Allowed || !errors.Is(res.Err, down) {
-		t.Errorf("store down: Allowed = %v, Err = %v; want true, %v", res.Allowed, res.Err, down)
+	if !res.Allowed || !errors.Is(res.Err, down) || res.ErrRule == nil || res.ErrRule.Mode != rules.Cluster {
+		t.Errorf("store down: Allowed = %v, Err = %v, ErrRule = %v; want true, %v and a cluster rule", res.Allowed, res.Err, res.ErrRule, down)
 	}
 	e.mu.Lock()
 	for _, o := range e.obs {
