@@ -83,8 +83,7 @@ type pluginContext struct {
 	local    *rules.Engine // cfg.rules; nil when there are none
 	fallback *rules.Engine // cfg.cluster.rules, for on_failure: local
 	m        metrics
-	heap     int64  // the heap gauge's value
-	shadow   string // the shadow rule that would have denied the request being checked (the VM is single-threaded)
+	heap     int64 // the heap gauge's value
 
 	// Logs of events that a flood could repeat: failed callouts, local replies the host
 	// refused, shadow denials.
@@ -131,22 +130,17 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		Contended:  func() { p.m.casExhausted.Increment(1) },
 		Overflowed: func() { p.m.overflow.Increment(1) }}
 	p.store = store
-	observe := func(r *rules.Rule, _ *rules.Input, o rules.Outcome, _ error) {
-		if o == rules.ShadowDenied {
-			p.shadow = r.Name
-		}
-	}
 	p.callouts.what = "cluster mode: the callout to dianad failed"
 	p.replies.what = "a local reply was refused by the host, the request went on"
 	p.shadows.what = "shadow rule would have denied"
 	if len(cfg.rules) > 0 {
-		if p.local, err = rules.New(cfg.rules, rules.Options{Local: store, Observe: observe, EscapedSlashes: cfg.slashes}); err != nil {
+		if p.local, err = rules.New(cfg.rules, rules.Options{Local: store, EscapedSlashes: cfg.slashes}); err != nil {
 			proxywasm.LogCritical("diana.wasm configuration: " + err.Error())
 			return types.OnPluginStartStatusFailed
 		}
 	}
 	if cfg.cluster != nil && len(cfg.cluster.rules) > 0 {
-		if p.fallback, err = rules.New(cfg.cluster.rules, rules.Options{Local: store, Observe: observe, EscapedSlashes: cfg.slashes}); err != nil {
+		if p.fallback, err = rules.New(cfg.cluster.rules, rules.Options{Local: store, EscapedSlashes: cfg.slashes}); err != nil {
 			proxywasm.LogCritical("diana.wasm configuration: cluster: " + err.Error())
 			return types.OnPluginStartStatusFailed
 		}
@@ -252,10 +246,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 
 // check decides in against e, noting whether a shadow rule would have denied it.
 func (h *httpContext) check(e *rules.Engine, in *rules.Input) rules.Result {
-	h.p.shadow = ""
 	res := e.Check(context.Background(), in)
-	if h.p.shadow != "" {
-		h.shadow = h.p.shadow
+	if res.Shadow != nil {
+		h.shadow = res.Shadow.Name
 	}
 	return res
 }
