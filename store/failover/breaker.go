@@ -14,21 +14,21 @@ const isOpen = -1
 const unknownRetry = time.Second
 
 // breaker counts consecutive failed round trips and opens after failures of them. While open it
-// lets one probe through once the open period has passed; a failed probe doubles the period, up
-// to maxWait. Any success closes it.
+// lets one probe through every open period (a failed probe schedules the next: one call per
+// period is no load on a Redis that is down, and a Redis that is back is found within a period).
+// Any success closes it.
 type breaker struct {
 	// state is the count of consecutive failures while closed (≥ 0), or isOpen. It changes only
 	// under mu; the hot path (closed, no failures) reads nothing else.
 	state atomic.Int32
 
-	failures         int32
-	openFor, maxWait time.Duration
-	onState          func(open bool)
+	failures int32
+	openFor  time.Duration
+	onState  func(open bool)
 
 	mu      sync.Mutex
 	epoch   uint64        // counts openings, so that a late probe cannot touch a later open period
-	wait    time.Duration // the current open period
-	probeAt time.Time     // while open: when the next probe may go
+	probeAt time.Time // while open: when the next probe may go
 	probing bool          // while open: a probe is under way
 }
 
@@ -86,8 +86,7 @@ func (b *breaker) failure(t ticket) time.Duration {
 		// period tells something new.
 		if t.probe && t.epoch == b.epoch {
 			b.probing = false
-			b.wait = min(2*b.wait, b.maxWait)
-			b.probeAt = now.Add(b.wait)
+			b.probeAt = now.Add(b.openFor)
 		}
 		return b.untilProbe(now)
 	}
@@ -97,14 +96,13 @@ func (b *breaker) failure(t ticket) time.Duration {
 		return unknownRetry
 	}
 	b.epoch++
-	b.wait = b.openFor
-	b.probeAt = now.Add(b.wait)
+	b.probeAt = now.Add(b.openFor)
 	b.probing = false
 	b.state.Store(isOpen)
 	if b.onState != nil {
 		b.onState(true)
 	}
-	return b.wait
+	return b.openFor
 }
 
 // cancel records a call whose caller went away before Redis answered: it says nothing about

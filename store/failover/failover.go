@@ -28,8 +28,9 @@ type Options struct {
 	Timeout time.Duration
 	// Failures is the number of consecutive failed round trips that open the breaker; default 3.
 	Failures int
-	// OpenFor is how long the breaker stays open before one call probes Redis; default 1s. Each
-	// failed probe doubles it, up to 30s (or OpenFor if longer); a success resets it.
+	// OpenFor is how long the breaker stays open before one call probes Redis, and how long
+	// after a failed probe the next one goes; default 1s. A Redis that is back is found within
+	// OpenFor.
 	OpenFor time.Duration
 	// Local decides the ops whose policy is rules.FailLocal while Redis cannot, with op.Fallback
 	// (op.Alg if nil); default a memstore of its own.
@@ -73,7 +74,6 @@ func New(r Backend, o Options) *Store {
 	s := &Store{r: r, o: o}
 	s.b.failures = int32(min(o.Failures, 1<<30))
 	s.b.openFor = o.OpenFor
-	s.b.maxWait = max(30*time.Second, o.OpenFor)
 	s.b.onState = o.OnState
 	return s
 }
