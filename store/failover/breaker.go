@@ -27,9 +27,9 @@ type breaker struct {
 	onState  func(open bool)
 
 	mu      sync.Mutex
-	epoch   uint64        // counts openings, so that a late probe cannot touch a later open period
+	epoch   uint64    // counts openings, so that a late probe cannot touch a later open period
 	probeAt time.Time // while open: when the next probe may go
-	probing bool          // while open: a probe is under way
+	probing bool      // while open: a probe is under way
 }
 
 // ticket is what a call that may go to Redis carries back to the breaker with its outcome.
