@@ -56,7 +56,9 @@ var (
 	ErrContended = errors.New("shared data: the slot changed under every retry")
 )
 
-// Store decides rule ops in Data. Its fields are set once, before the first Decide.
+// Store decides rule ops in Data. Its fields are set once, before the first Decide. It is not
+// safe for concurrent use: each Envoy worker is a single-threaded VM with a Store of its own, and
+// the workers meet only in Data.
 type Store struct {
 	Data    Data
 	Now     func() int64 // µs
