@@ -28,7 +28,7 @@ import (
 type Config struct {
 	s          *settings
 	engine     *rules.Engine
-	err        error // the config is invalid: the instance lets every request through, or none
+	err        error // the config is invalid: see invalid
 	failClosed bool  // the invalid config says fail_closed: true; its requests are refused
 
 	// Kong's error log through the PDK, for the paths where a request passes unlimited (and an
@@ -41,7 +41,8 @@ func New() any { return &Config{} }
 
 // UnmarshalJSON decodes and validates the config. It never fails: a failure makes Kong answer
 // 500 to every request, whereas an invalid config here is reported once in Kong's error log
-// and the instance lets requests through (fail open).
+// and the instance lets requests through (fail open), or refuses them with fail_closed, logging
+// through the PDK while requests come (see invalid).
 func (c *Config) UnmarshalJSON(b []byte) error {
 	defer func() {
 		if r := recover(); r != nil {
