@@ -33,7 +33,7 @@ type Config struct {
 
 	// Kong's error log through the PDK, for the paths where a request passes unlimited (and an
 	// invalid config), at most a line a second each per instance.
-	invalidLog, shadowLog, failedLog lograte.Limiter
+	invalidLog, shadowLog, failedLog, inputLog lograte.Limiter
 }
 
 // New makes an empty instance for go-pdk, which then decodes Kong's config JSON into it.
@@ -124,8 +124,11 @@ func (c *Config) Access(kong *pdk.PDK) {
 		return
 	}
 	in, ok := c.input(kong)
-	if !ok {
-		return // Kong did not answer: let the request through rather than guess
+	if !ok { // Kong did not answer: let the request through rather than guess, and say so
+		if ok, skipped := c.inputLog.Allow(); ok {
+			log.Printf("diana: plugin %s: Kong did not give the client address, request let through unlimited (%d more since the last line)", c.s.PluginID, skipped)
+		}
+		return
 	}
 	res := c.engine.Check(context.Background(), &in)
 	c.logUnlimited(kong, &in, &res)
@@ -172,10 +175,7 @@ func (c *Config) invalid(kong *pdk.PDK) {
 // logUnlimited logs, in Kong's error log, a request that a shadow rule would have denied and
 // one decided by a fail policy because Redis could not decide: the rule, the client, the reason.
 func (c *Config) logUnlimited(kong *pdk.PDK, in *rules.Input, res *rules.Result) {
-	client := in.ClientIP
-	if client == "" {
-		client = "(no address)"
-	}
+	client := in.ClientName()
 	if r := res.Shadow; r != nil {
 		if ok, skipped := c.shadowLog.Allow(); ok {
 			kong.Log.Warn("diana: shadow rule " + r.Name + " would deny client " + client +

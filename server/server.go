@@ -304,17 +304,9 @@ func (s *Server) logDenial(in *rules.Input, res *rules.Result) {
 		if res.Decision.RetryAfter != algos.Never {
 			retry = strconv.FormatInt(rules.Seconds(res.Decision.RetryAfter), 10) + "s"
 		}
-		s.log.Info("request denied", "rule", rule, "client", clientName(in), "method", in.Method, "path", in.Path,
+		s.log.Info("request denied", "rule", rule, "client", in.ClientName(), "method", in.Method, "path", in.Path,
 			"limit", res.Decision.Limit, "retry_after", retry, "suppressed", skipped)
 	}
-}
-
-// clientName names a request's client in a log line.
-func clientName(in *rules.Input) string {
-	if in == nil || in.ClientIP == "" {
-		return "(no address)"
-	}
-	return in.ClientIP
 }
 
 // observe is the engine's hook, called once per rule decided for a request.
@@ -324,12 +316,12 @@ func (s *Server) observe(r *rules.Rule, in *rules.Input, o rules.Outcome, err er
 		s.met.backendError(r.Name)
 		if ok, skipped := s.backendLog.Allow(); ok {
 			s.log.Warn("rate-limit backend failed: decided by the rule's on_error policy",
-				"rule", r.Name, "on_error", r.OnError.String(), "client", clientName(in), "err", err, "suppressed", skipped)
+				"rule", r.Name, "on_error", r.OnError.String(), "client", in.ClientName(), "err", err, "suppressed", skipped)
 		}
 	}
 	if o == rules.ShadowDenied {
 		if ok, skipped := s.shadowLog.Allow(); ok {
-			s.log.Info("shadow rule would deny the request", "rule", r.Name, "client", clientName(in), "suppressed", skipped)
+			s.log.Info("shadow rule would deny the request", "rule", r.Name, "client", in.ClientName(), "suppressed", skipped)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,6 +20,14 @@ type casData struct {
 	mismatch int    // Sets to fail with a CAS mismatch; -1: all
 	sets     int
 	keys     map[string]bool
+	getErr   error // if set, every Get of a slot fails with it
+}
+
+func (d *casData) Get(key string) ([]byte, uint32, error) {
+	if d.getErr != nil && key != slotstore.KeyName {
+		return nil, 0, d.getErr
+	}
+	return d.hostData.Get(key)
 }
 
 func (d *casData) Set(key string, v []byte, cas uint32) error {
@@ -324,5 +333,27 @@ func TestPathSpellings(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// Shared data that fails lets the request through the rule (a limiter must not take the
+// gateway down), and says so: a metric, and a warning summarised per tick.
+func TestSharedDataFails(t *testing.T) {
+	d := &casData{}
+	e := start(t, &vmContext{data: d, now: nowMicro}, perIP)
+	warns := warnings(t)
+	d.getErr = errors.New("host refused")
+	for i := 0; i < 5; i++ {
+		if r := e.request("/"); r.status != 0 {
+			t.Fatalf("request %d: status %d, want let through", i, r.status)
+		}
+	}
+	if n := e.counter(metricDataErrors); n != 5 {
+		t.Errorf("%s = %d, want 5", metricDataErrors, n)
+	}
+	e.Tick()
+	if w := warns(); len(w) != 2 || !strings.Contains(w[0], `shared data failed, the rule let the request through: rule "per-ip", client 192.0.2.1: host refused`) ||
+		!strings.Contains(w[1], "4 more") {
+		t.Errorf("warnings %q; want the first failure, then a summary of 4", w)
 	}
 }

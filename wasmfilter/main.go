@@ -61,6 +61,7 @@ const (
 	metricBackendError = "diana.backend_errors"
 	metricCASExhausted = "diana.cas_retries_exhausted" // requests denied as their slot changed under every retry
 	metricOverflow     = "diana.slot_overflows"        // decisions on a slot's overflow state: its entries were all live
+	metricDataErrors   = "diana.shared_data_errors"    // requests a rule let through because shared data failed
 	metricHeap         = "diana.heap_bytes"            // gauge: this VM's heap, updated every tick
 )
 
@@ -68,8 +69,8 @@ const (
 const tickMS = 10_000
 
 type metrics struct {
-	allowed, denied, shadowDenied, backendErrors, casExhausted, overflow proxywasm.MetricCounter
-	heap                                                                 proxywasm.MetricGauge
+	allowed, denied, shadowDenied, backendErrors, casExhausted, overflow, dataErrors proxywasm.MetricCounter
+	heap                                                                             proxywasm.MetricGauge
 }
 
 // pluginContext is one filter configuration.
@@ -86,8 +87,8 @@ type pluginContext struct {
 	heap     int64 // the heap gauge's value
 
 	// Logs of events that a flood could repeat: failed callouts, local replies the host
-	// refused, shadow denials.
-	callouts, replies, shadows summary
+	// refused, shadow denials, shared-data failures.
+	callouts, replies, shadows, dataLog summary
 }
 
 // OnPluginStart parses and validates the configuration; a bad one fails the start (Envoy then
@@ -116,6 +117,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		backendErrors: proxywasm.DefineCounterMetric(metricBackendError),
 		casExhausted:  proxywasm.DefineCounterMetric(metricCASExhausted),
 		overflow:      proxywasm.DefineCounterMetric(metricOverflow),
+		dataErrors:    proxywasm.DefineCounterMetric(metricDataErrors),
 		heap:          proxywasm.DefineGaugeMetric(metricHeap),
 	}
 	if err := proxywasm.SetTickPeriodMilliSeconds(tickMS); err != nil {
@@ -133,6 +135,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	p.callouts.what = "cluster mode: the callout to dianad failed"
 	p.replies.what = "a local reply was refused by the host, the request went on"
 	p.shadows.what = "shadow rule would have denied"
+	p.dataLog.what = "shared data failed, the rule let the request through"
 	if len(cfg.rules) > 0 {
 		if p.local, err = rules.New(cfg.rules, rules.Options{Local: store, EscapedSlashes: cfg.slashes}); err != nil {
 			proxywasm.LogCritical("diana.wasm configuration: " + err.Error())
@@ -156,6 +159,7 @@ func (p *pluginContext) OnTick() {
 	p.callouts.tick(tickMS)
 	p.replies.tick(tickMS)
 	p.shadows.tick(tickMS)
+	p.dataLog.tick(tickMS)
 	if key, err := slotstore.LoadKey(p.data, readRandom); err == nil {
 		p.store.Key = key
 	}
@@ -249,6 +253,12 @@ func (h *httpContext) check(e *rules.Engine, in *rules.Input) rules.Result {
 	res := e.Check(context.Background(), in)
 	if res.Shadow != nil {
 		h.shadow = res.Shadow.Name
+	}
+	// A lost CAS race denies (cas_retries_exhausted counts it); any other failure of shared
+	// data lets the request through that rule.
+	if res.Err != nil && !errors.Is(res.Err, slotstore.ErrContended) {
+		h.p.m.dataErrors.Increment(1)
+		h.p.dataLog.add("rule " + strconv.Quote(res.ErrRule.Name) + ", client " + in.ClientName() + ": " + res.Err.Error())
 	}
 	return res
 }

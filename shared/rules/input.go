@@ -16,6 +16,14 @@ type Input struct {
 	Headers  Headers
 }
 
+// ClientName names the request's client in a log line: its client key, or "(no address)".
+func (in *Input) ClientName() string {
+	if in == nil || in.ClientIP == "" {
+		return "(no address)"
+	}
+	return in.ClientIP
+}
+
 // Headers gives a request header's value; http.Header satisfies it. Rules call it only for the
 // headers they match or count by, which matters where each call costs (Kong's PDK).
 type Headers interface {
