@@ -380,10 +380,12 @@ func lowered(lim *conf.Object, param string, r *conf.Object) bool {
 		}
 		return true
 	}
-	lo := int64(1)
+	lo := int64(0) // a leaky bucket's burst may be 0; a token bucket's, or a warm-up, not
 	if !ok(lo) {
-		lim.Set(param, cur)
-		return false
+		if lo = 1; !ok(lo) {
+			lim.Set(param, cur)
+			return false
+		}
 	}
 	for hi-lo > 1 { // ok(lo), not ok(hi)
 		mid := lo + (hi-lo)/2
