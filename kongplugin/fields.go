@@ -27,7 +27,12 @@ type field struct {
 	// default is ignored with a warning (Kong merges partial updates, and Konga cannot clear a
 	// field, so leftovers are common): never an error.
 	Applies *cond
-	Desc    string
+	// Secret fields as Kong's own Redis settings mark them: encrypted in Kong's database (with
+	// keyring encryption on), and referenceable, so a vault reference such as
+	// {vault://env/redis-password} stands for the value (Kong resolves it before the plugin
+	// sees the config).
+	Encrypted, Referenceable bool
+	Desc                     string
 }
 
 // cond is a condition on a field's value, as a conditional entity check's if_match states it
@@ -130,10 +135,10 @@ func fieldTable() []field {
 			Desc: "policy redis: the Sentinel master name; redis_addrs then lists the Sentinels."},
 		field{Name: "redis_cluster", Type: "boolean", Default: false, Applies: redis,
 			Desc: "policy redis: the address is a Redis Cluster even if it is only one (a configuration endpoint)."},
-		field{Name: "redis_username", Type: "string", Applies: redis,
+		field{Name: "redis_username", Type: "string", Referenceable: true, Applies: redis,
 			Desc: "policy redis: the ACL user name, if Redis needs one."},
-		field{Name: "redis_password", Type: "string", Empty: true, Applies: redis,
-			Desc: "policy redis: the password, if Redis needs one."},
+		field{Name: "redis_password", Type: "string", Empty: true, Encrypted: true, Referenceable: true, Applies: redis,
+			Desc: "policy redis: the password, if Redis needs one. Encrypted in Kong's database (with keyring encryption); a vault reference such as {vault://env/redis-password} works."},
 		field{Name: "redis_database", Type: "integer", Default: int64(0), Min: dbMin, Max: dbMax, Applies: redis,
 			Desc: "policy redis: the database number (not with a Redis Cluster)."},
 		field{Name: "redis_ssl", Type: "boolean", Default: false, Applies: redis,

@@ -163,6 +163,12 @@ func kongField(f field) map[string]any {
 	if f.Min != nil && f.Max != nil {
 		m["between"] = []int64{*f.Min, *f.Max}
 	}
+	if f.Encrypted {
+		m["encrypted"] = true
+	}
+	if f.Referenceable {
+		m["referenceable"] = true
+	}
 	str := m
 	if f.Type == "array" {
 		str = map[string]any{"type": "string"}
