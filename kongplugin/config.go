@@ -1,8 +1,14 @@
 package main
 
 import (
+	"fmt"
+	"math"
+	"net"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/diana-gw/diana/shared/conf"
 	"github.com/diana-gw/diana/shared/rules"
@@ -12,7 +18,10 @@ import (
 // must be asked for them.
 type settings struct {
 	Rules []*rules.Rule
-	Redis *redisConf // nil with policy local
+	// Warnings say where the config is taken otherwise than written: a field that does not
+	// apply to the chosen mode, ignored; a value lowered to what the algorithm holds.
+	Warnings []string
+	Redis    *redisConf // nil with policy local
 	// EscapedSlashes says what %2F, %5C and '\' in a request's path are to the rules.
 	EscapedSlashes rules.EscapedSlashes
 
@@ -51,9 +60,11 @@ type redisConf struct {
 const credentialHeader = "X-Diana-Kong-Credential"
 
 // decode reads a flat plugin config, as Kong sends it (defaults filled in, extra keys added)
-// or as written in kong.yml (defaults absent), into rules, validating every field with
-// shared/rules: errors name the flat field and the reason. On an error the settings returned
-// hold only Kong's keys, to say which plugin the error is about. strict rejects keys the schema does
+// or as written in kong.yml (defaults absent), into rules. Each field is checked against the
+// field table as Kong checks it (readField, then the entity checks); a field that does not apply
+// to the chosen mode is ignored with a warning; then the rules are validated by shared/rules,
+// their errors renamed to the flat fields they came from. On an error the settings returned hold
+// only Kong's keys, to say which plugin the error is about. strict rejects keys the schema does
 // not have (Kong does that itself before it sends a config; examples and tests ask for it).
 func decode(doc conf.Value, strict bool) (*settings, error) {
 	errs := &conf.Errors{}
@@ -61,20 +72,45 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 	s := &settings{}
 	s.PluginID = o.String("__plugin_id", "")
 	s.ServiceID = o.String("service_id", "")
-	d := fieldDefaults()
-	str := func(k string) string { return o.String(k, strDefault(d[k])) }
-	integer := func(k string, min, max int64) int64 { return o.Int(k, intDefault(d[k]), min, max) }
-	boolean := func(k string) bool { return o.Bool(k, d[k] == true) }
+	fs := resolvedFields()
+	v := map[string]any{} // every field's value, its default when absent; nil: an optional field unset
+	for _, f := range fs {
+		v[f.Name] = readField(o, doc, f)
+	}
+	if strict {
+		o.Done()
+	}
+	if len(errs.List) > 0 {
+		return s, errs // the checks and the rules would repeat these errors
+	}
+	for _, c := range checks(fs) {
+		if reason := c.fails(v); reason != "" {
+			o.Fail(c.Then, reason)
+		}
+	}
+	if len(errs.List) > 0 {
+		return s, errs
+	}
+	byName := map[string]field{}
+	for _, f := range fs {
+		byName[f.Name] = f
+	}
+	for _, f := range fs {
+		if !applies(byName, f, v) && !isDefault(f, v[f.Name]) {
+			s.warn(f.Name, "is ignored: it applies only when "+f.Applies.String())
+			v[f.Name] = f.Default
+		}
+	}
+	str := func(k string) string { x, _ := v[k].(string); return x }
+	integer := func(k string) int64 { x, _ := v[k].(int64); return x }
+	boolean := func(k string) bool { return v[k] == true }
 
-	by := o.Enum("limit_by", "ip", limitBy...)
-	headerName := o.String("header_name", "")
-	path := o.String("path", "")
+	by := str("limit_by")
+	headerName, path := str("header_name"), str("path")
 	s.EscapedSlashes = rules.DecodeEscapedSlashes(o)
 	algorithm := str("algorithm")
-	limit := integer("limit", 1, maxLimit)
-	window := str("window")
-	burst := integer("burst", 0, maxLimit)
-	warmup := str("warmup")
+	limit, window := integer("limit"), str("window")
+	burst, warmup := integer("burst"), str("warmup")
 	type extra struct {
 		g      group
 		limit  int64
@@ -83,7 +119,7 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 	}
 	var extras []extra
 	for _, g := range groups {
-		e := extra{g: g, limit: integer(g.Name+"_limit", 0, maxLimit), window: str(g.Name + "_window")}
+		e := extra{g: g, limit: integer(g.Name + "_limit"), window: str(g.Name + "_window")}
 		if g.Name == "device" {
 			e.header = str("device_header")
 		}
@@ -91,62 +127,42 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 	}
 	shadow := boolean("shadow")
 	ban := str("ban")
-	policy := o.Enum("policy", "local", "local", "redis")
 	var rc redisConf
-	host := str("redis_host")
-	port := integer("redis_port", 1, 65535)
-	addrs := o.Strings("redis_addrs")
-	rc.MasterName = o.String("redis_sentinel_master", "")
+	rc.MasterName = str("redis_sentinel_master")
 	rc.Cluster = boolean("redis_cluster")
-	rc.Username = o.String("redis_username", "")
-	rc.Password = o.String("redis_password", "")
-	rc.DB = int(integer("redis_database", 0, 1<<31-1))
+	rc.Username = str("redis_username")
+	rc.Password = str("redis_password")
+	rc.DB = int(integer("redis_database"))
 	rc.TLS = boolean("redis_ssl")
 	rc.SkipVerify = boolean("redis_ssl_skip_verify")
-	rc.ServerName = o.String("redis_server_name", "")
-	rc.TimeoutMS = integer("redis_timeout", 1, 60000)
+	rc.ServerName = str("redis_server_name")
+	rc.TimeoutMS = integer("redis_timeout")
 	rc.Prefix = str("redis_prefix")
 	failClosed := boolean("fail_closed")
-	nodes := integer("fallback_nodes", 0, 10000)
-	batchMax := integer("batch_max", 0, rules.MaxBatch)
+	nodes := integer("fallback_nodes")
+	batchMax := integer("batch_max")
 	batchAge := str("batch_max_age")
 	hide := boolean("hide_client_headers")
-	style := o.Enum("header_style", strDefault(d["header_style"]), rules.HeaderStyleNames[:rules.NoHeaders]...)
-	status := o.Int("error_code", 429, 400, 599)
-	message := o.String("error_message", rules.DefaultMessage)
-	if strict {
-		o.Done()
-	}
-	if len(errs.List) > 0 {
-		return s, errs // the rules would repeat these errors
-	}
+	style := str("header_style")
+	status := integer("error_code")
+	message := str("error_message")
 
-	if policy == "redis" {
+	if str("policy") == "redis" {
+		addrs, _ := v["redis_addrs"].([]string)
 		if len(addrs) == 0 {
-			if host == "" {
-				o.Fail("redis_host", "cannot be empty with policy redis and no redis_addrs")
-			}
-			addrs = []string{host + ":" + strconv.FormatInt(port, 10)}
+			addrs = []string{net.JoinHostPort(strings.Trim(str("redis_host"), "[]"), strconv.FormatInt(integer("redis_port"), 10))}
 		}
-		for _, a := range addrs {
-			if !strings.Contains(a, ":") || strings.HasPrefix(a, ":") || strings.HasSuffix(a, ":") {
-				o.Fail("redis_addrs", "each address must be host:port, got "+strconv.Quote(a))
+		for i, a := range addrs {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				addrs[i] = net.JoinHostPort(strings.Trim(a, "[]"), "6379")
 			}
 		}
 		if rc.MasterName != "" && rc.Cluster {
-			o.Fail("redis_cluster", "cannot be combined with redis_sentinel_master")
-		}
-		if rc.Prefix == "" {
-			o.Fail("redis_prefix", "cannot be empty: keys need a prefix")
+			s.warn("redis_cluster", "is ignored: redis_sentinel_master is set, so redis_addrs are Sentinels")
+			rc.Cluster = false
 		}
 		rc.Addrs = strings.Join(addrs, ",")
 		s.Redis = &rc
-	}
-	if batchMax > 0 && s.Redis == nil {
-		o.Fail("batch_max", "applies only with policy redis: a local limit already decides in this process")
-	}
-	if failClosed && nodes > 0 {
-		o.Fail("fallback_nodes", "cannot be combined with fail_closed: while Redis is down, either refuse (fail_closed) or limit locally (fallback_nodes)")
 	}
 
 	// The rules, each decoded by shared/rules from a conf tree, so that the plugin validates
@@ -176,8 +192,11 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 		set(rules.Amount, conf.Number(strconv.FormatInt(limit, 10)), lf)
 		set(rules.Window, window, wf)
 		set(rules.Warmup, warmup, "warmup")
-		if burst > 0 && name == "main" {
-			set(rules.Burst, conf.Number(strconv.FormatInt(burst, 10)), "burst")
+		if p, ok := kind.Param(rules.Burst); ok {
+			names["limit."+p.Name] = "burst" // its default (the rate) too
+			if burst > 0 && name == "main" {
+				set(rules.Burst, conf.Number(strconv.FormatInt(burst, 10)), "burst")
+			}
 		}
 		r := &conf.Object{}
 		// The algorithm is part of the name, hence of the keys: switching algorithms must not
@@ -221,25 +240,13 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 		return r, names
 	}
 	add := func(r *conf.Object, names map[string]string) {
-		rerrs := &conf.Errors{}
-		rule := rules.DecodeRule(conf.Read(r, rerrs))
-		for _, e := range rerrs.List {
-			f, ok := names[e.Path]
-			if !ok {
-				f = e.Path // not expected: every field the rules read is named above
-			}
-			errs.Add(f, e.Reason)
-		}
-		s.Rules = append(s.Rules, rule)
+		s.Rules = append(s.Rules, s.decodeRule(r, names, errs))
 	}
 
 	main, names := base("main", window, limit)
 	var dim string
 	switch by {
 	case "header":
-		if headerName == "" {
-			o.Fail("header_name", "is required when limit_by is header")
-		}
 		dim = "header:" + headerName
 		names["by[0]"] = "header_name"
 	case "credential":
@@ -249,19 +256,12 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 	default:
 		dim = by
 	}
-	if by != "header" && headerName != "" && strict {
-		o.Fail("header_name", "applies only when limit_by is header")
-	}
 	main.Set("by", []conf.Value{dim})
-	if path != "" {
-		if by != "path" {
-			o.Fail("path", "applies only when limit_by is path")
-		} else {
-			m := &conf.Object{}
-			m.Set("paths", []conf.Value{path})
-			main.Set("match", m)
-			names["match.paths"], names["match.paths[0]"] = "path", "path"
-		}
+	if path != "" { // set only with limit_by path: ignored above otherwise
+		m := &conf.Object{}
+		m.Set("paths", []conf.Value{path})
+		main.Set("match", m)
+		names["match.paths"], names["match.paths[0]"] = "path", "path"
 	}
 	add(main, names)
 	for _, e := range extras {
@@ -309,21 +309,241 @@ func (n *needs) add(by []string) {
 	}
 }
 
-// fieldDefaults returns every field's default as the dump states it.
-func fieldDefaults() map[string]any {
-	d := map[string]any{}
-	for _, f := range resolvedFields() {
-		d[f.Name] = f.Default
+// decodeRule decodes one rule of the instance with shared/rules, and adapts what Kong's schema
+// cannot refuse so that the rule limits, with a warning naming the field: a burst or warm-up
+// beyond what the algorithm holds at this rate (a bound on a product of fields) is lowered to
+// the most it holds; a batch the rule cannot take is dropped (decided per request, exactly); a
+// limit that cannot be shared among fallback_nodes makes the rule refuse while Redis is down.
+// Other errors are recorded on errs under the flat field names.
+func (s *settings) decodeRule(r *conf.Object, names map[string]string, errs *conf.Errors) *rules.Rule {
+	lim, _ := r.Get("limit")
+	for {
+		rerrs := &conf.Errors{}
+		rule := rules.DecodeRule(conf.Read(r, rerrs))
+		if len(rerrs.List) == 0 {
+			return rule
+		}
+		e := rerrs.List[0]
+		name, _ := r.Get("name")
+		switch {
+		case e.Path == "batch" || strings.HasPrefix(e.Path, "batch."):
+			s.warn("batch_max", fmt.Sprintf("is ignored for the rule %s, which decides every request in Redis: %s", name, e.Reason))
+			del(r, "batch")
+			continue
+		case e.Path == "nodes":
+			s.warn("fallback_nodes", fmt.Sprintf("is ignored for the rule %s, which refuses requests while Redis is down (as fail_closed): %s", name, e.Reason))
+			r.Set("on_error", "closed")
+			del(r, "nodes")
+			continue
+		case names[e.Path] == "burst" || names[e.Path] == "warmup":
+			if lowered(lim.(*conf.Object), strings.TrimPrefix(e.Path, "limit."), r) {
+				v, _ := lim.(*conf.Object).Get(strings.TrimPrefix(e.Path, "limit."))
+				s.warn(names[e.Path], fmt.Sprintf("is lowered to %v for the rule %s: %s", v, name, e.Reason))
+				continue
+			}
+		}
+		for _, e := range rerrs.List {
+			f, ok := names[e.Path]
+			if !ok {
+				f = e.Path // not expected: every field the rules read is named above
+			}
+			errs.Add(f, e.Reason)
+		}
+		return rule
 	}
-	return d
 }
 
-func strDefault(v any) string {
-	s, _ := v.(string)
-	return s
+// lowered sets the count or duration parameter param of lim to the largest value below its
+// present one with which the rule r decodes, and reports whether there is one.
+func lowered(lim *conf.Object, param string, r *conf.Object) bool {
+	cur, _ := lim.Get(param)
+	var hi int64
+	var format func(int64) conf.Value
+	switch c := cur.(type) {
+	case conf.Number:
+		hi, _ = strconv.ParseInt(string(c), 10, 64)
+		format = func(n int64) conf.Value { return conf.Number(strconv.FormatInt(n, 10)) }
+	case string:
+		hi, _ = conf.ParseDuration(c)
+		format = func(n int64) conf.Value { return conf.FormatDuration(n) }
+	default:
+		return false
+	}
+	ok := func(n int64) bool {
+		lim.Set(param, format(n))
+		errs := &conf.Errors{}
+		rules.DecodeRule(conf.Read(r, errs))
+		for _, e := range errs.List {
+			if e.Path == "limit."+param {
+				return false
+			}
+		}
+		return true
+	}
+	lo := int64(0) // a leaky bucket's burst may be 0; a token bucket's, or a warm-up, not
+	if !ok(lo) {
+		if lo = 1; !ok(lo) {
+			lim.Set(param, cur)
+			return false
+		}
+	}
+	for hi-lo > 1 { // ok(lo), not ok(hi)
+		mid := lo + (hi-lo)/2
+		if ok(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	lim.Set(param, format(lo))
+	return true
 }
 
-func intDefault(v any) int64 {
-	n, _ := v.(int64)
-	return n
+func del(o *conf.Object, key string) {
+	if i := slices.Index(o.Keys, key); i >= 0 {
+		o.Keys = slices.Delete(o.Keys, i, i+1)
+		o.Vals = slices.Delete(o.Vals, i, i+1)
+	}
+}
+
+// isDefault reports whether x, a value of f, is unset or its default.
+func isDefault(f field, x any) bool {
+	if l, ok := x.([]string); ok {
+		return len(l) == 0
+	}
+	return x == nil || equal(f.Default, x)
+}
+
+// warn records, that the config was taken otherwise than written.
+func (s *settings) warn(field, reason string) {
+	s.Warnings = append(s.Warnings, field+": "+reason)
+}
+
+// readField reads one field as Kong validates it: its type, between, one_of, len_min (1 for a
+// string unless Empty), match_any and match_none; an absent or null field is its default. It
+// returns int64, string, bool or []string, or nil for an unset optional field.
+func readField(o *conf.Obj, doc conf.Value, f field) any {
+	var raw conf.Value
+	if d, ok := doc.(*conf.Object); ok {
+		raw, _ = d.Get(f.Name)
+	}
+	if raw == nil {
+		o.String(f.Name, "") // marks a null as read, for strict decoding
+		if f.Type == "array" {
+			return []string(nil) // every array defaults to empty
+		}
+		return f.Default
+	}
+	switch f.Type {
+	case "integer":
+		min, max := int64(math.MinInt64), int64(math.MaxInt64)
+		if f.Min != nil {
+			min, max = *f.Min, *f.Max
+		}
+		return o.Int(f.Name, 0, min, max)
+	case "boolean":
+		return o.Bool(f.Name, false)
+	case "array":
+		l := o.Strings(f.Name)
+		for i, e := range l {
+			if reason := checkString(f, e); reason != "" {
+				o.Fail(f.Name+"["+strconv.Itoa(i)+"]", reason)
+			}
+		}
+		return l
+	}
+	v := o.String(f.Name, "")
+	if reason := checkString(f, v); reason != "" {
+		o.Fail(f.Name, reason)
+	}
+	return v
+}
+
+// checkString returns why s is not a value of f, or "".
+func checkString(f field, s string) string {
+	switch {
+	case s == "" && !f.Empty:
+		return "cannot be empty (length must be at least 1)"
+	case s == "":
+		return ""
+	case f.OneOf != nil && !slices.Contains(f.OneOf, s):
+		return "must be one of " + strings.Join(f.OneOf, ", ") + ", got " + strconv.Quote(s)
+	}
+	for _, n := range f.None {
+		if luaMatch(n.Pattern, s) {
+			return n.Err + ", got " + strconv.Quote(s)
+		}
+	}
+	if f.Match != nil && !slices.ContainsFunc(f.Match.Patterns, func(p string) bool { return luaMatch(p, s) }) {
+		return f.Match.Err + ", got " + strconv.Quote(s)
+	}
+	return ""
+}
+
+var luaPatterns sync.Map // Lua pattern → *regexp.Regexp
+
+// luaMatch reports whether s matches the Lua pattern p (a pattern that does not translate
+// matches nothing: TestPatterns checks that every pattern of the schema does).
+func luaMatch(p, s string) bool {
+	re, ok := luaPatterns.Load(p)
+	if !ok {
+		r, err := luaRegexp(p)
+		if err != nil {
+			return false
+		}
+		re, _ = luaPatterns.LoadOrStore(p, r)
+	}
+	return re.(*regexp.Regexp).MatchString(s)
+}
+
+// applies reports whether f applies given the values v: its condition holds, and the field
+// of the condition applies itself.
+func applies(byName map[string]field, f field, v map[string]any) bool {
+	for c := f.Applies; c != nil; c = byName[c.Field].Applies {
+		if !c.holds(v[c.Field]) {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *cond) holds(x any) bool {
+	return slices.ContainsFunc(c.OneOf, func(w any) bool { return equal(w, x) })
+}
+
+// equal compares a value of the schema (int, int64, string, bool) with a decoded one.
+func equal(w, x any) bool {
+	if i, ok := w.(int); ok {
+		w = int64(i)
+	}
+	return w == x
+}
+
+func (c *cond) String() string {
+	var vs []string
+	for _, x := range c.OneOf {
+		vs = append(vs, fmt.Sprint(x))
+	}
+	return c.Field + " is " + strings.Join(vs, " or ")
+}
+
+// fails returns why the values v fail the check, or "".
+func (c check) fails(v map[string]any) string {
+	if !c.If.holds(v[c.If.Field]) {
+		return ""
+	}
+	x := v[c.Then]
+	switch {
+	case x == nil && c.Required:
+		return "is required when " + c.If.String()
+	case x == nil:
+		return ""
+	case c.Eq != nil && !equal(c.Eq, x):
+		return fmt.Sprintf("must be %v when %s, got %v", c.Eq, c.If.String(), x)
+	case c.Between != nil:
+		if n, _ := x.(int64); n < c.Between[0] || n > c.Between[1] {
+			return fmt.Sprintf("must be between %d and %d when %s, got %d", c.Between[0], c.Between[1], c.If.String(), n)
+		}
+	}
+	return ""
 }

@@ -11,7 +11,8 @@ import (
 )
 
 // field is one config field as Kong's schema describes it. Zero values mean "take it from the
-// rule schema" (when From is set) or "none".
+// rule schema" (when From is set) or "none". Every constraint here is one Kong checks at its
+// Admin API (see kongField) and the decoder checks the same way (see readField).
 type field struct {
 	Name     string
 	Type     string // string, integer, boolean, array (of strings)
@@ -19,7 +20,35 @@ type field struct {
 	Default  any    // nil: no default (optional field, absent unless set)
 	OneOf    []string
 	Min, Max *int64
-	Desc     string
+	Empty    bool      // a string that may be "" (Kong refuses an empty string unless len_min is 0)
+	Match    *matchAny // a string (or an array's strings) must match one of these Lua patterns
+	None     []matchNot
+	// Applies, when set, is when the field means something; otherwise a value other than its
+	// default is ignored with a warning (Kong merges partial updates, and Konga cannot clear a
+	// field, so leftovers are common): never an error.
+	Applies *cond
+	// Secret fields as Kong's own Redis settings mark them: encrypted in Kong's database (with
+	// keyring encryption on), and referenceable, so a vault reference such as
+	// {vault://env/redis-password} stands for the value (Kong resolves it before the plugin
+	// sees the config).
+	Encrypted, Referenceable bool
+	Desc                     string
+}
+
+// cond is a condition on a field's value, as a conditional entity check's if_match states it
+// (one_of, or eq for a single value).
+type cond struct {
+	Field string
+	OneOf []any
+}
+
+// check is one of Kong's conditional entity checks: when If holds, Then must satisfy the rest.
+type check struct {
+	If       cond
+	Then     string
+	Required bool
+	Eq       any
+	Between  *[2]int64
 }
 
 func bounds(min, max int64) (*int64, *int64) { return &min, &max }
@@ -54,13 +83,15 @@ func fieldTable() []field {
 	dbMin, dbMax := bounds(0, 1<<31-1)
 	toMin, toMax := bounds(1, 60000)
 	nodesMin, nodesMax := bounds(0, 10000)
-	batchMin, batchMax := bounds(0, 1_000_000)
+	batchMin, batchMax := bounds(0, rules.MaxBatch)
+	redis := &cond{"policy", []any{"redis"}}
+	tls := &cond{"redis_ssl", []any{true}}
 	fs := []field{
 		{Name: "limit_by", Type: "string", Default: "ip", OneOf: limitBy,
 			Desc: "What the main limit counts by: ip (the client IP as Kong resolves it), consumer, credential, header (the header header_name), path (the URL path), service, or global. A request without that value (no consumer, no header) is not limited by the main limit; it never falls back to the IP."},
-		{Name: "header_name", Type: "string",
+		{Name: "header_name", Type: "string", Match: headerMatch, Applies: &cond{"limit_by", []any{"header"}},
 			Desc: "The request header the main limit counts by when limit_by is header, e.g. X-Api-Key."},
-		{Name: "path", Type: "string",
+		{Name: "path", Type: "string", Match: pathMatch, None: pathNone, Applies: &cond{"limit_by", []any{"path"}},
 			Desc: "With limit_by path: the path pattern the main limit applies to (/login exactly, * one segment, a final ** any rest), counted per path. Empty: every path, each counted on its own."},
 		{Name: "escaped_slashes", Type: "string", Default: "decode", OneOf: rules.EscapedSlashesNames[:],
 			Desc: "What %2F, %5C and a backslash in a request's path are to the limits: decode (they separate segments, as upstreams that decode before routing read them; the safe default), keep (part of their segment) or reject (answer 400). Paths are also merged, dot segments resolved and unreserved escapes decoded, so /api//login counts as /api/login."},
@@ -68,65 +99,65 @@ func fieldTable() []field {
 			Desc: "The algorithm of every limit of this instance: sliding_window (limit per sliding window), fixed_window, sliding_log (exact, limit at most 10000), token_bucket and leaky_bucket (rate limit per window), warm_up, or concurrency (limit requests in flight)."},
 		{Name: "limit", Type: "integer", From: "limit.schema.json#/properties/limit", Default: int64(60), Min: limMin, Max: limMax,
 			Desc: "The main limit: requests admitted per window (token_bucket, leaky_bucket, warm_up: the rate per window; concurrency: requests in flight)."},
-		{Name: "window", Type: "string", From: "limit.schema.json#/properties/window", Default: "1m",
+		{Name: "window", Type: "string", From: "limit.schema.json#/properties/window", Default: "1m", Match: windowMatch,
 			Desc: "The window of the main limit (the period of a rate), a duration such as 1s, 1m, 1h or 1d; for concurrency, how long a slot stays taken if its request's end is never seen."},
-		{Name: "burst", Type: "integer", From: "limit.schema.json#/properties/burst", Default: int64(0), Min: zeroMin, Max: zeroMax,
+		{Name: "burst", Type: "integer", From: "limit.schema.json#/properties/burst", Default: int64(0), Min: zeroMin, Max: zeroMax, Applies: usedBy(rules.Burst),
 			Desc: "token_bucket: the bucket size (0: the limit); leaky_bucket: excess requests admitted beyond the rate, as nginx's burst. Ignored by the other algorithms."},
-		{Name: "warmup", Type: "string", From: "limit.schema.json#/properties/warmup", Default: "10s",
+		{Name: "warmup", Type: "string", From: "limit.schema.json#/properties/warmup", Default: "10s", Match: windowMatch, Applies: usedBy(rules.Warmup),
 			Desc: "warm_up: how long a cold limiter takes to reach its full rate, a duration such as 10s. Ignored by the other algorithms."},
 	}
 	for _, g := range groups {
 		fs = append(fs,
 			field{Name: g.Name + "_limit", Type: "integer", Default: int64(0), Min: zeroMin, Max: zeroMax,
 				Desc: "An extra limit by " + g.Doc + ", with the same algorithm; 0 turns it off. A request must pass every limit."},
-			field{Name: g.Name + "_window", Type: "string", From: "limit.schema.json#/properties/window", Default: "1m",
+			field{Name: g.Name + "_window", Type: "string", From: "limit.schema.json#/properties/window", Default: "1m", Match: windowMatch,
 				Desc: "The window of " + g.Name + "_limit, a duration such as 1s, 1m or 1h."},
 		)
 		if g.Name == "device" {
-			fs = append(fs, field{Name: "device_header", Type: "string", Default: "X-Device-Id",
+			fs = append(fs, field{Name: "device_header", Type: "string", Default: "X-Device-Id", Match: headerMatch,
 				Desc: "The request header that carries the device id, for device_limit."})
 		}
 	}
 	fs = append(fs,
 		field{Name: "shadow", Type: "boolean", Default: false,
 			Desc: "Shadow mode: never refuse a request, only log and count what would have been refused. Use it to try a limit on live traffic."},
-		field{Name: "ban", Type: "string", From: "#/properties/ban", Default: "0s",
+		field{Name: "ban", Type: "string", From: "#/properties/ban", Default: "0s", Match: spanMatch,
 			Desc: "After a refusal, refuse everything from the same identity for this long, a duration such as 10m; 0s is no ban."},
 		field{Name: "policy", Type: "string", Default: "local", OneOf: []string{"local", "redis"},
 			Desc: "Where the counts live: local (in this Kong node, shared by its workers) or redis (shared by every node, decided atomically by Lua scripts in Redis)."},
-		field{Name: "redis_host", Type: "string", Default: "127.0.0.1",
+		field{Name: "redis_host", Type: "string", Default: "127.0.0.1", Match: hostMatch, Applies: redis,
 			Desc: "policy redis: the Redis host, used when redis_addrs is empty."},
-		field{Name: "redis_port", Type: "integer", Default: int64(6379), Min: portMin, Max: portMax,
+		field{Name: "redis_port", Type: "integer", Default: int64(6379), Min: portMin, Max: portMax, Applies: redis,
 			Desc: "policy redis: the Redis port, used with redis_host."},
-		field{Name: "redis_addrs", Type: "array", Default: []any{},
-			Desc: "policy redis: host:port addresses; several are a Redis Cluster, or the Sentinels when redis_sentinel_master is set. Empty: redis_host and redis_port."},
-		field{Name: "redis_sentinel_master", Type: "string",
+		field{Name: "redis_addrs", Type: "array", Default: []any{}, Match: addrMatch, Applies: redis,
+			Desc: "policy redis: host:port addresses (port 6379 if none); several are a Redis Cluster, or the Sentinels when redis_sentinel_master is set. Empty: redis_host and redis_port."},
+		field{Name: "redis_sentinel_master", Type: "string", Applies: redis,
 			Desc: "policy redis: the Sentinel master name; redis_addrs then lists the Sentinels."},
-		field{Name: "redis_cluster", Type: "boolean", Default: false,
+		field{Name: "redis_cluster", Type: "boolean", Default: false, Applies: redis,
 			Desc: "policy redis: the address is a Redis Cluster even if it is only one (a configuration endpoint)."},
-		field{Name: "redis_username", Type: "string",
+		field{Name: "redis_username", Type: "string", Referenceable: true, Applies: redis,
 			Desc: "policy redis: the ACL user name, if Redis needs one."},
-		field{Name: "redis_password", Type: "string",
-			Desc: "policy redis: the password, if Redis needs one."},
-		field{Name: "redis_database", Type: "integer", Default: int64(0), Min: dbMin, Max: dbMax,
+		field{Name: "redis_password", Type: "string", Empty: true, Encrypted: true, Referenceable: true, Applies: redis,
+			Desc: "policy redis: the password, if Redis needs one. Encrypted in Kong's database (with keyring encryption); a vault reference such as {vault://env/redis-password} works."},
+		field{Name: "redis_database", Type: "integer", Default: int64(0), Min: dbMin, Max: dbMax, Applies: redis,
 			Desc: "policy redis: the database number (not with a Redis Cluster)."},
-		field{Name: "redis_ssl", Type: "boolean", Default: false,
+		field{Name: "redis_ssl", Type: "boolean", Default: false, Applies: redis,
 			Desc: "policy redis: connect with TLS."},
-		field{Name: "redis_ssl_skip_verify", Type: "boolean", Default: false,
+		field{Name: "redis_ssl_skip_verify", Type: "boolean", Default: false, Applies: tls,
 			Desc: "policy redis with TLS: do not verify the server's certificate (tests only)."},
-		field{Name: "redis_server_name", Type: "string",
+		field{Name: "redis_server_name", Type: "string", Match: hostMatch, Applies: tls,
 			Desc: "policy redis with TLS: the name to verify the certificate against, if not the host."},
-		field{Name: "redis_timeout", Type: "integer", Default: int64(50), Min: toMin, Max: toMax,
+		field{Name: "redis_timeout", Type: "integer", Default: int64(50), Min: toMin, Max: toMax, Applies: redis,
 			Desc: "policy redis: the longest a decision waits for Redis, in milliseconds. After a few failures Redis is left alone for a while, so an outage adds no latency."},
-		field{Name: "redis_prefix", Type: "string", Default: "diana:",
+		field{Name: "redis_prefix", Type: "string", Default: "diana:", Applies: redis,
 			Desc: "policy redis: the prefix of every key Diana writes in Redis."},
-		field{Name: "fail_closed", Type: "boolean", Default: false,
+		field{Name: "fail_closed", Type: "boolean", Default: false, Applies: redis,
 			Desc: "policy redis, when Redis cannot decide (down, slow, failing): refuse requests. Default (off): let them through, as Kong's fault_tolerant does."},
-		field{Name: "fallback_nodes", Type: "integer", From: "#/properties/nodes", Default: int64(0), Min: nodesMin, Max: nodesMax,
+		field{Name: "fallback_nodes", Type: "integer", From: "#/properties/nodes", Default: int64(0), Min: nodesMin, Max: nodesMax, Applies: redis,
 			Desc: "policy redis, when Redis cannot decide: if above 0, each node limits on its own with every limit divided by this number (the Kong nodes sharing the limit). 0: follow fail_closed."},
-		field{Name: "batch_max", Type: "integer", Default: int64(0), Min: batchMin, Max: batchMax,
+		field{Name: "batch_max", Type: "integer", Default: int64(0), Min: batchMin, Max: batchMax, Applies: redis,
 			Desc: "policy redis, batched mode: if above 0, each Kong node takes units from Redis in pre-debited batches of up to this many and spends them on its own: one Redis call per batch, never over the limit. 0: one call per request."},
-		field{Name: "batch_max_age", Type: "string", From: "#/properties/batch/properties/max_age", Default: "0s",
+		field{Name: "batch_max_age", Type: "string", From: "#/properties/batch/properties/max_age", Default: "0s", Match: spanMatch, Applies: redis,
 			Desc: "policy redis with batch_max: how long a node may hold batched units before they expire unspent, e.g. 200ms. 0s: the algorithm's default."},
 		field{Name: "hide_client_headers", Type: "boolean", Default: false,
 			Desc: "Do not send the RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset and Retry-After headers."},
@@ -138,4 +169,65 @@ func fieldTable() []field {
 			Desc: "The message of a refusal, sent as the JSON body {\"message\": MESSAGE, \"retry_after\": SECONDS}."},
 	)
 	return fs
+}
+
+// usedBy is the condition that the algorithm has a parameter of the role.
+func usedBy(role rules.Role) *cond {
+	c := &cond{Field: "algorithm"}
+	for _, name := range rules.Algorithms() {
+		if k, _ := rules.Algorithm(name); hasRole(k, role) {
+			c.OneOf = append(c.OneOf, name)
+		}
+	}
+	return c
+}
+
+func hasRole(k rules.AlgorithmKind, role rules.Role) bool {
+	_, ok := k.Param(role)
+	return ok
+}
+
+// roleFields are the count fields that set a parameter of the algorithm by its role.
+func roleFields() map[string]rules.Role {
+	m := map[string]rules.Role{"limit": rules.Amount, "burst": rules.Burst}
+	for _, g := range groups {
+		m[g.Name+"_limit"] = rules.Amount
+	}
+	return m
+}
+
+// checks are the entity checks of the schema: Kong runs them at its Admin API and decode runs
+// the same. Besides the two written here, one per count field and set of algorithms whose
+// parameter of that role has narrower bounds than the field (sliding_log and concurrency keep
+// an entry per unit: at most 10000), derived from the algorithms' registry.
+func checks(fs []field) []check {
+	cs := []check{
+		{If: cond{"limit_by", []any{"header"}}, Then: "header_name", Required: true},
+		{If: cond{"fail_closed", []any{true}}, Then: "fallback_nodes", Eq: int64(0)},
+	}
+	roles := roleFields()
+	for _, f := range fs {
+		role, ok := roles[f.Name]
+		if !ok || f.Min == nil || f.Max == nil {
+			continue
+		}
+		byBounds := map[[2]int64][]any{}
+		var order [][2]int64
+		for _, name := range rules.Algorithms() {
+			k, _ := rules.Algorithm(name)
+			p, ok := k.Param(role)
+			if !ok || p.Max >= *f.Max {
+				continue
+			}
+			b := [2]int64{*f.Min, p.Max}
+			if byBounds[b] == nil {
+				order = append(order, b)
+			}
+			byBounds[b] = append(byBounds[b], name)
+		}
+		for _, b := range order {
+			cs = append(cs, check{If: cond{"algorithm", byBounds[b]}, Then: f.Name, Between: &b})
+		}
+	}
+	return cs
 }

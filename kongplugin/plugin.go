@@ -65,6 +65,9 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		report(id, err)
 		return nil
 	}
+	for _, w := range s.Warnings {
+		warnOnce(s.PluginID, w)
+	}
 	c.s = s
 	return nil
 }
@@ -103,6 +106,16 @@ func report(pluginID string, err error) {
 		return
 	}
 	log.Printf("diana: plugin %s: invalid config, requests pass unlimited until it is fixed:\n%s", pluginID, msg)
+}
+
+// warnOnce logs, once per plugin and message, where a valid config is taken otherwise than
+// written (a field that does not apply, ignored; a value lowered to what the algorithm holds).
+// Kong writes the plugin server's standard error to its error log.
+func warnOnce(pluginID, msg string) {
+	if _, dup := reported.LoadOrStore(pluginID+"\x00"+msg, true); dup {
+		return
+	}
+	log.Printf("diana: plugin %s: warning: %s", pluginID, msg)
 }
 
 // recovered logs a panic of an event handler: go-pdk has no recover, and a panic would kill

@@ -49,36 +49,50 @@ func TestDecodeErrors(t *testing.T) {
 		name string
 		cfg  map[string]any
 		want string // "" valid; else a substring of the error, which starts with the field
+		warn string // valid, with a warning starting with this (the field)
 	}{
-		{"defaults", map[string]any{}, ""},
-		{"kong keys", map[string]any{"route_id": nil, "service_id": "s1", "consumer_id": nil, "__seq__": 3, "__key__": "k", "__ws_id": "w", "plugin_instance_name": "p"}, ""},
-		{"every group", map[string]any{"ip_limit": 5, "consumer_limit": 5, "device_limit": 5, "path_limit": 5, "global_limit": 5}, ""},
-		{"token bucket burst", map[string]any{"algorithm": "token_bucket", "limit": 10, "window": "1s", "burst": 20}, ""},
-		{"warm up", map[string]any{"algorithm": "warm_up", "limit": 10, "window": "1s", "warmup": "10s"}, ""},
-		{"concurrency", map[string]any{"algorithm": "concurrency", "limit": 10}, ""},
-		{"redis", map[string]any{"policy": "redis", "redis_addrs": []string{"a:1", "b:2"}, "fallback_nodes": 3}, ""},
-		{"leased", map[string]any{"policy": "redis", "batch_max": 50, "batch_max_age": "200ms", "ip_limit": 5}, ""},
-		{"leased token bucket", map[string]any{"policy": "redis", "algorithm": "token_bucket", "limit": 100, "window": "1s", "batch_max": 20}, ""},
-		{"leased without redis", map[string]any{"batch_max": 50}, "batch_max: applies only with policy redis"},
-		{"leased concurrency", map[string]any{"policy": "redis", "algorithm": "concurrency", "batch_max": 5}, "batch_max: concurrency cannot be batched"},
-		{"leased bucket age too long", map[string]any{"policy": "redis", "algorithm": "token_bucket", "limit": 10, "window": "1s", "batch_max": 5, "batch_max_age": "5s"}, "batch_max_age: "},
-		{"bad algorithm", map[string]any{"algorithm": "nope"}, "algorithm: must be one of"},
-		{"bad window", map[string]any{"window": "60"}, "window: "},
-		{"zero window", map[string]any{"ip_limit": 1, "ip_window": "0s"}, "ip_window: "},
-		{"bad limit", map[string]any{"limit": 0}, "limit: "},
-		{"sliding log too big", map[string]any{"algorithm": "sliding_log", "limit": 20000}, "limit: "},
-		{"bad ban", map[string]any{"ban": "5"}, "ban: "},
-		{"bad limit_by", map[string]any{"limit_by": "cookie"}, "limit_by: "},
-		{"header without name", map[string]any{"limit_by": "header"}, "header_name: is required"},
-		{"bad header name", map[string]any{"limit_by": "header", "header_name": "X Bad"}, "header_name: "},
-		{"bad path", map[string]any{"limit_by": "path", "path": "api/**"}, "path: "},
-		{"path without limit_by path", map[string]any{"path": "/x"}, "path: applies only"},
-		{"bad device header", map[string]any{"device_limit": 3, "device_header": "a b"}, "device_header: "},
-		{"bad code", map[string]any{"error_code": 200}, "error_code: "},
-		{"closed and local", map[string]any{"policy": "redis", "fail_closed": true, "fallback_nodes": 2}, "fallback_nodes: cannot be combined"},
-		{"bad redis address", map[string]any{"policy": "redis", "redis_addrs": []string{"nohost"}}, "redis_addrs: "},
-		{"wrong type", map[string]any{"shadow": "yes"}, "shadow: "},
-		{"not JSON object", nil, "must be an object"},
+		{"defaults", map[string]any{}, "", ""},
+		{"kong keys", map[string]any{"route_id": nil, "service_id": "s1", "consumer_id": nil, "__seq__": 3, "__key__": "k", "__ws_id": "w", "plugin_instance_name": "p"}, "", ""},
+		{"every group", map[string]any{"ip_limit": 5, "consumer_limit": 5, "device_limit": 5, "path_limit": 5, "global_limit": 5}, "", ""},
+		{"token bucket burst", map[string]any{"algorithm": "token_bucket", "limit": 10, "window": "1s", "burst": 20}, "", ""},
+		{"warm up", map[string]any{"algorithm": "warm_up", "limit": 10, "window": "1s", "warmup": "10s"}, "", ""},
+		{"concurrency", map[string]any{"algorithm": "concurrency", "limit": 10}, "", ""},
+		{"redis", map[string]any{"policy": "redis", "redis_addrs": []string{"a:1", "b:2"}, "fallback_nodes": 3}, "", ""},
+		{"leased", map[string]any{"policy": "redis", "batch_max": 50, "batch_max_age": "200ms", "ip_limit": 5}, "", ""},
+		{"leased token bucket", map[string]any{"policy": "redis", "algorithm": "token_bucket", "limit": 100, "window": "1s", "batch_max": 20}, "", ""},
+		{"leased without redis", map[string]any{"batch_max": 50}, "", "batch_max: is ignored: it applies only when policy is redis"},
+		{"leased concurrency", map[string]any{"policy": "redis", "algorithm": "concurrency", "batch_max": 5}, "", "batch_max: is ignored for the rule diana.main.concurrency, which decides every request in Redis: concurrency cannot be batched"},
+		{"leased bucket age too long", map[string]any{"policy": "redis", "algorithm": "token_bucket", "limit": 10, "window": "1s", "batch_max": 5, "batch_max_age": "5s"}, "", "batch_max: is ignored for the rule"},
+		{"bucket refilling for ever", map[string]any{"algorithm": "token_bucket", "limit": 1, "window": "1d", "burst": 10000}, "", "burst: is lowered to 3650 for the rule diana.main.token_bucket"},
+		{"warm-up storing too much", map[string]any{"algorithm": "warm_up", "limit": 1000000000000000, "window": "1s", "warmup": "9y"}, "", "warmup: is lowered to 1s for the rule"},
+		{"fallback share too long", map[string]any{"policy": "redis", "algorithm": "token_bucket", "limit": 1, "window": "9y", "fallback_nodes": 2}, "", "fallback_nodes: is ignored for the rule"},
+		{"sentinel and cluster", map[string]any{"policy": "redis", "redis_addrs": []string{"s1:26379"}, "redis_sentinel_master": "m", "redis_cluster": true}, "", "redis_cluster: is ignored"},
+		{"redis fields with policy local", map[string]any{"redis_host": "redis.example"}, "", "redis_host: is ignored: it applies only when policy is redis"},
+		{"address without a port", map[string]any{"policy": "redis", "redis_addrs": []string{"redis.example", "[::1]"}}, "", ""},
+		{"compound window", map[string]any{"window": "1m30s"}, "window: must be a duration above 0: a whole number and one unit", ""},
+		{"month window", map[string]any{"window": "1M"}, "window: must be a duration above 0", ""},
+		{"fraction window", map[string]any{"window": "1.5s"}, "window: must be a duration above 0", ""},
+		{"window beyond 10 years", map[string]any{"window": "3651d"}, "window: must be a duration above 0", ""},
+		{"empty header name", map[string]any{"limit_by": "header", "header_name": ""}, "header_name: cannot be empty", ""},
+		{"bad algorithm", map[string]any{"algorithm": "nope"}, "algorithm: must be one of", ""},
+		{"bad window", map[string]any{"window": "60"}, "window: ", ""},
+		{"zero window", map[string]any{"ip_limit": 1, "ip_window": "0s"}, "ip_window: ", ""},
+		{"bad limit", map[string]any{"limit": 0}, "limit: ", ""},
+		{"sliding log too big", map[string]any{"algorithm": "sliding_log", "limit": 20000}, "limit: must be between 1 and 10000 when algorithm is concurrency or sliding_log", ""},
+		{"sliding log group too big", map[string]any{"algorithm": "sliding_log", "ip_limit": 20000}, "ip_limit: must be between 0 and 10000 when algorithm is concurrency or sliding_log", ""},
+		{"bad ban", map[string]any{"ban": "5"}, "ban: ", ""},
+		{"bad limit_by", map[string]any{"limit_by": "cookie"}, "limit_by: ", ""},
+		{"header without name", map[string]any{"limit_by": "header"}, "header_name: is required", ""},
+		{"bad header name", map[string]any{"limit_by": "header", "header_name": "X Bad"}, "header_name: ", ""},
+		{"bad path", map[string]any{"limit_by": "path", "path": "api/**"}, "path: ", ""},
+		{"path without limit_by path", map[string]any{"path": "/x"}, "", "path: is ignored: it applies only when limit_by is path"},
+		{"header name without limit_by header", map[string]any{"header_name": "X-A"}, "", "header_name: is ignored"},
+		{"bad device header", map[string]any{"device_limit": 3, "device_header": "a b"}, "device_header: ", ""},
+		{"bad code", map[string]any{"error_code": 200}, "error_code: ", ""},
+		{"closed and local", map[string]any{"policy": "redis", "fail_closed": true, "fallback_nodes": 2}, "fallback_nodes: must be 0 when fail_closed is true", ""},
+		{"bad redis address", map[string]any{"policy": "redis", "redis_addrs": []string{"a:1", "host:65536"}}, "redis_addrs[1]: must be host:port", ""},
+		{"wrong type", map[string]any{"shadow": "yes"}, "shadow: ", ""},
+		{"not JSON object", nil, "must be an object", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b []byte
@@ -87,7 +101,7 @@ func TestDecodeErrors(t *testing.T) {
 			} else {
 				b, _ = json.Marshal(tc.cfg)
 			}
-			_, err := parse(b, false)
+			s, err := parse(b, false)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("unexpected error: %v", err)
@@ -95,6 +109,10 @@ func TestDecodeErrors(t *testing.T) {
 				t.Fatalf("accepted; want an error with %q", tc.want)
 			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
 				t.Fatalf("error %q; want it to contain %q", err, tc.want)
+			case err == nil && tc.warn == "" && len(s.Warnings) > 0:
+				t.Fatalf("warnings %q, want none", s.Warnings)
+			case tc.warn != "" && (len(s.Warnings) != 1 || !strings.HasPrefix(s.Warnings[0], tc.warn)):
+				t.Fatalf("warnings %q, want one starting with %q", s.Warnings, tc.warn)
 			}
 		})
 	}

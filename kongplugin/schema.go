@@ -163,10 +163,53 @@ func kongField(f field) map[string]any {
 	if f.Min != nil && f.Max != nil {
 		m["between"] = []int64{*f.Min, *f.Max}
 	}
+	if f.Encrypted {
+		m["encrypted"] = true
+	}
+	if f.Referenceable {
+		m["referenceable"] = true
+	}
+	str := m
 	if f.Type == "array" {
-		m["elements"] = map[string]any{"type": "string"}
+		str = map[string]any{"type": "string"}
+		m["elements"] = str
+	}
+	if f.Empty {
+		str["len_min"] = 0
+	}
+	if f.Match != nil {
+		str["match_any"] = map[string]any{"patterns": f.Match.Patterns, "err": f.Match.Err}
+	}
+	if f.None != nil {
+		var none []any
+		for _, n := range f.None {
+			none = append(none, map[string]any{"pattern": n.Pattern, "err": n.Err})
+		}
+		str["match_none"] = none
 	}
 	return map[string]any{f.Name: m}
+}
+
+// kongCheck is an entity check in Kong's schema language.
+func kongCheck(c check) map[string]any {
+	ifMatch := map[string]any{"one_of": c.If.OneOf}
+	if len(c.If.OneOf) == 1 {
+		ifMatch = map[string]any{"eq": c.If.OneOf[0]}
+	}
+	then := map[string]any{}
+	if c.Required {
+		then["required"] = true
+	}
+	if c.Eq != nil {
+		then["eq"] = c.Eq
+	}
+	if c.Between != nil {
+		then["between"] = c.Between[:]
+	}
+	return map[string]any{"conditional": map[string]any{
+		"if_field": "config." + c.If.Field, "if_match": ifMatch,
+		"then_field": "config." + c.Then, "then_match": then,
+	}}
 }
 
 // pluginSchema is the plugin's schema as Kong's metaschema reads it.
@@ -175,25 +218,19 @@ func pluginSchema() (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var cfg []any
+	var cfg, ecs []any
 	for _, f := range fs {
 		cfg = append(cfg, kongField(f))
 	}
-	cond := func(ifField string, ifMatch any, thenField string, thenMatch any) map[string]any {
-		return map[string]any{"conditional": map[string]any{
-			"if_field": "config." + ifField, "if_match": ifMatch,
-			"then_field": "config." + thenField, "then_match": thenMatch,
-		}}
+	for _, c := range checks(fs) {
+		ecs = append(ecs, kongCheck(c))
 	}
 	return map[string]any{
 		"name": "diana",
 		"fields": []any{
 			map[string]any{"config": map[string]any{"type": "record", "required": true, "fields": cfg}},
 		},
-		"entity_checks": []any{
-			cond("limit_by", map[string]any{"eq": "header"}, "header_name", map[string]any{"required": true}),
-			cond("fail_closed", map[string]any{"eq": true}, "fallback_nodes", map[string]any{"eq": 0}),
-		},
+		"entity_checks": ecs,
 	}, nil
 }
 

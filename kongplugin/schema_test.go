@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -175,5 +176,20 @@ func toStrings(v any) []string {
 func TestResolveFields(t *testing.T) {
 	if _, err := resolved(); err != nil {
 		t.Fatalf("the field table contradicts rule.schema.json: %v", err)
+	}
+}
+
+// docs/kong.md names every field of the schema, and only those: the table there is written by
+// hand, so this ties it to the field table.
+func TestDocsNameEveryField(t *testing.T) {
+	b, err := os.ReadFile("../docs/kong.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for _, f := range resolvedFields() {
+		if !strings.Contains(doc, "`"+f.Name+"`") {
+			t.Errorf("docs/kong.md does not name the field %s", f.Name)
+		}
 	}
 }
