@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"reflect"
 	"strings"
 
 	"github.com/diana-gw/diana/httplimit"
@@ -167,8 +168,15 @@ func decodeCheck(body []byte) (CheckRequest, error) {
 	return req, nil
 }
 
-// checkFields lists CheckRequest's fields, for errors.
-const checkFields = "method, host, path, client_ip, consumer, route, headers"
+// checkFields lists CheckRequest's fields by their JSON names, for errors.
+var checkFields = func() string {
+	t := reflect.TypeFor[CheckRequest]()
+	names := make([]string, t.NumField())
+	for i := range names {
+		names[i], _, _ = strings.Cut(t.Field(i).Tag.Get("json"), ",")
+	}
+	return strings.Join(names, ", ")
+}()
 
 // checkJSONError words a JSON decoding error for the caller, naming the field when it can.
 func checkJSONError(err error) string {

@@ -207,6 +207,10 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); s.sweep(bg) }()
+	if s.rdb != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.checkRedis(bg) }()
+	}
 
 	errc := make(chan error, 2)
 	serve := func(srv *http.Server, l net.Listener, name string) {
@@ -261,6 +265,26 @@ func (s *Server) sweep(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// redisStartCheck bounds the PING that tells, at start, whether Redis can be used.
+const redisStartCheck = 5 * time.Second
+
+// checkRedis says at start whether Redis answers, and if not why (a wrong password, TLS, a
+// refused connection), so that a mistake in the redis section shows before the first request
+// fails over to on_error. It does not hold up the start: Redis may come up later.
+func (s *Server) checkRedis(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, redisStartCheck)
+	defer cancel()
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			return // shutting down
+		}
+		s.log.Error("Redis cannot be used: cluster rules follow their on_error policy until it can",
+			"addrs", s.cfg.Redis.Addrs, "err", err)
+		return
+	}
+	s.log.Info("Redis answers", "addrs", s.cfg.Redis.Addrs)
 }
 
 // close releases what New opened: the listeners (when Run never served them), the idle upstream
