@@ -50,6 +50,7 @@ type Server struct {
 
 	mem     *memstore.Store
 	rdb     redis.UniversalClient // nil without a redis section
+	rstore  *redisstore.Store     // the cluster rules' state, for the admin operations; nil likewise
 	cluster *failover.Store       // nil without a redis section
 
 	limiter   *httplimit.Limiter
@@ -111,9 +112,9 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 		}
 		// Calls of batched rules are answered from batched units; the others pass through.
 		// WAIT gets most of the decision's timeout; past it, the decision fails and on_error decides.
-		rs := redisstore.New(s.rdb, redisstore.Options{Prefix: cfg.Redis.Prefix, WaitReplicas: r.Wait,
+		s.rstore = redisstore.New(s.rdb, redisstore.Options{Prefix: cfg.Redis.Prefix, WaitReplicas: r.Wait,
 			WaitTimeout: time.Duration(r.Timeout) * time.Microsecond * 3 / 4})
-		batched := batch.New(rs, batch.Options{})
+		batched := batch.New(s.rstore, batch.Options{})
 		s.met.batches(batched)
 		s.cluster = failover.New(batched, failover.Options{
 			Timeout:  time.Duration(cfg.Redis.Timeout) * time.Microsecond,

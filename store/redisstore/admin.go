@@ -45,10 +45,10 @@ type Banned struct {
 // scanCount is the COUNT hint of each SCAN: keys looked at per round trip.
 const scanCount = 1000
 
-// Bans returns up to max identities starting with prefix that a ban holds now, and whether
-// there may be more. It SCANs the keyspace (every master of a Cluster), so it costs a round trip
+// Bans returns up to max identities that start with prefix, that match accepts (if not nil), and
+// that a ban holds now, and whether there may be more. It SCANs the keyspace (every master of a Cluster), so it costs a round trip
 // per 1,000 keys Redis holds: an operator's tool, not the request path's.
-func (s *Store) Bans(ctx context.Context, prefix string, max int) (bans []Banned, more bool, err error) {
+func (s *Store) Bans(ctx context.Context, prefix string, match func(key string) bool, max int) (bans []Banned, more bool, err error) {
 	// Both forms of Keys start with the prefix, '{' and the identity's start; a '}' in the
 	// identity's start is a ')' in the tag, and the exact test is on the identity read back.
 	pattern := globEscape(s.o.Prefix+"{"+strings.ReplaceAll(prefix, "}", ")")) + "*:ban"
@@ -89,7 +89,7 @@ func (s *Store) Bans(ctx context.Context, prefix string, max int) (bans []Banned
 		for i, k := range found {
 			id, ok := s.identity(k)
 			end, err := strconv.ParseInt(ends[i].Val(), 10, 64)
-			if !ok || err != nil || end <= t || !strings.HasPrefix(id, prefix) {
+			if !ok || err != nil || end <= t || !strings.HasPrefix(id, prefix) || match != nil && !match(id) {
 				continue // not a ban key of ours, or a ban that ended since the SCAN
 			}
 			if len(bans) == max {

@@ -46,7 +46,7 @@ func TestAdmin(t *testing.T) {
 				}
 			}
 			take("r|free")
-			bans, more, err := s.Bans(ctx, "r", 100)
+			bans, more, err := s.Bans(ctx, "r", nil, 100)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -62,7 +62,7 @@ func TestAdmin(t *testing.T) {
 			if !slices.Equal(keys, banned) || more {
 				t.Errorf("Bans = %q, %v; want %q", keys, more, banned)
 			}
-			if bans, more, err := s.Bans(ctx, "r|", 2); err != nil || len(bans) != 2 || !more {
+			if bans, more, err := s.Bans(ctx, "r", func(k string) bool { return k != "r" }, 2); err != nil || len(bans) != 2 || !more {
 				t.Errorf("Bans with max 2: %v, more %v, %v", bans, more, err)
 			}
 			for _, op := range []struct {
