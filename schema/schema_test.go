@@ -178,6 +178,7 @@ const fullServer = `
 	"ipv6_prefix": 56,
 	"escaped_slashes": "keep",
 	"consumer_header": "X-Consumer",
+	"access_log": true,
 	"upstreams": [
 		{"name": "api", "url": "http://127.0.0.1:9000", "match": {"methods": "GET", "paths": "/api/**", "hosts": "*.example.com", "headers": {"X-Api": "*"}}},
 		{"name": "demo", "url": "demo:"}

@@ -29,6 +29,7 @@ type Config struct {
 	IPv6Prefix     int
 	EscapedSlashes rules.EscapedSlashes // what %2F, %5C and '\' in a request's path are
 	ConsumerHeader string
+	AccessLog      bool // a log line per request the proxy answers
 	Upstreams      []Upstream
 	Redis          *Redis // nil: no cluster mode
 	Remote         Remote
@@ -127,6 +128,7 @@ func (c *Config) decodeServer(o *conf.Obj) {
 	c.IPv6Prefix = int(o.Int("ipv6_prefix", 64, 1, 128))
 	c.EscapedSlashes = rules.DecodeEscapedSlashes(o)
 	c.ConsumerHeader = o.String("consumer_header", "")
+	c.AccessLog = o.Bool("access_log", false)
 	names := map[string]bool{}
 	for _, uo := range o.List("upstreams") {
 		uo.Require("name", "url")

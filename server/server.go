@@ -77,6 +77,7 @@ type live struct {
 	engine    *rules.Engine
 	opts      httplimit.Options
 	upstreams []*upstream
+	accessLog bool
 }
 
 // New prepares a server for cfg: it opens the listeners (so that their addresses are known
