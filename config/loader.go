@@ -281,18 +281,17 @@ func ReadFile(name string) ([]byte, error) {
 // at most max bytes, so that a path to a FIFO or a device costs no more than a small file. Its
 // errors start with the name.
 func ReadRegular(name string, max int) ([]byte, error) {
-	if fi, err := os.Stat(name); err != nil {
-		return nil, pathError(err)
-	} else if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file (%s)", name, fi.Mode().Type())
-	}
-	f, err := os.Open(name)
+	// Opening a FIFO for reading blocks until a writer comes, unless non-blocking: open so, then
+	// look at what was opened (a Stat first would leave a window to swap the file).
+	f, err := os.OpenFile(name, os.O_RDONLY|openNonBlock, 0)
 	if err != nil {
 		return nil, pathError(err)
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() { // replaced since the Stat
-		return nil, fmt.Errorf("%s: not a regular file", name)
+	if fi, err := f.Stat(); err != nil {
+		return nil, pathError(err)
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%s)", name, fi.Mode().Type())
 	}
 	data, err := io.ReadAll(io.LimitReader(f, int64(max)+1))
 	if err != nil {
