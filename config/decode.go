@@ -38,8 +38,10 @@ import (
 //     forms only YAML has (0x1F, 0o17, 010, 1_000, +1, .5, .inf, .nan) are errors that say
 //     which value YAML reads, so that no number means something other than it seems;
 //   - aliases are expanded; an alias inside its own anchor is an error, and so is a document
-//     whose aliases add more than MaxAliasValues values to the ones written (a "billion laughs"
-//     bomb: the bound is absolute, so that the memory a document costs follows its size);
+//     whose aliases add more than MaxAliasValues values, or more than MaxAliasText bytes of
+//     keys and strings, to the ones written (a "billion laughs" bomb, or one string repeated:
+//     the bounds are absolute, so that what a document costs, here and in whatever reads,
+//     quotes or compiles its values, follows its size);
 //   - merge keys ("<<: *base" or "<<: [*a, *b]") copy the keys of the merged mappings that
 //     the mapping does not set itself, at the place of "<<"; with several, the first wins;
 //   - any other tag (!!binary, !custom) is an error, and so is a second document ("---").
@@ -104,8 +106,10 @@ func decodeYAML(data []byte, name string) (v conf.Value, err error) {
 		// "---" alone, or a directive and nothing else.
 		return nil, fmt.Errorf("%s: empty document", name)
 	}
-	written := countNodes(root)
-	c := &yamlConv{name: name, budget: written + MaxAliasValues, limit: written + MaxAliasValues, active: map[*yaml.Node]bool{}}
+	values, text := countNodes(root)
+	c := &yamlConv{name: name, active: map[*yaml.Node]bool{},
+		budget: values + MaxAliasValues, limit: values + MaxAliasValues,
+		text: text + MaxAliasText, textLimit: text + MaxAliasText}
 	return c.value(root)
 }
 
@@ -114,28 +118,50 @@ func decodeYAML(data []byte, name string) (v conf.Value, err error) {
 // plus 10 MB, whatever its aliases.
 const MaxAliasValues = 100_000
 
+// MaxAliasText is the most bytes of keys and strings YAML aliases may add to a document. The
+// values are shared, not copied, but a reader may copy each one (an error quotes it, a pattern
+// compiles it): one 1 MB string aliased a few thousand times must not become gigabytes there.
+const MaxAliasText = 1 << 20
+
 // yamlError rewrites yaml.v3's "yaml: line L: reason" as "NAME: line L: reason".
 func yamlError(name string, err error) error {
 	return fmt.Errorf("%s: %s", name, strings.TrimPrefix(err.Error(), "yaml: "))
 }
 
-// countNodes counts the nodes written in the document, an alias counting as one.
-func countNodes(n *yaml.Node) int {
-	c := 1
-	if n.Kind != yaml.AliasNode {
-		for _, ch := range n.Content {
-			c += countNodes(ch)
-		}
+// countNodes counts the nodes written in the document, an alias counting as one, and the bytes
+// of their scalars (keys and values), an alias counting as none.
+func countNodes(n *yaml.Node) (nodes, text int) {
+	if n.Kind == yaml.AliasNode {
+		return 1, 0
 	}
-	return c
+	nodes, text = 1, len(n.Value)
+	if n.Kind != yaml.ScalarNode {
+		text = 0 // the anchor's name, or a tag, not a value
+	}
+	for _, ch := range n.Content {
+		cn, ct := countNodes(ch)
+		nodes, text = nodes+cn, text+ct
+	}
+	return nodes, text
 }
 
 // yamlConv converts a yaml.Node tree into a conf.Value tree.
 type yamlConv struct {
-	name   string
-	budget int                 // values that may still be produced; aliases spend it too
-	limit  int                 // the initial budget, for the error
-	active map[*yaml.Node]bool // anchored nodes being expanded through an alias, to refuse cycles
+	name      string
+	budget    int                 // values that may still be produced; aliases spend it too
+	limit     int                 // the initial budget, for the error
+	text      int                 // bytes of keys and strings that may still be produced
+	textLimit int                 // the initial text budget, for the error
+	active    map[*yaml.Node]bool // anchored nodes being expanded through an alias, to refuse cycles
+}
+
+// spendText charges the bytes of a key or a scalar produced at line.
+func (c *yamlConv) spendText(line, n int) error {
+	c.text -= n
+	if c.text < 0 {
+		return c.errorf(line, "aliases expand the document to more than %d bytes of keys and strings (its own and %d more)", c.textLimit, MaxAliasText)
+	}
+	return nil
 }
 
 func (c *yamlConv) errorf(line int, format string, args ...any) error {
@@ -175,6 +201,9 @@ func (c *yamlConv) value(n *yaml.Node) (conf.Value, error) {
 		}
 		return list, nil
 	case yaml.ScalarNode:
+		if err := c.spendText(n.Line, len(n.Value)); err != nil {
+			return nil, err
+		}
 		return c.scalar(n)
 	}
 	return nil, c.errorf(n.Line, "unexpected YAML node kind %d", n.Kind)
@@ -213,6 +242,9 @@ func (c *yamlConv) mapping(n *yaml.Node) (conf.Value, error) {
 			k = k.Alias
 		}
 		if k.ShortTag() != "!!merge" {
+			if err := c.spendText(n.Content[i].Line, len(k.Value)); err != nil {
+				return nil, err
+			}
 			v, err := c.value(val)
 			if err != nil {
 				return nil, err

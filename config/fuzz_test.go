@@ -17,8 +17,9 @@ var fuzzNames = []string{"c.json", "c.yaml", "c.yml", "remote", "https://example
 // FuzzDecode: Decode never panics, and never passes on a yaml.v3 failure it had to recover
 // from; it is deterministic; an error starts with the document's name; a result holds only
 // the value types conf documents, objects without duplicate keys, numbers in the JSON form, and
-// (aliases expanded) at most MaxAliasValues more values than the document could have written; a JSON
-// document gives the same tree through YAML as through conf.ParseJSON.
+// (aliases expanded) at most MaxAliasValues more values and MaxAliasText more bytes of text than
+// the document could have written; a JSON document gives the same tree through YAML as through
+// conf.ParseJSON.
 func FuzzDecode(f *testing.F) {
 	for _, s := range []string{
 		`{"version": 1, "rules": [{"name": "a", "by": ["ip"], "limit": {"algorithm": "token_bucket", "rate": 10, "period": "1s"}}]}`,
@@ -60,11 +61,15 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
-		n := checkTree(t, v)
+		n, text := checkTree(t, v)
 		// A written node takes at least a byte, or three nodes share one ("a:" is a mapping, a
 		// key and a null), so this bounds what a document may expand to, whatever its aliases.
 		if limit := 3*len(data) + 3 + MaxAliasValues; n > limit {
 			t.Fatalf("%d bytes decode to %d values, more than %d", len(data), n, limit)
+		}
+		// An escape decodes to at most twice its length ("\L" is 3 bytes of UTF-8).
+		if limit := 2*len(data) + MaxAliasText; text > limit {
+			t.Fatalf("%d bytes decode to %d bytes of keys and strings, more than %d", len(data), text, limit)
 		}
 		if isJSON(data, name) {
 			return
@@ -77,23 +82,27 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
-// checkTree checks that v holds only the types Decode documents, and returns its values.
-func checkTree(t *testing.T, v conf.Value) int {
+// checkTree checks that v holds only the types Decode documents, and returns its values and the
+// bytes of its keys and strings.
+func checkTree(t *testing.T, v conf.Value) (n, text int) {
 	t.Helper()
 	switch v := v.(type) {
-	case nil, bool, string:
-		return 1
+	case nil, bool:
+		return 1, 0
+	case string:
+		return 1, len(v)
 	case conf.Number:
 		if !isDecimal(string(v)) {
 			t.Fatalf("number %q is not in the JSON form", v)
 		}
-		return 1
+		return 1, len(v)
 	case []conf.Value:
 		n := 1
 		for _, e := range v {
-			n += checkTree(t, e)
+			en, et := checkTree(t, e)
+			n, text = n+en, text+et
 		}
-		return n
+		return n, text
 	case *conf.Object:
 		if len(v.Keys) != len(v.Vals) {
 			t.Fatalf("object with %d keys and %d values", len(v.Keys), len(v.Vals))
@@ -105,12 +114,13 @@ func checkTree(t *testing.T, v conf.Value) int {
 				t.Fatalf("duplicate key %q in the result", k)
 			}
 			seen[k] = true
-			n += checkTree(t, v.Vals[i])
+			en, et := checkTree(t, v.Vals[i])
+			n, text = n+en, text+len(k)+et
 		}
-		return n
+		return n, text
 	}
 	t.Fatalf("value of type %T", v)
-	return 0
+	return 0, 0
 }
 
 // sameTree reports whether a and b hold the same values (an empty list or object whether nil or

@@ -239,7 +239,7 @@ func (l *Loader[T]) checkFile(force bool) error {
 	info, err := os.Stat(l.o.File)
 	if err != nil {
 		l.fileStat = nil
-		err = fmt.Errorf("read config: %w", err)
+		err = fmt.Errorf("read config %w", pathError(err))
 		l.report(l.fileFrom, err)
 		return err
 	}
@@ -270,27 +270,57 @@ func (l *Loader[T]) checkFile(force bool) error {
 // which would block the reader until a writer comes, a device such as /dev/zero, a directory)
 // is refused without reading it.
 func ReadFile(name string) ([]byte, error) {
-	if fi, err := os.Stat(name); err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
-	} else if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("read config %s: not a regular file (%s)", name, fi.Mode().Type())
-	}
-	f, err := os.Open(name)
+	data, err := ReadRegular(name, MaxSize)
 	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() { // replaced since the Stat
-		return nil, fmt.Errorf("read config %s: not a regular file", name)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read config %s: %w", name, err)
-	}
-	if len(data) > MaxSize {
-		return nil, fmt.Errorf("read config %s: larger than %d bytes (4 MiB)", name, MaxSize)
+		return nil, fmt.Errorf("read config %w", err)
 	}
 	return data, nil
+}
+
+// ReadRegular reads a file a config names (a config, a secret, a CA bundle): a regular file of
+// at most max bytes, so that a path to a FIFO or a device costs no more than a small file. Its
+// errors start with the name.
+func ReadRegular(name string, max int) ([]byte, error) {
+	// Opening a FIFO for reading blocks until a writer comes, unless non-blocking: open so, then
+	// look at what was opened (a Stat first would leave a window to swap the file).
+	f, err := os.OpenFile(name, os.O_RDONLY|openNonBlock, 0)
+	if err != nil {
+		return nil, pathError(err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return nil, pathError(err)
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%s)", name, fi.Mode().Type())
+	}
+	data, err := io.ReadAll(io.LimitReader(f, int64(max)+1))
+	if err != nil {
+		return nil, pathError(err)
+	}
+	if len(data) > max {
+		return nil, fmt.Errorf("%s: larger than %d bytes (%s)", name, max, sizeName(max))
+	}
+	return data, nil
+}
+
+// pathError says "NAME: reason" rather than os's "op NAME: reason".
+func pathError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", pe.Path, pe.Err)
+	}
+	return err
+}
+
+// sizeName writes n bytes in the largest binary unit that divides it: "4 MiB", "64 KiB".
+func sizeName(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // accept validates a new document of source s and reports the outcome.

@@ -29,8 +29,9 @@ const (
 // pub/sub channel whose messages announce a change: any message makes the loader fetch again.
 // Publishers SET the key, then PUBLISH anything on the channel.
 //
-// Fetch is a GET: a missing key is an error wrapping ErrNoConfig, a value larger than MaxSize
-// an error, and a value equal to the last one returned is reported unchanged.
+// Fetch reads the key (its first MaxSize+1 bytes): a missing key is an error wrapping
+// ErrNoConfig, a value larger than MaxSize an error, and a value equal to the last one returned
+// is reported unchanged.
 //
 // Watch subscribes to Channel and, after an error, subscribes again with a jittered backoff
 // from 100ms to 5s. It notifies on every message, on every (re)subscription (a change may have
@@ -61,13 +62,22 @@ func (r *Redis) Fetch(ctx context.Context) ([]byte, bool, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	data, err := r.Client.Get(ctx, r.Key).Bytes()
-	if errors.Is(err, redis.Nil) {
+	// GETRANGE reads at most MaxSize+1 bytes, so that a huge value costs no more than a document
+	// one byte too large; EXISTS, in the same transaction, tells a missing key from an empty one.
+	var exists *redis.IntCmd
+	var value *redis.StringCmd
+	_, err := r.Client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		exists = p.Exists(ctx, r.Key)
+		value = p.GetRange(ctx, r.Key, 0, MaxSize)
+		return nil
+	})
+	if err == nil && exists.Val() == 0 {
 		return nil, false, fmt.Errorf("redis GET %s: %w", r.Key, ErrNoConfig)
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("redis GET %s: %w", r.Key, err)
 	}
+	data := []byte(value.Val())
 	if len(data) > MaxSize {
 		return nil, false, fmt.Errorf("redis GET %s: document larger than %d bytes (4 MiB)", r.Key, MaxSize)
 	}

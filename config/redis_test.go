@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/diana-gw/diana/internal/costtest"
 	"github.com/diana-gw/diana/internal/redistest"
 )
 
@@ -115,6 +116,22 @@ func TestRedisFetch(t *testing.T) {
 	rc.Set(ctx, "k", strings.Repeat("#", MaxSize+1), 0)
 	if _, _, err := rem.Fetch(ctx); err == nil || err.Error() != "redis GET k: document larger than 4194304 bytes (4 MiB)" {
 		t.Fatalf("large value: %v", err)
+	}
+	// A value far larger than MaxSize costs no more memory than one just over it.
+	rc.Set(ctx, "k", strings.Repeat("#", 64<<20), 0)
+	var err error
+	costtest.Check(t, "a 64 MiB value", 3*MaxSize, time.Minute, func() { _, _, err = rem.Fetch(ctx) })
+	if err == nil || !strings.Contains(err.Error(), "document larger than") {
+		t.Fatalf("64 MiB value: %v", err)
+	}
+	rc.Set(ctx, "k", "", 0)
+	// An empty value is a document (which Decode refuses), not a missing key.
+	if data, changed, err := rem.Fetch(ctx); err != nil || !changed || len(data) != 0 {
+		t.Fatalf("empty value: %q, %v, %v; want an empty document", data, changed, err)
+	}
+	rc.HSet(ctx, "h", "a", "b")
+	if _, _, err := (&Redis{Client: rc, Key: "h"}).Fetch(ctx); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("a hash: %v, want WRONGTYPE", err)
 	}
 	rs.Stop()
 	if _, _, err := rem.Fetch(ctx); err == nil || errors.Is(err, ErrNoConfig) || !strings.HasPrefix(err.Error(), "redis GET k: ") {

@@ -178,6 +178,7 @@ const fullServer = `
 	"ipv6_prefix": 56,
 	"escaped_slashes": "keep",
 	"consumer_header": "X-Consumer",
+	"access_log": true,
 	"upstreams": [
 		{"name": "api", "url": "http://127.0.0.1:9000", "match": {"methods": "GET", "paths": "/api/**", "hosts": "*.example.com", "headers": {"X-Api": "*"}}},
 		{"name": "demo", "url": "demo:"}
@@ -799,8 +800,8 @@ func TestRuleDefaults(t *testing.T) {
 	}{
 		{"rules.[].cost", r.Cost, func(d any) any { return integer(d) }},
 		{"rules.[].nodes", r.Nodes, func(d any) any { return integer(d) }},
-		{"rules.[].mode", []string{"local", "cluster"}[r.Mode], nil},
-		{"rules.[].action", []string{"reject", "delay", "shadow"}[r.Action], nil},
+		{"rules.[].mode", r.Mode.String(), nil},
+		{"rules.[].action", r.Action.String(), nil},
 		{"rules.[].on_error", r.OnError.String(), nil},
 		{"rules.[].max_delay", r.MaxDelay, func(d any) any { return us(d.(string)) }},
 		{"rules.[].ban", r.Ban, func(d any) any { return us(d.(string)) }},

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"reflect"
 	"strings"
 
 	"github.com/diana-gw/diana/httplimit"
@@ -58,10 +59,15 @@ type headerMap map[string]string
 
 func (h headerMap) Get(name string) string { return h[strings.ToLower(name)] }
 
-// adminHandler serves the decision API, the metrics and the health check.
+// adminHandler serves the decision API, the admin operations (admin.go), the metrics and the
+// health check.
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/check", s.serveCheck)
+	mux.HandleFunc("POST /v1/admin/peek", s.servePeek)
+	mux.HandleFunc("POST /v1/admin/reset", s.serveReset)
+	mux.HandleFunc("POST /v1/admin/unban", s.serveUnban)
+	mux.HandleFunc("GET /v1/admin/bans", s.serveBans)
 	mux.Handle("/metrics", s.met.handler())
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -94,47 +100,23 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusMethodNotAllowed, errorBody{"method " + r.Method + " not allowed: use POST"})
 		return
 	}
-	if tok := s.cfg.Admin.Token; tok != "" {
-		auth := r.Header.Get("Authorization")
-		// The scheme's name is case-insensitive (RFC 9110), the token is not.
-		ok := len(auth) > 7 && strings.EqualFold(auth[:7], "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(auth[7:]), []byte(tok)) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="diana"`)
-			writeJSON(w, http.StatusUnauthorized, errorBody{"missing or wrong bearer token (Authorization: Bearer TOKEN)"})
-			return
-		}
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxCheckBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeJSON(w, http.StatusBadRequest, errorBody{"request body larger than 64 KiB"})
-		} else {
-			writeJSON(w, http.StatusBadRequest, errorBody{"reading the request body: " + err.Error()})
-		}
+	if !s.authorized(w, r, false) {
 		return
 	}
-	req, err := decodeCheck(body)
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	req, err := decodeStrict[CheckRequest](body)
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, errorBody{err.Error()})
 		return
 	}
 	l := s.live.Load()
-	in := rules.Input{Method: req.Method, Host: req.Host, Path: req.Path, Consumer: req.Consumer, Route: req.Route}
-	if req.ClientIP != "" {
-		ip, err := netip.ParseAddr(req.ClientIP)
-		if err != nil {
-			writeJSON(w, http.StatusBadRequest, errorBody{"client_ip: not an IP address: " + req.ClientIP})
-			return
-		}
-		in.ClientIP = rules.ClientKey(ip, l.opts.IPv6Prefix)
+	in, ok := l.input(w, &req)
+	if !ok {
+		return
 	}
-	h := make(headerMap, len(req.Headers))
-	for k, v := range req.Headers {
-		h[strings.ToLower(k)] = v
-	}
-	in.Headers = h
-
 	res := l.engine.Check(r.Context(), &in)
 	l.engine.Release(context.WithoutCancel(r.Context()), &res)
 	if !res.Allowed {
@@ -143,32 +125,98 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, checkResponse(&res))
 }
 
-// decodeCheck reads a CheckRequest: one JSON object of its fields, nothing else.
-func decodeCheck(body []byte) (CheckRequest, error) {
-	var req CheckRequest
+// authorized checks the bearer token of an admin request, answering 401 itself when it is
+// missing or wrong. Without admin.token, a request passes unless admin says that it changes or
+// reveals state (the admin operations): then it is refused with 403.
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request, admin bool) bool {
+	tok := s.cfg.Admin.Token
+	if tok == "" {
+		if admin {
+			writeJSON(w, http.StatusForbidden, errorBody{"admin operations need admin.token (or token_file, or DIANA_ADMIN_TOKEN) to be set"})
+		}
+		return !admin
+	}
+	auth := r.Header.Get("Authorization")
+	// The scheme's name is case-insensitive (RFC 9110), the token is not.
+	ok := len(auth) > 7 && strings.EqualFold(auth[:7], "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(auth[7:]), []byte(tok)) != 1 {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="diana"`)
+		writeJSON(w, http.StatusUnauthorized, errorBody{"missing or wrong bearer token (Authorization: Bearer TOKEN)"})
+		return false
+	}
+	return true
+}
+
+// readBody reads a request body of at most maxCheckBody bytes, answering 400 itself if it cannot.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxCheckBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeJSON(w, http.StatusBadRequest, errorBody{"request body larger than 64 KiB"})
+		} else {
+			writeJSON(w, http.StatusBadRequest, errorBody{"reading the request body: " + err.Error()})
+		}
+		return nil, false
+	}
+	return body, true
+}
+
+// input turns a CheckRequest into the engine's input, answering 400 itself for a client_ip
+// that is not an IP address.
+func (l *live) input(w http.ResponseWriter, req *CheckRequest) (rules.Input, bool) {
+	in := rules.Input{Method: req.Method, Host: req.Host, Path: req.Path, Consumer: req.Consumer, Route: req.Route}
+	if req.ClientIP != "" {
+		ip, err := netip.ParseAddr(req.ClientIP)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, errorBody{"client_ip: not an IP address: " + req.ClientIP})
+			return in, false
+		}
+		in.ClientIP = rules.ClientKey(ip, l.opts.IPv6Prefix)
+	}
+	h := make(headerMap, len(req.Headers))
+	for k, v := range req.Headers {
+		h[strings.ToLower(k)] = v
+	}
+	in.Headers = h
+	return in, true
+}
+
+// decodeStrict reads a T from one JSON object of its fields, nothing else: an unknown field,
+// null, an empty body or a second object is an error that says so.
+func decodeStrict[T any](body []byte) (T, error) {
+	var v T
+	fields := jsonFields[T]()
 	if t := bytes.TrimSpace(body); len(t) == 0 || t[0] != '{' {
 		what := "nothing"
 		if len(t) > 0 {
 			what = string(t[:min(len(t), 20)])
 		}
-		return req, fmt.Errorf("the body must be a JSON object of the fields %s, got %s", checkFields, what)
+		return v, fmt.Errorf("the body must be a JSON object of the fields %s, got %s", fields, what)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := dec.Decode(&v); err != nil {
 		if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			return req, fmt.Errorf("%s: unknown field; the fields are %s", strings.Trim(name, `"`), checkFields)
+			return v, fmt.Errorf("%s: unknown field; the fields are %s", strings.Trim(name, `"`), fields)
 		}
-		return req, errors.New(checkJSONError(err))
+		return v, errors.New(checkJSONError(err))
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return req, errors.New("the body holds more than one JSON object")
+		return v, errors.New("the body holds more than one JSON object")
 	}
-	return req, nil
+	return v, nil
 }
 
-// checkFields lists CheckRequest's fields, for errors.
-const checkFields = "method, host, path, client_ip, consumer, route, headers"
+// jsonFields lists a struct's fields by their JSON names, for errors.
+func jsonFields[T any]() string {
+	t := reflect.TypeFor[T]()
+	names := make([]string, t.NumField())
+	for i := range names {
+		names[i], _, _ = strings.Cut(t.Field(i).Tag.Get("json"), ",")
+	}
+	return strings.Join(names, ", ")
+}
 
 // checkJSONError words a JSON decoding error for the caller, naming the field when it can.
 func checkJSONError(err error) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
@@ -682,5 +683,41 @@ func TestFaultRedisRestarted(t *testing.T) {
 				t.Errorf("Redis counts %d for %s, want 1", n, b)
 			}
 		})
+	}
+}
+
+// At start dianad says whether Redis can be used, and if not, why, as Redis says it: a wrong
+// password is WRONGPASS, a missing one NOAUTH, a closed port a refused connection.
+func TestRedisStartCheck(t *testing.T) {
+	srv := redistest.StartWith(t, redistest.Options{Users: []string{"diana on >secret ~* +@all"}})
+	closed := redistest.Start(t)
+	closedAddr := closed.Addr
+	closed.Stop()
+	for _, c := range []struct{ redis, want string }{
+		{`{addrs: "` + srv.Addr + `", username: diana, password: secret}`, `level=INFO msg="Redis answers"`},
+		{`{addrs: "` + srv.Addr + `", username: diana, password: wrong}`, "WRONGPASS"},
+		{`{addrs: "` + srv.Addr + `"}`, "NOAUTH"},
+		{`{addrs: "` + closedAddr + `"}`, "connection refused"},
+	} {
+		cfg, err := Parse([]byte(header+"redis: "+c.redis+"\n"), "c.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logs lockedBuffer
+		s, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), ShutdownTimeout: waitFor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		eventually(t, "the start-up check of "+c.redis, func() bool {
+			return strings.Contains(logs.String(), "Redis")
+		})
+		cancel()
+		<-done
+		if out := logs.String(); !strings.Contains(out, c.want) {
+			t.Errorf("redis %s: logs lack %q:\n%s", c.redis, c.want, out)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/diana-gw/diana/config"
 	"github.com/diana-gw/diana/httplimit"
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/conf"
@@ -28,6 +29,7 @@ type Config struct {
 	IPv6Prefix     int
 	EscapedSlashes rules.EscapedSlashes // what %2F, %5C and '\' in a request's path are
 	ConsumerHeader string
+	AccessLog      bool // a log line per request the proxy answers
 	Upstreams      []Upstream
 	Redis          *Redis // nil: no cluster mode
 	Remote         Remote
@@ -126,6 +128,7 @@ func (c *Config) decodeServer(o *conf.Obj) {
 	c.IPv6Prefix = int(o.Int("ipv6_prefix", 64, 1, 128))
 	c.EscapedSlashes = rules.DecodeEscapedSlashes(o)
 	c.ConsumerHeader = o.String("consumer_header", "")
+	c.AccessLog = o.Bool("access_log", false)
 	names := map[string]bool{}
 	for _, uo := range o.List("upstreams") {
 		uo.Require("name", "url")
@@ -192,6 +195,13 @@ func (c *Config) decodeServer(o *conf.Obj) {
 // (the convention of Docker and Kubernetes secrets; a final newline is dropped), read again at
 // every reload; or, when neither is set, in the environment variable env. Its value never
 // appears in an error or a log line.
+// maxSecret and maxCA bound the files a config names: a secret is a password or a token, a CA
+// bundle a few hundred certificates.
+const (
+	maxSecret = 64 << 10
+	maxCA     = 4 << 20
+)
+
 func secret(o *conf.Obj, field, fileField, env string) string {
 	v := o.String(field, "")
 	file := o.String(fileField, "")
@@ -199,12 +209,10 @@ func secret(o *conf.Obj, field, fileField, env string) string {
 	case v != "" && file != "":
 		o.Fail(fileField, "cannot be set with "+field+": give the secret one way")
 	case file != "":
-		b, err := os.ReadFile(file)
+		b, err := config.ReadRegular(file, maxSecret)
 		switch {
 		case err != nil:
 			o.Fail(fileField, "cannot be read: "+err.Error())
-		case len(b) > 64<<10:
-			o.Fail(fileField, "is larger than 64 KiB: not a secret file")
 		default:
 			v = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
 			if v == "" {
@@ -239,7 +247,7 @@ func decodeRedis(o *conf.Obj) *Redis {
 	r.SkipVerify = o.Bool("tls_skip_verify", false)
 	if ca := o.String("tls_ca_file", ""); ca != "" {
 		var err error
-		if r.CACert, err = os.ReadFile(ca); err != nil {
+		if r.CACert, err = config.ReadRegular(ca, maxCA); err != nil {
 			o.Fail("tls_ca_file", "cannot be read: "+err.Error())
 		} else if _, err := (redisstore.Conn{TLS: true, CACert: r.CACert}).TLSConfig(); err != nil {
 			o.Fail("tls_ca_file", "holds no PEM certificate (want -----BEGIN CERTIFICATE----- blocks)")

@@ -1,12 +1,16 @@
 package server
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/diana-gw/diana/config"
+	"github.com/diana-gw/diana/internal/costtest"
 )
 
 func TestDecodeErrors(t *testing.T) {
@@ -75,6 +79,45 @@ func TestSecrets(t *testing.T) {
 		}
 		if err != nil && (strings.Contains(err.Error(), "sekrit") || strings.Contains(err.Error(), "from-file")) {
 			t.Errorf("the error shows a secret: %v", err)
+		}
+	}
+}
+
+// Hostile configs cost bounded time and memory and are refused with the field: the harness
+// measures the bytes that parsing allocates, and fails the test instead of hanging if a read
+// blocks (a FIFO) or never ends (/dev/zero).
+func TestHostileConfigs(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big")
+	os.WriteFile(big, bytes.Repeat([]byte("x"), 64<<10+1), 0o600)
+	// One 1 MB string aliased 500 times: each error quoted it, 2.1 GB and 20 s in all, before
+	// aliases were bounded by the text they add.
+	strBomb := "version: 1\ns: &s " + strings.Repeat("x", 1<<20) + "\nrules: [" + strings.Repeat("*s, ", 499) + "*s]\n"
+	for _, c := range []struct {
+		name, doc, want string
+	}{
+		{"aliased string", strBomb, "bytes of keys and strings"},
+		{"password_file /dev/zero", "version: 1\nredis: {addrs: 'r:6379', password_file: /dev/zero}\n",
+			"redis.password_file: cannot be read: /dev/zero: not a regular file"},
+		{"password_file FIFO", "version: 1\nredis: {addrs: 'r:6379', password_file: '" + fifo + "'}\n",
+			"redis.password_file: cannot be read: " + fifo + ": not a regular file"},
+		{"token_file too large", "version: 1\nadmin: {token_file: '" + big + "'}\n",
+			"admin.token_file: cannot be read: " + big + ": larger than 65536 bytes (64 KiB)"},
+		{"tls_ca_file /dev/zero", "version: 1\nredis: {addrs: 'r:6379', tls: true, tls_ca_file: /dev/zero}\n",
+			"redis.tls_ca_file: cannot be read: /dev/zero: not a regular file"},
+		{"port 99999", "version: 1\nlisten: ':99999'\nredis: {addrs: 'r:99999'}\n", "c.yaml: listen: must be host:port"},
+		{"redis port 0", "version: 1\nredis: {addrs: 'r:0'}\n", "c.yaml: redis.addrs: each must be host:port with a port from 1 to 65535"},
+	} {
+		var err error
+		costtest.Check(t, c.name, uint64(100*len(c.doc)+10<<20), time.Minute, func() {
+			_, err = Parse([]byte(c.doc), "c.yaml")
+		})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want %q", c.name, err, c.want)
 		}
 	}
 }

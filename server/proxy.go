@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/diana-gw/diana/httplimit"
 	"github.com/diana-gw/diana/shared/rules"
 )
 
@@ -44,12 +45,54 @@ func (s *Server) proxyHandler() http.Handler {
 	})
 	limited := s.limiter.Handler(forward)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if u := s.live.Load().pick(r); u != nil {
+		l := s.live.Load()
+		if u := l.pick(r); u != nil {
 			r = r.WithContext(context.WithValue(r.Context(), upstreamKey{}, u))
 		}
-		limited.ServeHTTP(w, r)
+		if !l.accessLog {
+			limited.ServeHTTP(w, r)
+			return
+		}
+		start := time.Now()
+		aw := &accessWriter{ResponseWriter: w}
+		limited.ServeHTTP(aw, r)
+		if aw.status == 0 {
+			aw.status = http.StatusOK
+		}
+		client := "(no address)"
+		if ip := httplimit.ClientIP(r, l.opts.TrustedProxies); ip.IsValid() {
+			client = ip.String()
+		}
+		s.log.Info("access", "method", r.Method, "host", r.Host, "path", r.URL.Path, "status", aw.status,
+			"bytes", aw.bytes, "client", client, "duration_ms", float64(time.Since(start).Microseconds())/1000)
 	})
 }
+
+// accessWriter records a response's status and size for the access log. Unwrap lets
+// http.ResponseController (which the reverse proxy flushes and hijacks with) reach w.
+type accessWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (a *accessWriter) WriteHeader(code int) {
+	if a.status == 0 && code >= 200 { // 1xx responses are interim
+		a.status = code
+	}
+	a.ResponseWriter.WriteHeader(code)
+}
+
+func (a *accessWriter) Write(b []byte) (int, error) {
+	if a.status == 0 {
+		a.status = http.StatusOK
+	}
+	n, err := a.ResponseWriter.Write(b)
+	a.bytes += int64(n)
+	return n, err
+}
+
+func (a *accessWriter) Unwrap() http.ResponseWriter { return a.ResponseWriter }
 
 // pick returns the first upstream whose match matches r, or nil.
 func (l *live) pick(r *http.Request) *upstream {

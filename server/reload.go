@@ -211,6 +211,7 @@ func (s *Server) setLive(c *Config) error {
 			Denied:         func(_ *http.Request, in *rules.Input, res *rules.Result) { s.logDenial(in, res) },
 		},
 		upstreams: ups,
+		accessLog: c.AccessLog,
 	}
 	for _, r := range c.Rules {
 		if r.Mode == rules.Cluster {

@@ -50,6 +50,7 @@ type Server struct {
 
 	mem     *memstore.Store
 	rdb     redis.UniversalClient // nil without a redis section
+	rstore  *redisstore.Store     // the cluster rules' state, for the admin operations; nil likewise
 	cluster *failover.Store       // nil without a redis section
 
 	limiter   *httplimit.Limiter
@@ -76,6 +77,7 @@ type live struct {
 	engine    *rules.Engine
 	opts      httplimit.Options
 	upstreams []*upstream
+	accessLog bool
 }
 
 // New prepares a server for cfg: it opens the listeners (so that their addresses are known
@@ -111,9 +113,9 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 		}
 		// Calls of batched rules are answered from batched units; the others pass through.
 		// WAIT gets most of the decision's timeout; past it, the decision fails and on_error decides.
-		rs := redisstore.New(s.rdb, redisstore.Options{Prefix: cfg.Redis.Prefix, WaitReplicas: r.Wait,
+		s.rstore = redisstore.New(s.rdb, redisstore.Options{Prefix: cfg.Redis.Prefix, WaitReplicas: r.Wait,
 			WaitTimeout: time.Duration(r.Timeout) * time.Microsecond * 3 / 4})
-		batched := batch.New(rs, batch.Options{})
+		batched := batch.New(s.rstore, batch.Options{})
 		s.met.batches(batched)
 		s.cluster = failover.New(batched, failover.Options{
 			Timeout:  time.Duration(cfg.Redis.Timeout) * time.Microsecond,
@@ -207,6 +209,10 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); s.sweep(bg) }()
+	if s.rdb != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.checkRedis(bg) }()
+	}
 
 	errc := make(chan error, 2)
 	serve := func(srv *http.Server, l net.Listener, name string) {
@@ -261,6 +267,26 @@ func (s *Server) sweep(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// redisStartCheck bounds the PING that tells, at start, whether Redis can be used.
+const redisStartCheck = 5 * time.Second
+
+// checkRedis says at start whether Redis answers, and if not why (a wrong password, TLS, a
+// refused connection), so that a mistake in the redis section shows before the first request
+// fails over to on_error. It does not hold up the start: Redis may come up later.
+func (s *Server) checkRedis(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, redisStartCheck)
+	defer cancel()
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			return // shutting down
+		}
+		s.log.Error("Redis cannot be used: cluster rules follow their on_error policy until it can",
+			"addrs", s.cfg.Redis.Addrs, "err", err)
+		return
+	}
+	s.log.Info("Redis answers", "addrs", s.cfg.Redis.Addrs)
 }
 
 // close releases what New opened: the listeners (when Run never served them), the idle upstream

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -519,5 +520,54 @@ func TestDenialLogs(t *testing.T) {
 	get(t, "http://"+s.ProxyAddr()+"/x", "")
 	if out := logs.String(); !strings.Contains(out, "suppressed=48") || strings.Count(out, `msg="request denied"`) != 2 {
 		t.Errorf("a second later, the next denial is logged with the count held back:\n%s", out)
+	}
+}
+
+// access_log: true logs every request the proxy answers, allowed, refused or unrouted, with
+// its status, size and client; without it there is no such line.
+func TestAccessLog(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		cfg, err := Parse([]byte(header+fmt.Sprintf("access_log: %v\n", on)+`upstreams:
+  - {name: demo, url: "demo:", match: {paths: ["/d/**"]}}
+rules:
+  - name: per-ip
+    by: [ip]
+    limit: {algorithm: fixed_window, limit: 1, window: 1h}
+`), "c.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logs lockedBuffer
+		s, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), ShutdownTimeout: waitFor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		base := "http://" + s.ProxyAddr()
+		get(t, base+"/d/x?secret=1", "") // 200 from the demo upstream
+		get(t, base+"/d/x", "")          // 429
+		cancel()
+		<-done
+		out := logs.String()
+		if !on {
+			if strings.Contains(out, "msg=access") {
+				t.Errorf("access_log: false, yet:\n%s", out)
+			}
+			continue
+		}
+		for _, want := range []string{
+			`msg=access method=GET host=` + s.ProxyAddr() + ` path=/d/x status=200 bytes=`,
+			`msg=access method=GET host=` + s.ProxyAddr() + ` path=/d/x status=429 bytes=`,
+			`client=127.0.0.1 duration_ms=`,
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("logs lack %q:\n%s", want, out)
+			}
+		}
+		if strings.Contains(out, "secret=1") {
+			t.Errorf("the access log shows the query:\n%s", out)
+		}
 	}
 }

@@ -80,7 +80,7 @@ type lease struct {
 func New(rules []*Rule, o Options) (*Engine, error) {
 	for _, r := range rules {
 		if r.Mode == Local && o.Local == nil || r.Mode == Cluster && o.Cluster == nil {
-			return nil, errors.New("rules: rule " + quote(r.Name) + " is in " + [...]string{"local", "cluster"}[r.Mode] + " mode, which has no store")
+			return nil, errors.New("rules: rule " + quote(r.Name) + " is in " + r.Mode.String() + " mode, which has no store")
 		}
 		if r.Alg == nil {
 			return nil, errors.New("rules: rule " + quote(r.Name) + " has no algorithm")

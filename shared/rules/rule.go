@@ -46,6 +46,11 @@ const (
 	Cluster             // in Redis, shared by every node
 )
 
+// ModeNames are the config names of the modes, by value.
+var ModeNames = [...]string{Local: "local", Cluster: "cluster"}
+
+func (m Mode) String() string { return ModeNames[m] }
+
 // Action says what happens to a request over the limit.
 type Action uint8
 
@@ -54,6 +59,11 @@ const (
 	Delay                // hold it up to MaxDelay if the limit admits it by then, else deny
 	Shadow               // let it through; only log and count the denial
 )
+
+// ActionNames are the config names of the actions, by value.
+var ActionNames = [...]string{Reject: "reject", Delay: "delay", Shadow: "shadow"}
+
+func (a Action) String() string { return ActionNames[a] }
 
 // Reply is how a denial is answered.
 type Reply struct {
@@ -115,8 +125,8 @@ func DecodeRule(o *conf.Obj) *Rule {
 	}
 	r.Cost = o.Int("cost", 1, 0, algos.MaxCount)
 
-	r.Mode = Mode(enumIndex(o, "mode", "local", "cluster"))
-	r.Action = Action(enumIndex(o, "action", "reject", "delay", "shadow"))
+	r.Mode = Mode(enumIndex(o, "mode", ModeNames[:]...))
+	r.Action = Action(enumIndex(o, "action", ActionNames[:]...))
 	r.MaxDelay = o.Duration("max_delay", 0, 0, algos.MaxSpan)
 	if r.Action == Delay && r.MaxDelay == 0 && !failed(o, "max_delay") {
 		o.Fail("max_delay", "is required (above 0) when action is delay")
