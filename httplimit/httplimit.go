@@ -65,7 +65,7 @@ func (o *Options) Input(r *http.Request) rules.Input {
 		path = r.URL.EscapedPath()
 	}
 	in := rules.Input{Method: r.Method, Host: r.Host, Path: path, Headers: r.Header}
-	in.ClientIP = rules.ClientKey(ClientIP(r, o.TrustedProxies), o.IPv6Prefix)
+	in.SetClient(ClientIP(r, o.TrustedProxies), o.IPv6Prefix)
 	if o.ConsumerHeader != "" && isTrusted(parseAddr(r.RemoteAddr), o.TrustedProxies) {
 		in.Consumer = r.Header.Get(o.ConsumerHeader)
 	}

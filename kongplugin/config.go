@@ -287,6 +287,9 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 	}
 	// Refusing escaped slashes needs every request's path, whatever the rules count by.
 	s.needs.Path = s.needs.Path || s.EscapedSlashes == rules.RejectSlashes
+	// A request without a consumer, credential, service or header counts by its address
+	// instead (as Kong's rate-limiting falls back to the client IP): those rules need it too.
+	s.needs.IP = s.needs.IP || s.needs.Consumer || s.needs.Credential || (s.needs.Service && s.ServiceID == "") || s.needs.Headers
 	return s, nil
 }
 

@@ -88,7 +88,7 @@ func fieldTable() []field {
 	tls := &cond{"redis_ssl", []any{true}}
 	fs := []field{
 		{Name: "limit_by", Type: "string", Default: "ip", OneOf: limitBy,
-			Desc: "What the main limit counts by: ip (the client IP as Kong resolves it), consumer, credential, header (the header header_name), path (the URL path), service, or global. A request without that value (no consumer, no header) is not limited by the main limit; it never falls back to the IP."},
+			Desc: "What the main limit counts by: ip (the client IP as Kong resolves it), consumer, credential, header (the header header_name), path (the URL path), service, or global. A request without that value (no consumer, no header) counts by its client IP instead, as with Kong's rate-limiting: it is never let through for lacking one."},
 		{Name: "header_name", Type: "string", Match: headerMatch, Applies: &cond{"limit_by", []any{"header"}},
 			Desc: "The request header the main limit counts by when limit_by is header, e.g. X-Api-Key."},
 		{Name: "path", Type: "string", Match: pathMatch, None: pathNone, Applies: &cond{"limit_by", []any{"path"}},

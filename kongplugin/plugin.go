@@ -243,7 +243,7 @@ func (c *Config) input(kong *pdk.PDK) (rules.Input, bool) {
 			return in, false
 		}
 		a, _ := netip.ParseAddr(ip)
-		in.ClientIP = rules.ClientKey(a, 64)
+		in.SetClient(a, 64)
 	}
 	if n.Consumer {
 		if cons, err := kong.Client.GetConsumer(); err == nil {

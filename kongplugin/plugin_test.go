@@ -188,31 +188,35 @@ func TestHideHeadersAndErrorReply(t *testing.T) {
 	}
 }
 
-// Each dimension asks Kong for its value only, and counts by it; a request without the value
-// is not limited (no silent fallback to the IP).
+// Each dimension asks Kong for its value only (and for the client address where the value may
+// be missing), and counts by it. A request without the value counts by its address, as Kong's
+// rate-limiting falls back to the IP: it is limited, never let through. A request the limit
+// does not match (another path) is not limited.
 func TestDimensions(t *testing.T) {
+	const ipCall = "kong.client.get_forwarded_ip"
 	for _, tc := range []struct {
-		name  string
-		cfg   map[string]any
-		calls []string
-		a, b  kongReq // two identities; a is also sent again to be denied
-		none  *kongReq
+		name      string
+		cfg       map[string]any
+		calls     []string
+		a, b      kongReq // two identities; a is also sent again to be denied
+		missing   *kongReq
+		unmatched *kongReq
 	}{
-		{"consumer", map[string]any{"limit_by": "consumer"}, []string{"kong.client.get_consumer"},
-			kongReq{Consumer: "c1"}, kongReq{Consumer: "c2"}, &kongReq{}},
-		{"credential", map[string]any{"limit_by": "credential"}, []string{"kong.client.get_credential"},
-			kongReq{Credential: "k1"}, kongReq{Credential: "k2"}, &kongReq{Headers: map[string]string{strings.ToLower(credentialHeader): "forged"}}},
-		{"header", map[string]any{"limit_by": "header", "header_name": "X-Api-Key"}, []string{"kong.request.get_header"},
-			kongReq{Headers: map[string]string{"x-api-key": "a"}}, kongReq{Headers: map[string]string{"x-api-key": "b"}}, &kongReq{}},
+		{"consumer", map[string]any{"limit_by": "consumer"}, []string{ipCall, "kong.client.get_consumer"},
+			kongReq{Consumer: "c1"}, kongReq{Consumer: "c2"}, &kongReq{}, nil},
+		{"credential", map[string]any{"limit_by": "credential"}, []string{ipCall, "kong.client.get_credential"},
+			kongReq{Credential: "k1"}, kongReq{Credential: "k2"}, &kongReq{Headers: map[string]string{strings.ToLower(credentialHeader): "forged"}}, nil},
+		{"header", map[string]any{"limit_by": "header", "header_name": "X-Api-Key"}, []string{ipCall, "kong.request.get_header"},
+			kongReq{Headers: map[string]string{"x-api-key": "a"}}, kongReq{Headers: map[string]string{"x-api-key": "b"}}, &kongReq{}, nil},
 		{"path", map[string]any{"limit_by": "path"}, []string{"kong.request.get_path"},
-			kongReq{Path: "/a"}, kongReq{Path: "/b"}, nil},
+			kongReq{Path: "/a"}, kongReq{Path: "/b"}, nil, nil},
 		{"path pattern", map[string]any{"limit_by": "path", "path": "/api/**"}, []string{"kong.request.get_path"},
-			kongReq{Path: "/api/x"}, kongReq{Path: "/api/y"}, &kongReq{Path: "/other"}},
-		{"service from router", map[string]any{"limit_by": "service"}, []string{"kong.router.get_service"},
-			kongReq{Service: "s1"}, kongReq{Service: "s2"}, nil},
-		{"global", map[string]any{"limit_by": "global"}, nil, kongReq{}, kongReq{}, nil},
-		{"device group", map[string]any{"limit_by": "global", "limit": 1000, "device_limit": 1}, []string{"kong.request.get_header"},
-			kongReq{Headers: map[string]string{"x-device-id": "d1"}}, kongReq{Headers: map[string]string{"x-device-id": "d2"}}, &kongReq{}},
+			kongReq{Path: "/api/x"}, kongReq{Path: "/api/y"}, nil, &kongReq{Path: "/other"}},
+		{"service from router", map[string]any{"limit_by": "service"}, []string{ipCall, "kong.router.get_service"},
+			kongReq{Service: "s1"}, kongReq{Service: "s2"}, &kongReq{}, nil},
+		{"global", map[string]any{"limit_by": "global"}, nil, kongReq{}, kongReq{}, nil, nil},
+		{"device group", map[string]any{"limit_by": "global", "limit": 1000, "device_limit": 1}, []string{ipCall, "kong.request.get_header"},
+			kongReq{Headers: map[string]string{"x-device-id": "d1"}}, kongReq{Headers: map[string]string{"x-device-id": "d2"}}, &kongReq{}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg["algorithm"] = "fixed_window"
@@ -233,10 +237,18 @@ func TestDimensions(t *testing.T) {
 			if res := event(t, c, "access", &tc.a); !res.Exit {
 				t.Fatal("second request of the same identity was admitted")
 			}
-			if tc.none != nil {
+			if tc.missing != nil {
+				if res := event(t, c, "access", tc.missing); res.Exit {
+					t.Fatalf("the first request without the value was denied: %+v", res)
+				}
+				if res := event(t, c, "access", tc.missing); !res.Exit {
+					t.Fatal("a request without the value escaped the limit")
+				}
+			}
+			if tc.unmatched != nil {
 				for i := 0; i < 3; i++ {
-					if res := event(t, c, "access", tc.none); res.Exit {
-						t.Fatalf("a request without the identity was limited: %+v", res)
+					if res := event(t, c, "access", tc.unmatched); res.Exit {
+						t.Fatalf("a request the limit does not match was limited: %+v", res)
 					}
 				}
 			}

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"log"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/diana-gw/diana/internal/lograte"
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/batch"
 	"github.com/diana-gw/diana/store/failover"
@@ -21,7 +23,17 @@ var (
 
 	clustersMu sync.Mutex
 	clusters   = map[redisConf]*failover.Store{} // one client per distinct connection
+
+	starveLog lograte.Limiter // Redis timeouts of a starved plugin server: a line a second at most
 )
+
+// starved is told of a Redis timeout the breaker did not count, the plugin server itself being
+// short of CPU. It logs to the plugin server's log, which Kong copies into its error log.
+func starved(wait time.Duration) {
+	if ok, skipped := starveLog.Allow(); ok {
+		log.Printf("diana: Redis timed out while the plugin server was starved of CPU (a goroutine waited %v): not counted against Redis; the request got the fail policy's decision (%d more since the last line)", wait, skipped)
+	}
+}
 
 // clusterStore returns the shared failover store of a Redis connection, making it on first
 // use. Clients are never closed: configs on the same connection reuse them, and there are as
@@ -41,7 +53,7 @@ func clusterStore(rc *redisConf) rules.Store {
 		Username: rc.Username, Password: rc.Password, DB: rc.DB,
 		TLS: rc.TLS, ServerName: rc.ServerName, SkipVerify: rc.SkipVerify,
 	}), redisstore.Options{Prefix: rc.Prefix}), batch.Options{}),
-		failover.Options{Timeout: timeout})
+		failover.Options{Timeout: timeout, OnStarved: starved})
 	clusters[*rc] = s
 	return s
 }

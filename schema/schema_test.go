@@ -157,7 +157,10 @@ func fullRule(name, limit string) string {
 			"methods": ["GET", "POST"],
 			"paths": ["/api/**", "/users/*/orders", "/login"],
 			"hosts": ["api.example.com", "*.example.com"],
-			"headers": {"X-Api-Key": "*", "X-Api-Version": "2"}
+			"headers": {"X-Api-Key": "*", "X-Api-Version": "2"},
+			"clients": ["10.0.0.0/8", "192.0.2.7", "2001:db8::/32", "::ffff:10.0.0.0/104"],
+			"consumers": ["alice", "bob"],
+			"not": [` + exception + `, {"paths": "/health"}]
 		},
 		"by": ["global", "ip", "consumer", "route", "path", "method", "host", "header:X-Api-Key", "device", "device:X-Phone-Id"],
 		"cost": 2,
@@ -171,6 +174,10 @@ func fullRule(name, limit string) string {
 	}`
 }
 
+// exception is a match exception with every part set.
+const exception = `{"methods": ["GET"], "paths": ["/api/health"], "hosts": ["internal.example.com"], "headers": {"X-Internal": "1"},
+	"clients": ["10.1.0.0/16"], "consumers": ["monitor"]}`
+
 const fullServer = `
 	"listen": ":8081",
 	"admin": {"listen": "127.0.0.1:9191", "token": "t0ken"},
@@ -180,12 +187,15 @@ const fullServer = `
 	"consumer_header": "X-Consumer",
 	"access_log": true,
 	"upstreams": [
-		{"name": "api", "url": "http://127.0.0.1:9000", "match": {"methods": "GET", "paths": "/api/**", "hosts": "*.example.com", "headers": {"X-Api": "*"}}},
+		{"name": "api", "url": "http://127.0.0.1:9000", "match": {"methods": "GET", "paths": "/api/**", "hosts": "*.example.com", "headers": {"X-Api": "*"},
+			"clients": "10.0.0.0/8", "consumers": "alice", "not": [` + exception + `]}},
+		{"name": "admin", "url": "http://127.0.0.1:9001", "match": {"paths": "/admin/**", "not": ` + exception + `}},
 		{"name": "demo", "url": "demo:"}
 	],
 	"redis": {
 		"addrs": ["127.0.0.1:6379", "127.0.0.1:6380"], "master_name": "mymaster", "username": "diana",
 		"password": "s3cret", "db": 2, "tls": true, "tls_ca_file": "testdata/ca.pem", "tls_server_name": "redis.internal",
+		"tls_cert_file": "testdata/client.pem", "tls_key_file": "testdata/client.key",
 		"wait_replicas": 1, "timeout": "100ms", "prefix": "d:",
 		"breaker_failures": 5, "breaker_open_for": "2s"
 	},
@@ -216,6 +226,11 @@ func validDocs() map[string]doc {
 		docs["batch "+alg] = doc{json: `{"version": 1, "redis": {"addrs": "127.0.0.1:6379"}, "rules": [` + rule + `]}`}
 		docs["remote batch "+alg] = doc{json: `{"version": 1, "rules": [` + rule + `]}`, remote: true}
 	}
+	docs["exceptions and unlimited rules"] = doc{json: `{"version": 1, "rules": [
+		{"name": "internal", "unlimited": true, "match": {"clients": ["10.0.0.0/8", "::1"], "not": ` + exception + `}},
+		{"name": "monitor", "unlimited": true, "match": {"consumers": "monitor"}},
+		{"name": "quiet", "unlimited": false, "match": {"consumers": "x", "not": {"clients": "10.0.0.1"}}, "limit": {"algorithm": "token_bucket", "rate": 1}}]}`}
+	docs["remote exceptions and unlimited rules"] = doc{json: docs["exceptions and unlimited rules"].json, remote: true}
 	docs["minimal"] = doc{json: `{"version": 1}`}
 	docs["minimal remote"] = doc{json: `{"version": 1}`, remote: true}
 	docs["empty lists"] = doc{json: `{"version": 1, "trusted_proxies": [], "upstreams": [], "rules": [{"name": "a", "by": [], "limit": {"algorithm": "fixed_window", "limit": 1, "window": "1s"}}]}`}
@@ -300,6 +315,8 @@ func TestInvalidDocuments(t *testing.T) {
 	}{
 		// Secrets.
 		{"password and password_file", `{"version": 1, "redis": {"addrs": "127.0.0.1:6379", "password": "x", "password_file": "testdata/secret"}}`, false, "redis.password_file"},
+		{"tls_cert_file without tls_key_file", `{"version": 1, "redis": {"addrs": "127.0.0.1:6379", "tls": true, "tls_cert_file": "testdata/client.pem"}}`, false, "redis.tls_key_file"},
+		{"tls_key_file without tls_cert_file", `{"version": 1, "redis": {"addrs": "127.0.0.1:6379", "tls": true, "tls_key_file": "testdata/client.key"}}`, false, "redis.tls_key_file"},
 		{"token and token_file", `{"version": 1, "admin": {"token": "x", "token_file": "testdata/secret"}}`, false, "admin.token_file"},
 		// Batched mode.
 		{"batch in local mode", `{"version": 1, "rules": [{"name": "a", "limit": {"algorithm": "fixed_window", "limit": 5, "window": "1s"}, "batch": {"max": 5}}]}`, true, "rules[0].batch"},
@@ -443,6 +460,18 @@ func TestInvalidDocuments(t *testing.T) {
 		{"concurrency with limit", lim(`{"algorithm": "concurrency", "max": 1, "limit": 1}`), false, "rules[0].limit.limit"},
 		{"concurrency with nodelay", lim(`{"algorithm": "concurrency", "max": 1, "nodelay": true}`), false, "rules[0].limit.nodelay"},
 		{"leaky_bucket nodelay with delay", lim(`{"algorithm": "leaky_bucket", "rate": 1, "nodelay": true, "delay": 1}`), false, "rules[0].limit.nodelay"},
+
+		// Exceptions and unlimited rules.
+		{"unlimited without match", rule(`{"name": "u", "unlimited": true}`), false, "rules[0].match"},
+		{"unlimited with empty match", rule(`{"name": "u", "unlimited": true, "match": {}}`), false, "rules[0].match"},
+		{"unlimited with a limit", rule(`{"name": "u", "unlimited": true, "match": {"paths": "/x"}, "limit": {"algorithm": "token_bucket", "rate": 1}}`), false, "rules[0].limit"},
+		{"unlimited with reply", rule(`{"name": "u", "unlimited": true, "match": {"paths": "/x"}, "reply": {"status": 503}}`), false, "rules[0].reply"},
+		{"no limit, not unlimited", rule(`{"name": "u", "unlimited": false, "match": {"paths": "/x"}}`), false, "rules[0].limit"},
+		{"empty exception", tb(`"match": {"not": {}}`), false, "rules[0].match.not"},
+		{"exception of an exception", tb(`"match": {"not": {"paths": "/x", "not": {"paths": "/y"}}}`), false, "rules[0].match.not.not"},
+		{"client not an address", tb(`"match": {"clients": ["localhost"]}`), false, "rules[0].match.clients[0]"},
+		{"client with a port", tb(`"match": {"clients": "10.0.0.1:80"}`), false, "rules[0].match.clients[0]"},
+		{"empty consumer", tb(`"match": {"consumers": ""}`), false, "rules[0].match.consumers"},
 
 		// Patterns and formats.
 		{"name with a space", rule(`{"name": "per ip", "limit": {"algorithm": "token_bucket", "rate": 1}}`), false, "rules[0].name"},
@@ -612,19 +641,24 @@ func (set schemaSet) properties(t *testing.T, root string) []property {
 	return out
 }
 
-// Every property is described, and has a default or an example; every record closes its
-// properties with additionalProperties false.
+// Every property is described, and has a default or an example (a property that is only a
+// $ref to another has that one's); every record closes its properties with additionalProperties
+// false.
 func TestSchemaAnnotations(t *testing.T) {
 	set := loadSchemas(t)
 	for _, root := range []string{DianadFile, RulesFile} {
 		for _, p := range set.properties(t, root) {
 			where := p.file + "#" + p.ptr
-			d, _ := p.s["description"].(string)
+			s := p.s
+			if ref, ok := s["$ref"].(string); ok && len(s) == 1 {
+				_, _, s = set.resolve(t, p.file, ref)
+			}
+			d, _ := s["description"].(string)
 			if n := len([]rune(d)); n < 10 || n > 300 {
 				t.Errorf("%s: description of %d characters, want 10 to 300", where, n)
 			}
-			_, hasDefault := p.s["default"]
-			examples, _ := p.s["examples"].([]any)
+			_, hasDefault := s["default"]
+			examples, _ := s["examples"].([]any)
 			if !hasDefault && len(examples) == 0 {
 				t.Errorf("%s: neither default nor examples", where)
 			}
@@ -848,7 +882,7 @@ func TestRuleDefaults(t *testing.T) {
 func decoderKeys(t *testing.T) map[string]bool {
 	t.Helper()
 	getters := map[string]bool{"String": true, "Int": true, "Bool": true, "Duration": true, "Enum": true,
-		"Strings": true, "StringMap": true, "Obj": true, "List": true, "Has": true, "Require": true}
+		"Strings": true, "StringMap": true, "Obj": true, "Objs": true, "List": true, "Has": true, "Require": true, "Refuse": true}
 	files, err := filepath.Glob(filepath.Join("..", "shared", "rules", "*.go"))
 	if err != nil {
 		t.Fatal(err)
@@ -899,6 +933,9 @@ func decoderKeys(t *testing.T) map[string]bool {
 				}
 			case *ast.Ident:
 				if fun.Name == "enumIndex" && len(call.Args) > 1 {
+					literal(call.Args[1])
+				}
+				if fun.Name == "readPEM" && len(call.Args) > 1 {
 					literal(call.Args[1])
 				}
 				if fun.Name == "secret" && len(call.Args) > 2 {

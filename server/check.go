@@ -52,6 +52,8 @@ type CheckResponse struct {
 	// denial and on an allowed request alike), already formatted.
 	Headers map[string]string `json:"headers"`
 	Body    string            `json:"body"` // the JSON body of a denial; "" when allowed
+	// Unlimited names the unlimited rule that exempted the request from every rule, if one did.
+	Unlimited string `json:"unlimited,omitempty"`
 }
 
 // headerMap is a request's headers by lower-case name; it implements rules.Headers.
@@ -172,7 +174,7 @@ func (l *live) input(w http.ResponseWriter, req *CheckRequest) (rules.Input, boo
 			writeJSON(w, http.StatusBadRequest, errorBody{"client_ip: not an IP address: " + req.ClientIP})
 			return in, false
 		}
-		in.ClientIP = rules.ClientKey(ip, l.opts.IPv6Prefix)
+		in.SetClient(ip, l.opts.IPv6Prefix)
 	}
 	h := make(headerMap, len(req.Headers))
 	for k, v := range req.Headers {
@@ -251,6 +253,9 @@ func checkResponse(res *rules.Result) *CheckResponse {
 	}
 	if res.Rule != nil {
 		out.Rule = res.Rule.Name
+	}
+	if res.Unlimited != nil {
+		out.Unlimited = res.Unlimited.Name
 	}
 	h := http.Header{}
 	httplimit.SetHeaders(h, res)

@@ -28,6 +28,40 @@ func check(t *testing.T, ts *testServer, body, token string) (reply, *CheckRespo
 
 func ptr(v int64) *int64 { return &v }
 
+// An unlimited rule exempts what it matches from every rule, says so in the reply and counts it
+// in diana_decisions_total; a request outside it, or in its exception, is limited. A request
+// without the header a rule counts by is counted by its address.
+func TestCheckUnlimited(t *testing.T) {
+	ts := startFile(t, header+`rules:
+  - name: per-key
+    by: ["header:X-Api-Key"]
+    limit: {algorithm: fixed_window, limit: 1, window: 1h}
+  - name: internal
+    unlimited: true
+    match: {clients: ["10.0.0.0/8"], not: {paths: ["/login"]}}
+`)
+	for i := 0; i < 3; i++ {
+		if _, res := check(t, ts, `{"client_ip":"10.1.2.3","path":"/x"}`, ""); res == nil || !res.Allowed || res.Unlimited != "internal" || res.Rule != "" || len(res.Headers) != 0 {
+			t.Fatalf("exempt request %d: %+v, want allowed by the unlimited rule internal, with no headers", i+1, res)
+		}
+	}
+	for _, tc := range []struct{ body, who string }{
+		{`{"client_ip":"10.1.2.3","path":"/login"}`, "the exception"},
+		{`{"client_ip":"192.0.2.1","path":"/x"}`, "a client outside the block, without the header"},
+		{`{"client_ip":"192.0.2.1","path":"/x","headers":{"X-Api-Key":"k"}}`, "a key"},
+	} {
+		if _, res := check(t, ts, tc.body, ""); res == nil || !res.Allowed || res.Rule != "per-key" || res.Unlimited != "" {
+			t.Fatalf("%s, first request: %+v, want allowed by per-key", tc.who, res)
+		}
+		if _, res := check(t, ts, tc.body, ""); res == nil || res.Allowed {
+			t.Errorf("%s, second request: %+v, want denied by per-key", tc.who, res)
+		}
+	}
+	if got := metric(t, ts, `diana_decisions_total{result="unlimited",rule="internal"}`); got != 3 {
+		t.Errorf("unlimited decisions = %v, want 3", got)
+	}
+}
+
 func TestCheck(t *testing.T) {
 	ts := startFile(t, header+`rules:
   - name: per-ip
@@ -80,7 +114,22 @@ func TestCheck(t *testing.T) {
 			Headers: map[string]string{"Ratelimit-Limit": "5", "Ratelimit-Remaining": "5", "Ratelimit-Reset": "0"},
 			Body:    `{"message":"API rate limit exceeded","retry_after":null}` + "\n",
 		}},
-		{"no rule applies", `{}`, CheckResponse{Allowed: true, Status: 200, RetryAfter: ptr(0), Headers: map[string]string{}}},
+		{"another client", `{"client_ip":"192.0.2.9","path":"/","method":"GET"}`, CheckResponse{
+			Allowed: true, Rule: "per-ip", Status: 200, Limit: 2, Remaining: 1, Reset: 1800, RetryAfter: ptr(0),
+			Headers: map[string]string{"Ratelimit-Limit": "2", "Ratelimit-Remaining": "1", "Ratelimit-Reset": "1800",
+				"X-Ratelimit-Limit": "2", "X-Ratelimit-Remaining": "1"},
+		}},
+		// Requests without an address share one count of per-ip: never unlimited.
+		{"no address", `{}`, CheckResponse{
+			Allowed: true, Rule: "per-ip", Status: 200, Limit: 2, Remaining: 1, Reset: 1800, RetryAfter: ptr(0),
+			Headers: map[string]string{"Ratelimit-Limit": "2", "Ratelimit-Remaining": "1", "Ratelimit-Reset": "1800",
+				"X-Ratelimit-Limit": "2", "X-Ratelimit-Remaining": "1"},
+		}},
+		{"no address again", `{"path":"/other"}`, CheckResponse{
+			Allowed: true, Rule: "per-ip", Status: 200, Limit: 2, Remaining: 0, Reset: 3600, RetryAfter: ptr(0),
+			Headers: map[string]string{"Ratelimit-Limit": "2", "Ratelimit-Remaining": "0", "Ratelimit-Reset": "3600",
+				"X-Ratelimit-Limit": "2", "X-Ratelimit-Remaining": "0"},
+		}},
 	}
 	for _, tt := range tests {
 		r, got := check(t, ts, tt.body, "")

@@ -433,6 +433,30 @@ func TestClusterTopology(t *testing.T) {
 	}
 }
 
+// TestMutualTLS: dianad reaches a Redis that asks for client certificates (tls-auth-clients)
+// with tls_cert_file and tls_key_file, and decides there; with on_error closed, a decision
+// that did not come from Redis would be a denial.
+func TestMutualTLS(t *testing.T) {
+	rs := redistest.StartWith(t, redistest.Options{TLS: true, ClientAuth: true})
+	tlsConf := "  breaker_failures: 3\n  tls: true\n  tls_ca_file: " + rs.CAFile +
+		"\n  tls_cert_file: " + rs.ClientCertFile + "\n  tls_key_file: " + rs.ClientKeyFile + "\n"
+	ts := startFile(t, strings.Replace(clusterConfig(exactTimeout, "1s", `  - name: per-ip
+    by: [ip]
+    mode: cluster
+    on_error: closed
+    limit: {algorithm: fixed_window, limit: 2, window: 1h}
+`, rs.Addr), "  breaker_failures: 3\n", tlsConf, 1))
+	const x = "192.0.2.1"
+	for i, want := range []int{200, 200, 429} {
+		if r := get(t, ts.proxy+"/", x); r.status != want {
+			t.Fatalf("request %d: status %d, want %d (body %s)", i+1, r.status, want, r.body)
+		}
+	}
+	if got := metric(t, ts, `diana_backend_errors_total{rule="per-ip"}`); got != 0 {
+		t.Errorf("%v decisions came from the fail policy, want every one from Redis", got)
+	}
+}
+
 // failPolicy is an on_error policy of the fault tests' rule (fixed window, limit 30, nodes 3).
 type failPolicy struct {
 	name string

@@ -3,6 +3,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"net/netip"
 	"net/url"
 	"os"
@@ -58,14 +59,17 @@ type Redis struct {
 	DB         int
 	TLS        bool
 	CACert     []byte // TLS: the PEM of tls_ca_file, the CAs to trust instead of the system's
-	ServerName string // TLS: the name to verify the certificate against
-	SkipVerify bool   // TLS: do not verify the certificate (tests only)
-	Cluster    bool   // a Redis Cluster even with one address (a configuration endpoint)
-	Wait       int    // replicas a decision's write must reach before it counts (WAIT); 0: none
-	Timeout    int64  // µs, bound on one decision's round trip
-	Prefix     string
-	Failures   int   // consecutive failures that open the breaker
-	OpenFor    int64 // µs the breaker stays open before a probe
+	// TLS: the PEM of tls_cert_file and tls_key_file, the client certificate for a server that
+	// asks for one (mutual TLS)
+	ClientCert, ClientKey []byte
+	ServerName            string // TLS: the name to verify the certificate against
+	SkipVerify            bool   // TLS: do not verify the certificate (tests only)
+	Cluster               bool   // a Redis Cluster even with one address (a configuration endpoint)
+	Wait                  int    // replicas a decision's write must reach before it counts (WAIT); 0: none
+	Timeout               int64  // µs, bound on one decision's round trip
+	Prefix                string
+	Failures              int   // consecutive failures that open the breaker
+	OpenFor               int64 // µs the breaker stays open before a probe
 }
 
 // Remote is the remote config source, whose rules win over the file's while it is reachable.
@@ -253,8 +257,19 @@ func decodeRedis(o *conf.Obj) *Redis {
 			o.Fail("tls_ca_file", "holds no PEM certificate (want -----BEGIN CERTIFICATE----- blocks)")
 		}
 	}
+	r.ClientCert = readPEM(o, "tls_cert_file")
+	r.ClientKey = readPEM(o, "tls_key_file")
+	switch {
+	case (r.ClientCert == nil) != (r.ClientKey == nil) && !failed(o, "tls_cert_file", "tls_key_file"):
+		o.Fail("tls_key_file", "tls_cert_file and tls_key_file go together: the client certificate and its key")
+	case r.ClientCert != nil && r.ClientKey != nil:
+		if _, err := tls.X509KeyPair(r.ClientCert, r.ClientKey); err != nil {
+			o.Fail("tls_key_file", "is not the key of tls_cert_file's certificate, or either is not PEM: "+err.Error())
+		}
+	}
 	if !r.TLS {
-		for f, set := range map[string]bool{"tls_ca_file": r.CACert != nil, "tls_server_name": r.ServerName != "", "tls_skip_verify": r.SkipVerify} {
+		for f, set := range map[string]bool{"tls_ca_file": r.CACert != nil, "tls_server_name": r.ServerName != "", "tls_skip_verify": r.SkipVerify,
+			"tls_cert_file": r.ClientCert != nil, "tls_key_file": r.ClientKey != nil} {
 			if set {
 				o.Fail(f, "applies only with tls: true")
 			}
@@ -274,6 +289,32 @@ func decodeRedis(o *conf.Obj) *Redis {
 	r.OpenFor = o.Duration("breaker_open_for", algos.Second, algos.Millisecond, algos.Hour)
 	o.Done()
 	return r
+}
+
+// readPEM reads the file that field names, if set, bounded as a CA bundle is.
+func readPEM(o *conf.Obj, field string) []byte {
+	name := o.String(field, "")
+	if name == "" {
+		return nil
+	}
+	b, err := config.ReadRegular(name, maxCA)
+	if err != nil {
+		o.Fail(field, "cannot be read: "+err.Error())
+		return nil
+	}
+	return b
+}
+
+// failed reports whether o has an error on one of fields already.
+func failed(o *conf.Obj, fields ...string) bool {
+	for _, e := range o.Errors().List {
+		for _, f := range fields {
+			if e.Path == o.Path(f) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func quote(s string) string { return strconv.Quote(s) }

@@ -109,6 +109,8 @@ func TestHostileConfigs(t *testing.T) {
 			"admin.token_file: cannot be read: " + big + ": larger than 65536 bytes (64 KiB)"},
 		{"tls_ca_file /dev/zero", "version: 1\nredis: {addrs: 'r:6379', tls: true, tls_ca_file: /dev/zero}\n",
 			"redis.tls_ca_file: cannot be read: /dev/zero: not a regular file"},
+		{"tls_key_file FIFO", "version: 1\nredis: {addrs: 'r:6379', tls: true, tls_cert_file: ../schema/testdata/client.pem, tls_key_file: '" + fifo + "'}\n",
+			"redis.tls_key_file: cannot be read: " + fifo + ": not a regular file"},
 		{"port 99999", "version: 1\nlisten: ':99999'\nredis: {addrs: 'r:99999'}\n", "c.yaml: listen: must be host:port"},
 		{"redis port 0", "version: 1\nredis: {addrs: 'r:0'}\n", "c.yaml: redis.addrs: each must be host:port with a port from 1 to 65535"},
 	} {
@@ -117,6 +119,27 @@ func TestHostileConfigs(t *testing.T) {
 			_, err = Parse([]byte(c.doc), "c.yaml")
 		})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want %q", c.name, err, c.want)
+		}
+	}
+}
+
+// A client certificate for mutual TLS comes with its key, with tls, and they must be a pair.
+func TestClientCertificate(t *testing.T) {
+	const redis = "version: 1\nredis: {addrs: 'r:6379', "
+	for _, c := range []struct{ name, doc, want string }{
+		{"pair", redis + "tls: true, tls_cert_file: ../schema/testdata/client.pem, tls_key_file: ../schema/testdata/client.key}\n", ""},
+		{"certificate alone", redis + "tls: true, tls_cert_file: ../schema/testdata/client.pem}\n", "redis.tls_key_file: tls_cert_file and tls_key_file go together"},
+		{"key alone", redis + "tls: true, tls_key_file: ../schema/testdata/client.key}\n", "redis.tls_key_file: tls_cert_file and tls_key_file go together"},
+		{"without tls", redis + "tls_cert_file: ../schema/testdata/client.pem, tls_key_file: ../schema/testdata/client.key}\n", "redis.tls_cert_file: applies only with tls: true"},
+		{"not a pair", redis + "tls: true, tls_cert_file: ../schema/testdata/ca.pem, tls_key_file: ../schema/testdata/client.key}\n", "redis.tls_key_file: is not the key of tls_cert_file's certificate"},
+		{"missing file", redis + "tls: true, tls_cert_file: nowhere.pem, tls_key_file: ../schema/testdata/client.key}\n", "redis.tls_cert_file: cannot be read"},
+	} {
+		cfg, err := Parse([]byte(c.doc), "c.yaml")
+		switch {
+		case c.want == "" && (err != nil || cfg.Redis.ClientCert == nil || cfg.Redis.ClientKey == nil):
+			t.Errorf("%s: %v, want the pair read", c.name, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
 			t.Errorf("%s: error %v, want %q", c.name, err, c.want)
 		}
 	}

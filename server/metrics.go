@@ -20,6 +20,7 @@ type metrics struct {
 	backendErrors *prometheus.CounterVec
 	redisDuration prometheus.Histogram
 	breaker       prometheus.Gauge
+	starved       prometheus.Counter
 	reloads       *prometheus.CounterVec
 	info          *prometheus.GaugeVec
 }
@@ -29,7 +30,7 @@ func newMetrics() *metrics {
 		reg: prometheus.NewRegistry(),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "diana_decisions_total",
-			Help: "Rule decisions, by rule and result (allowed, denied, shadow_denied).",
+			Help: "Rule decisions, by rule and result (allowed, denied, shadow_denied, unlimited).",
 		}, []string{"rule", "result"}),
 		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "diana_backend_errors_total",
@@ -44,6 +45,10 @@ func newMetrics() *metrics {
 			Name: "diana_redis_breaker_open",
 			Help: "1 while the Redis circuit breaker is open (Redis is not called), else 0.",
 		}),
+		starved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "diana_redis_timeouts_starved_total",
+			Help: "Redis timeouts not counted against Redis by the breaker: dianad itself was starved of CPU (the requests still got their on_error decision).",
+		}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "diana_config_reloads_total",
 			Help: "Attempts to read a config source, by source (file, http, redis) and result (ok, error).",
@@ -53,7 +58,7 @@ func newMetrics() *metrics {
 			Help: "1 for the source of the running config (file, http, redis or embedded).",
 		}, []string{"source"}),
 	}
-	m.reg.MustRegister(m.decisions, m.backendErrors, m.redisDuration, m.breaker, m.reloads, m.info,
+	m.reg.MustRegister(m.decisions, m.backendErrors, m.redisDuration, m.breaker, m.starved, m.reloads, m.info,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

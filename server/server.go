@@ -69,6 +69,7 @@ type Server struct {
 	shadowLog  lograte.Limiter // shadow denials (all counted in the metrics): likewise
 	denialLog  lograte.Limiter // denials (all counted in the metrics): likewise
 	proxyLog   lograte.Limiter // upstream errors: likewise
+	starveLog  lograte.Limiter // Redis timeouts of a starved process: likewise
 }
 
 // live is what a config reload replaces at once: requests in flight keep the one they started
@@ -108,7 +109,8 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 		r := cfg.Redis
 		if s.rdb, err = redisstore.Open(redisstore.Conn{Addrs: r.Addrs, MasterName: r.MasterName, Cluster: r.Cluster,
 			Username: r.Username, Password: r.Password, DB: r.DB,
-			TLS: r.TLS, CACert: r.CACert, ServerName: r.ServerName, SkipVerify: r.SkipVerify}); err != nil {
+			TLS: r.TLS, CACert: r.CACert, ServerName: r.ServerName, SkipVerify: r.SkipVerify,
+			ClientCert: r.ClientCert, ClientKey: r.ClientKey}); err != nil {
 			return nil, fmt.Errorf("server: redis: %w", err)
 		}
 		// Calls of batched rules are answered from batched units; the others pass through.
@@ -118,12 +120,13 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 		batched := batch.New(s.rstore, batch.Options{})
 		s.met.batches(batched)
 		s.cluster = failover.New(batched, failover.Options{
-			Timeout:  time.Duration(cfg.Redis.Timeout) * time.Microsecond,
-			Failures: cfg.Redis.Failures,
-			OpenFor:  time.Duration(cfg.Redis.OpenFor) * time.Microsecond,
-			Local:    s.mem,
-			OnState:  s.breakerState,
-			Observe:  s.met.observeRedis,
+			Timeout:   time.Duration(cfg.Redis.Timeout) * time.Microsecond,
+			Failures:  cfg.Redis.Failures,
+			OpenFor:   time.Duration(cfg.Redis.OpenFor) * time.Microsecond,
+			Local:     s.mem,
+			OnState:   s.breakerState,
+			OnStarved: s.starved,
+			Observe:   s.met.observeRedis,
 		})
 	}
 	s.transport = NewTransport()
@@ -304,6 +307,15 @@ func (s *Server) close() {
 		if err := s.rdb.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
 			s.log.Warn("closing the Redis client", "err", err)
 		}
+	}
+}
+
+// starved is told of a Redis timeout the breaker did not count, dianad itself being short of CPU.
+func (s *Server) starved(wait time.Duration) {
+	s.met.starved.Inc()
+	if ok, skipped := s.starveLog.Allow(); ok {
+		s.log.Warn("Redis timed out while dianad was starved of CPU: not counted against Redis (the breaker stays closed); the request got its on_error decision",
+			"scheduling_wait", wait, "suppressed", skipped)
 	}
 }
 

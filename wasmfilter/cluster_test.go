@@ -157,6 +157,29 @@ func TestClusterAllowedDenied(t *testing.T) {
 	}
 }
 
+// An unlimited rule in rules exempts the requests it matches from every rule, dianad's included:
+// no callout is made, and diana.unlimited counts them. The others go to dianad.
+func TestUnlimitedSkipsCallout(t *testing.T) {
+	for _, rn := range runners {
+		t.Run(rn.name, func(t *testing.T) {
+			cfg := `{"rules": [{"name": "internal", "unlimited": true, "match": {"clients": ["10.0.0.0/8"]}}], "cluster": {"name": "dianad"}}`
+			e := start(t, rn.vm(t), cfg)
+			for i := 0; i < 3; i++ {
+				r := e.from("10.1.2.3:1").request("/x")
+				if r.action != types.ActionContinue || r.status != 0 || len(e.GetCalloutAttributesFromContext(r.id)) != 0 {
+					t.Fatalf("exempt request %d: action %v status %d, want let through without a callout", i+1, r.action, r.status)
+				}
+			}
+			if r := e.from("192.0.2.1:1").request("/x"); r.action != types.ActionPause || len(e.GetCalloutAttributesFromContext(r.id)) != 1 {
+				t.Errorf("a request the rule does not match: action %v, want paused for its callout", r.action)
+			}
+			if u, a := e.counter(metricUnlimited), e.counter(metricAllowed); u != 3 || a != 3 {
+				t.Errorf("unlimited %d allowed %d, want 3 and 3", u, a)
+			}
+		})
+	}
+}
+
 // A failed callout (reset, timeout, non-2xx, unreadable body, refused token) follows
 // on_failure: open lets the request through, closed replies failure_status, local decides the
 // fallback rules in shared data.

@@ -82,8 +82,8 @@ func parseConfig(data []byte) (*config, error) {
 	switch {
 	case !o.Has("rules") && !o.Has("cluster"):
 		o.Fail("rules", "is required unless cluster is set (the filter would limit nothing)")
-	case o.Has("rules") && len(c.rules) == 0 && !o.Has("cluster") && !failed(errs):
-		o.Fail("rules", "is empty and cluster is not set: the filter would limit nothing")
+	case o.Has("rules") && !limits(c.rules) && !o.Has("cluster") && !failed(errs):
+		o.Fail("rules", "holds no rule that limits (none, or only unlimited ones) and cluster is not set: the filter would limit nothing")
 	}
 	o.Done()
 	if err := errs.Err(); err != nil {
@@ -97,6 +97,16 @@ func parseConfig(data []byte) (*config, error) {
 		c.route = c.route || slices.Contains(r.By, "route")
 	}
 	return c, nil
+}
+
+// limits reports whether one of rs limits (is not an unlimited rule).
+func limits(rs []*rules.Rule) bool {
+	for _, r := range rs {
+		if !r.Unlimited {
+			return true
+		}
+	}
+	return false
 }
 
 // failed tells whether errs holds an error already (an empty list may be what is left of a bad one).
@@ -156,9 +166,9 @@ func decodeRules(o *conf.Obj, consumer string) []*rules.Rule {
 			o.Fail(p+".limit.algorithm", r.Algorithm+" keeps a log of request times per client, which the filter's fixed-size shared-data slots cannot hold; use one of "+
 				strings.Join(rules.AlgorithmsWhere(func(k rules.AlgorithmKind) bool { return !k.Logs() && !k.Leases }), ", "))
 		}
-		for j, d := range r.By {
-			if d == "consumer" && consumer == "" {
-				o.Fail(p+".by["+strconv.Itoa(j)+"]", "consumer needs consumer_header: the request header in which an authentication filter (jwt_authn's claim_to_headers, ext_authz) puts the consumer; without it the rule would count nothing")
+		for _, f := range r.ConsumerFields() {
+			if consumer == "" {
+				o.Fail(p+"."+f, "the consumer needs consumer_header: the request header in which an authentication filter (jwt_authn's claim_to_headers, ext_authz) puts the consumer; without it the filter never sees one")
 			}
 		}
 	}

@@ -58,6 +58,7 @@ const (
 	metricAllowed      = "diana.allowed"       // requests let through (shadow denials included)
 	metricDenied       = "diana.denied"        // requests refused with a local reply
 	metricShadowDenied = "diana.shadow_denied" // requests a shadow rule would have refused
+	metricUnlimited    = "diana.unlimited"     // requests an unlimited rule exempted from every rule (counted in allowed too)
 	metricBackendError = "diana.backend_errors"
 	metricCASExhausted = "diana.cas_retries_exhausted" // requests denied as their slot changed under every retry
 	metricOverflow     = "diana.slot_overflows"        // decisions on a slot's overflow state: its entries were all live
@@ -69,8 +70,8 @@ const (
 const tickMS = 10_000
 
 type metrics struct {
-	allowed, denied, shadowDenied, backendErrors, casExhausted, overflow, dataErrors proxywasm.MetricCounter
-	heap                                                                             proxywasm.MetricGauge
+	allowed, denied, shadowDenied, unlimited, backendErrors, casExhausted, overflow, dataErrors proxywasm.MetricCounter
+	heap                                                                                        proxywasm.MetricGauge
 }
 
 // pluginContext is one filter configuration.
@@ -114,6 +115,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		allowed:       proxywasm.DefineCounterMetric(metricAllowed),
 		denied:        proxywasm.DefineCounterMetric(metricDenied),
 		shadowDenied:  proxywasm.DefineCounterMetric(metricShadowDenied),
+		unlimited:     proxywasm.DefineCounterMetric(metricUnlimited),
 		backendErrors: proxywasm.DefineCounterMetric(metricBackendError),
 		casExhausted:  proxywasm.DefineCounterMetric(metricCASExhausted),
 		overflow:      proxywasm.DefineCounterMetric(metricOverflow),
@@ -205,12 +207,12 @@ func (h *httpContext) input() rules.Input {
 		h.addr = a.String()
 	}
 	in := rules.Input{
-		Method:   header(":method"),
-		Host:     header(":authority"),
-		Path:     header(":path"), // as sent; the rules cut the query and normalise it
-		ClientIP: rules.ClientKey(a, h.p.cfg.ipv6Prefix),
-		Headers:  reqHeaders{},
+		Method:  header(":method"),
+		Host:    header(":authority"),
+		Path:    header(":path"), // as sent; the rules cut the query and normalise it
+		Headers: reqHeaders{},
 	}
+	in.SetClient(a, h.p.cfg.ipv6Prefix)
 	if c := h.p.cfg.consumer; c != "" {
 		in.Consumer = header(c)
 	}
@@ -238,6 +240,11 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		res := h.check(p.local, &in)
 		if !res.Allowed {
 			return h.deny(&res)
+		}
+		if res.Unlimited != nil { // exempt from every rule, dianad's included: no callout
+			p.m.unlimited.Increment(1)
+			h.allow()
+			return types.ActionContinue
 		}
 		h.hdrs = appendHeaders(h.hdrs[:0], &res)
 	}

@@ -45,6 +45,11 @@ type Server struct {
 	CA *CA
 	// CAFile is the path of CA.PEM, for clients configured with a file; "" without TLS.
 	CAFile string
+	// ClientCert and ClientKey are a client certificate the CA signed and its key (PEM), and
+	// ClientCertFile and ClientKeyFile their paths: with Options.ClientAuth the server admits
+	// only clients that present such a certificate. Set with TLS.
+	ClientCert, ClientKey         []byte
+	ClientCertFile, ClientKeyFile string
 
 	t    testing.TB
 	dir  string
@@ -62,8 +67,10 @@ type Server struct {
 // Options change what StartWith starts.
 type Options struct {
 	// TLS makes the server speak TLS only, with a certificate for 127.0.0.1, ::1 and localhost
-	// signed by a CA made for it (Server.CA). Clients need not present a certificate.
-	TLS bool
+	// signed by a CA made for it (Server.CA). Clients need not present a certificate, unless
+	// ClientAuth is set too: then they must present one the CA signed (Server.ClientCert).
+	TLS        bool
+	ClientAuth bool
 	// Users are ACL users, each as the config file's user directive takes it after "user": a
 	// name then rules, e.g. "diana on >secret ~diana:* +@all". With any user, the default user
 	// is off, and the helpers (Client, CommandStats, the start-up check) log in as a user of
@@ -82,7 +89,8 @@ func StartWith(t testing.TB, o Options) *Server {
 	if o.TLS {
 		s.CA = NewCA(t)
 		cert, key := s.CA.Issue(t, "127.0.0.1", "::1", "localhost")
-		files := map[string][]byte{"ca.crt": s.CA.PEM, "server.crt": cert, "server.key": key}
+		s.ClientCert, s.ClientKey = s.CA.Issue(t, "diana-client")
+		files := map[string][]byte{"ca.crt": s.CA.PEM, "server.crt": cert, "server.key": key, "client.crt": s.ClientCert, "client.key": s.ClientKey}
 		for name, b := range files {
 			if err := os.WriteFile(filepath.Join(s.dir, name), b, 0o600); err != nil {
 				t.Fatalf("write %s: %v", name, err)
@@ -92,9 +100,14 @@ func StartWith(t testing.TB, o Options) *Server {
 			"--tls-cert-file", filepath.Join(s.dir, "server.crt"),
 			"--tls-key-file", filepath.Join(s.dir, "server.key"),
 			"--tls-ca-cert-file", filepath.Join(s.dir, "ca.crt"),
-			"--tls-auth-clients", "no")
+			"--tls-auth-clients", map[bool]string{false: "no", true: "yes"}[o.ClientAuth])
 		s.CAFile = filepath.Join(s.dir, "ca.crt")
-		s.tls = &tls.Config{RootCAs: s.CA.Pool(), MinVersion: tls.VersionTLS12}
+		s.ClientCertFile, s.ClientKeyFile = filepath.Join(s.dir, "client.crt"), filepath.Join(s.dir, "client.key")
+		pair, err := tls.X509KeyPair(s.ClientCert, s.ClientKey)
+		if err != nil {
+			t.Fatalf("client certificate: %v", err)
+		}
+		s.tls = &tls.Config{RootCAs: s.CA.Pool(), MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}
 	}
 	if len(o.Users) > 0 {
 		s.user, s.pass = "redistest-admin", randomHex(t)

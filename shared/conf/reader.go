@@ -293,6 +293,26 @@ func (o *Obj) List(key string) []*Obj {
 	return out
 }
 
+// Objs reads a list of objects; a single object counts as a list of one, as a single string
+// does for Strings.
+func (o *Obj) Objs(key string) []*Obj {
+	if v, ok := o.o.Get(key); ok {
+		if _, one := v.(*Object); one {
+			o.get(key)
+			return []*Obj{readObj(o.Path(key), v, o.errs)}
+		}
+	}
+	return o.List(key)
+}
+
+// Refuse records reason on key if the object holds it (not null): for a field that another
+// field's value rules out. Done then says nothing more of it.
+func (o *Obj) Refuse(key, reason string) {
+	if _, ok := o.get(key); ok {
+		o.Fail(key, reason)
+	}
+}
+
 // Done records an error for every field that no getter read.
 func (o *Obj) Done() {
 	for i, k := range o.o.Keys {

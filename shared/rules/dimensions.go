@@ -6,7 +6,7 @@ import "strings"
 // under the rule is the rule's name followed by each dimension's value.
 func init() {
 	RegisterDimension("global", DimensionKind{New: noArg(global{}), Doc: "one count for every request the rule matches"})
-	RegisterDimension("ip", DimensionKind{New: noArg(field(func(in *Input) string { return in.ClientIP })), Doc: "the client IP, as the front end trusts it"})
+	RegisterDimension("ip", DimensionKind{New: noArg(ipField{}), Doc: "the client IP, as the front end trusts it"})
 	RegisterDimension("consumer", DimensionKind{New: noArg(field(func(in *Input) string { return in.Consumer })), Doc: "the authenticated account (Kong consumer, or the header dianad is told to trust)"})
 	RegisterDimension("route", DimensionKind{New: noArg(field(func(in *Input) string { return in.Route })), Doc: "the route or service the front end matched"})
 	RegisterDimension("path", DimensionKind{New: noArg(field(func(in *Input) string { return in.Path })), Doc: "the URL path (the resource)"})
@@ -37,6 +37,12 @@ func noArg(d Dimension) func(string) (Dimension, string) {
 		return d, ""
 	}
 }
+
+// ipField is the "ip" dimension, a type of its own so that Rule.key knows a missing value is the
+// address's.
+type ipField struct{}
+
+func (ipField) Value(in *Input) (string, bool) { return in.ClientIP, in.ClientIP != "" }
 
 type global struct{}
 

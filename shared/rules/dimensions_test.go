@@ -23,10 +23,7 @@ func ruleBy(t *testing.T, by string) *Rule {
 	return r
 }
 
-func keyOf(r *Rule, in *Input) (string, bool) {
-	k, ok := r.key(nil, in)
-	return string(k), ok
-}
+func keyOf(r *Rule, in *Input) string { return string(r.key(nil, in)) }
 
 func TestKeys(t *testing.T) {
 	full := &Input{
@@ -37,7 +34,7 @@ func TestKeys(t *testing.T) {
 	tests := []struct {
 		by   string
 		in   *Input
-		want string // "" when the rule must not apply
+		want string
 	}{
 		{`["global"]`, full, "r"},
 		{`[]`, full, "r"},
@@ -56,16 +53,20 @@ func TestKeys(t *testing.T) {
 		{`["consumer", "ip", "method"]`, full, "r|alice|203.0.113.7|GET"},
 		{`["global", "ip"]`, full, "r|203.0.113.7"},
 
-		// A missing value: the rule does not apply.
-		{`["ip"]`, &Input{}, ""},
-		{`["consumer"]`, &Input{ClientIP: "1.2.3.4"}, ""},
-		{`["route"]`, &Input{ClientIP: "1.2.3.4"}, ""},
-		{`["header:X-Api-Key"]`, &Input{ClientIP: "1.2.3.4"}, ""},
-		{`["header:X-Api-Key"]`, &Input{Headers: http.Header{"X-Api-Key": {""}}}, ""},
-		{`["device"]`, &Input{Headers: http.Header{}}, ""},
-		{`["ip", "consumer"]`, &Input{ClientIP: "1.2.3.4"}, ""},
-		{`["consumer", "ip"]`, &Input{ClientIP: "1.2.3.4"}, ""},
+		// A missing value counts by the client address, or with every request that has none:
+		// omitting a header does not escape the rule.
+		{`["ip"]`, &Input{}, "r|%none"},
+		{`["consumer"]`, &Input{ClientIP: "1.2.3.4"}, "r|%ip:1.2.3.4"},
+		{`["route"]`, &Input{ClientIP: "1.2.3.4"}, "r|%ip:1.2.3.4"},
+		{`["header:X-Api-Key"]`, &Input{ClientIP: "1.2.3.4"}, "r|%ip:1.2.3.4"},
+		{`["header:X-Api-Key"]`, &Input{ClientIP: "2001:db8::/64"}, "r|%ip:2001:db8::/64"},
+		{`["header:X-Api-Key"]`, &Input{Headers: http.Header{"X-Api-Key": {""}}}, "r|%none"},
+		{`["device"]`, &Input{Headers: http.Header{}}, "r|%none"},
+		{`["ip", "consumer"]`, &Input{ClientIP: "1.2.3.4"}, "r|1.2.3.4|%ip:1.2.3.4"},
+		{`["consumer", "ip"]`, &Input{ClientIP: "1.2.3.4"}, "r|%ip:1.2.3.4|1.2.3.4"},
+		{`["consumer", "ip"]`, &Input{}, "r|%none|%none"},
 		{`["global"]`, &Input{}, "r"},
+		{`["consumer"]`, &Input{ClientIP: "a|b"}, "r|%ip:a%7Cb"},
 
 		// '|' separates the parts, so it is escaped, and so is the escape character.
 		{`["ip", "path"]`, &Input{ClientIP: "a|b", Path: "c"}, "r|a%7Cb|c"},
@@ -74,16 +75,8 @@ func TestKeys(t *testing.T) {
 		{`["ip"]`, &Input{ClientIP: "%"}, "r|%25"},
 	}
 	for _, tt := range tests {
-		r := ruleBy(t, tt.by)
-		got, ok := keyOf(r, tt.in)
-		if tt.want == "" {
-			if ok {
-				t.Errorf("by %s, %+v: key %q, want the rule not to apply", tt.by, tt.in, got)
-			}
-			continue
-		}
-		if !ok || got != tt.want {
-			t.Errorf("by %s, %+v: key %q, %v; want %q", tt.by, tt.in, got, ok, tt.want)
+		if got := keyOf(ruleBy(t, tt.by), tt.in); got != tt.want {
+			t.Errorf("by %s, %+v: key %q, want %q", tt.by, tt.in, got, tt.want)
 		}
 	}
 }
@@ -96,14 +89,13 @@ func TestKeysDistinct(t *testing.T) {
 		{"a", "b"}, {"a|b", "c"}, {"a", "b|c"}, {"a|", "b"}, {"a", "|b"}, {"a%7Cb", "c"}, {"a%", "7Cb|c"},
 		{"a%25", "b"}, {"a%", "25b"}, {"%7C", "%7C"}, {"|", "|"}, {long, "b"}, {long + "y", "b"},
 		{strings.Repeat("x", maxValue), "b"}, {"%sha256:" + strings.Repeat("0", 32), "b"},
+		// A missing value (""), and values that spell its markers.
+		{"", "b"}, {"%none", "b"}, {"b", ""}, {"", ""}, {"%none", "%none"}, {"%ip:", "b"},
 	}
 	seen := map[string][2]string{}
 	for _, p := range pairs {
 		in := &Input{Headers: http.Header{"X-A": {p[0]}, "X-B": {p[1]}}}
-		k, ok := keyOf(r, in)
-		if !ok {
-			t.Fatalf("%q: rule does not apply", p)
-		}
+		k := keyOf(r, in)
 		if prev, dup := seen[k]; dup {
 			t.Errorf("%q and %q share the key %q", prev, p, k)
 		}
@@ -116,11 +108,7 @@ func TestKeysDistinct(t *testing.T) {
 func TestKeysLongValues(t *testing.T) {
 	r := ruleBy(t, `["header:X-Api-Key"]`)
 	key := func(v string) string {
-		k, ok := keyOf(r, &Input{Headers: http.Header{"X-Api-Key": {v}}})
-		if !ok {
-			t.Fatalf("rule does not apply to %d bytes", len(v))
-		}
-		return k
+		return keyOf(r, &Input{Headers: http.Header{"X-Api-Key": {v}}})
 	}
 	exact := strings.Repeat("k", maxValue)
 	if got := key(exact); got != "r|"+exact {
@@ -150,11 +138,11 @@ func TestKeysLongValues(t *testing.T) {
 func TestKeyReusesBuffer(t *testing.T) {
 	r := ruleBy(t, `["ip"]`)
 	buf := make([]byte, 0, 64)
-	k, ok := r.key(buf, &Input{ClientIP: "1.2.3.4"})
-	if !ok || string(k) != "r|1.2.3.4" || &k[0] != &buf[:1][0] {
-		t.Errorf("key = %q, %v; buffer reused: %v", k, ok, ok && &k[0] == &buf[:1][0])
+	k := r.key(buf, &Input{ClientIP: "1.2.3.4"})
+	if string(k) != "r|1.2.3.4" || &k[0] != &buf[:1][0] {
+		t.Errorf("key = %q; buffer reused: %v", k, &k[0] == &buf[:1][0])
 	}
-	k, _ = r.key(k, &Input{ClientIP: "5.6.7.8"})
+	k = r.key(k, &Input{ClientIP: "5.6.7.8"})
 	if string(k) != "r|5.6.7.8" {
 		t.Errorf("second key = %q", k)
 	}

@@ -14,6 +14,8 @@ import (
 // Engine, and requests in flight finish on the one they started with.
 type Engine struct {
 	rules   []*Rule
+	exempt  []*Rule // the unlimited rules
+	limits  []*Rule // the others
 	local   Store
 	cluster Store
 	observe func(*Rule, *Input, Outcome, error)
@@ -46,9 +48,10 @@ const (
 	Allowed      Outcome = iota
 	Denied               // the request is refused (or the rule's share of it never ran)
 	ShadowDenied         // a shadow rule would have refused it; it goes through
+	Exempted             // an unlimited rule matched it: no rule counted it
 )
 
-var outcomes = [...]string{Allowed: "allowed", Denied: "denied", ShadowDenied: "shadow_denied"}
+var outcomes = [...]string{Allowed: "allowed", Denied: "denied", ShadowDenied: "shadow_denied", Exempted: "unlimited"}
 
 func (o Outcome) String() string { return outcomes[o] }
 
@@ -56,11 +59,13 @@ func (o Outcome) String() string { return outcomes[o] }
 type Result struct {
 	Allowed bool
 	// Rule is the rule whose decision the reply reports: the denying rule, else the enforcing
-	// rule closest to its limit; nil when no rule applied.
-	Rule     *Rule
-	Decision algos.Decision
-	Delay    int64 // µs to hold the request before forwarding it
-	Err      error // the first store error; the decisions then came from the fail policies
+	// rule closest to its limit; nil when no rule applied, or an unlimited rule did.
+	Rule *Rule
+	// Unlimited is the unlimited rule that exempted the request from every rule, if one did.
+	Unlimited *Rule
+	Decision  algos.Decision
+	Delay     int64 // µs to hold the request before forwarding it
+	Err       error // the first store error; the decisions then came from the fail policies
 	// ErrRule is the rule of Err, and Shadow the first shadow rule that would have denied the
 	// request: for the log lines of the paths where a request passes unlimited.
 	ErrRule, Shadow *Rule
@@ -78,7 +83,13 @@ type lease struct {
 
 // New returns an engine for rules. Every rule's mode needs its store.
 func New(rules []*Rule, o Options) (*Engine, error) {
+	e := &Engine{rules: rules}
 	for _, r := range rules {
+		if r.Unlimited {
+			e.exempt = append(e.exempt, r)
+			continue
+		}
+		e.limits = append(e.limits, r)
 		if r.Mode == Local && o.Local == nil || r.Mode == Cluster && o.Cluster == nil {
 			return nil, errors.New("rules: rule " + quote(r.Name) + " is in " + r.Mode.String() + " mode, which has no store")
 		}
@@ -92,7 +103,7 @@ func New(rules []*Rule, o Options) (*Engine, error) {
 	if int(o.EscapedSlashes) >= len(EscapedSlashesNames) {
 		return nil, errors.New("rules: unknown EscapedSlashes " + strconv.Itoa(int(o.EscapedSlashes)))
 	}
-	e := &Engine{rules: rules, local: o.Local, cluster: o.Cluster, observe: o.Observe, leaseID: o.LeaseID, slashes: o.EscapedSlashes}
+	e.local, e.cluster, e.observe, e.leaseID, e.slashes = o.Local, o.Cluster, o.Observe, o.LeaseID, o.EscapedSlashes
 	e.scratch.New = func() any { return new(scratch) }
 	return e, nil
 }
@@ -110,7 +121,8 @@ type scratch struct {
 	in    *Input // the request being checked, for Observe
 }
 
-// Check decides a request against every rule that applies to it. When several apply, each is
+// Check decides a request against every rule that applies to it, unless an unlimited rule
+// matches it: then no rule counts it. When several apply, each is
 // first decided as a dry run, and the request is committed to all of them only if none denies
 // it: a request refused by one rule takes nothing from the others. (A denying rule with a ban is
 // committed too, to start the ban; should that commit admit the request after all, its units
@@ -126,18 +138,21 @@ func (e *Engine) Check(ctx context.Context, in *Input) Result {
 		return Result{BadPath: true, Decision: algos.Decision{RetryAfter: algos.Never}}
 	}
 	in.Path = p
+	if r := e.exempted(in); r != nil {
+		if e.observe != nil {
+			e.observe(r, in, Exempted, nil)
+		}
+		return Result{Allowed: true, Unlimited: r}
+	}
 	s := e.scratch.Get().(*scratch)
 	defer e.put(s)
 	s.ops = s.ops[:0]
 	s.in = in
-	for _, r := range e.rules {
+	for _, r := range e.limits {
 		if !r.Match.Matches(in) {
 			continue
 		}
-		var ok bool
-		if s.key, ok = r.key(s.key, in); !ok {
-			continue
-		}
+		s.key = r.key(s.key, in)
 		op := Op{Key: string(s.key), Alg: r.Alg, Req: algos.Request{Cost: r.Cost}, OnError: r.OnError, Fallback: r.Fallback, rule: r}
 		if r.Action == Delay {
 			op.Req.MaxWait = r.MaxDelay
@@ -187,6 +202,16 @@ func (e *Engine) Check(ctx context.Context, in *Input) Result {
 	}
 	e.decide(ctx, s, commit)
 	return e.verdict(s, true)
+}
+
+// exempted returns the first unlimited rule that matches in, or nil.
+func (e *Engine) exempted(in *Input) *Rule {
+	for _, r := range e.exempt {
+		if r.Match.Matches(in) {
+			return r
+		}
+	}
+	return nil
 }
 
 // put returns s to the pool, keeping nothing of the request.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -361,7 +362,7 @@ func TestEngineReportedRule(t *testing.T) {
 		})
 	}
 	t.Run("no rule applies", func(t *testing.T) {
-		e := newEnv(t, `{"rules": [{"name": "c", "by": ["consumer"], "limit": {"algorithm": "fixed_window", "limit": 1, "window": "1s"}},
+		e := newEnv(t, `{"rules": [{"name": "c", "match": {"consumers": ["alice"]}, "by": ["consumer"], "limit": {"algorithm": "fixed_window", "limit": 1, "window": "1s"}},
 			{"name": "p", "match": {"paths": ["/api/**"]}, "limit": {"algorithm": "fixed_window", "limit": 1, "window": "1s"}}]}`)
 		for range 3 {
 			res := e.check(ip("10.0.0.1")) // no consumer, path "/"
@@ -471,6 +472,67 @@ func TestEngineObserve(t *testing.T) {
 			t.Errorf("Outcome %d String() = %q, want %q", o, o.String(), want)
 		}
 	}
+}
+
+// An unlimited rule exempts the requests it matches from every rule, before or after it, and
+// is observed; the others are limited as before. Peek shows the exemption.
+func TestEngineUnlimited(t *testing.T) {
+	internal := `{"name": "internal", "unlimited": true, "match": {"clients": ["10.0.0.0/8"], "not": {"paths": ["/login"]}}}`
+	limit := `{"name": "per-ip", "by": ["ip"], "limit": {"algorithm": "fixed_window", "limit": 1, "window": "1h"}}`
+	for order, doc := range bothOrders(internal, limit) {
+		t.Run(order, func(t *testing.T) {
+			e := newEnv(t, doc)
+			in := func(a, path string) *rules.Input {
+				in := &rules.Input{Method: "GET", Path: path}
+				in.SetClient(netip.MustParseAddr(a), 64)
+				return in
+			}
+			for range 3 {
+				res := e.check(in("10.1.2.3", "/x"))
+				e.expect(res, true, "")
+				if res.Unlimited == nil || res.Unlimited.Name != "internal" {
+					t.Errorf("Unlimited = %v, want the rule internal", res.Unlimited)
+				}
+				if got, want := e.observed(), []string{"internal:unlimited"}; !equal(got, want) {
+					t.Errorf("observed %q, want %q", got, want)
+				}
+			}
+			// The exception of the exemption, and a client outside it, are limited.
+			e.expect(e.check(in("10.1.2.3", "/login")), true, "per-ip")
+			e.expect(e.check(in("10.1.2.3", "//login/")), false, "per-ip")
+			e.expect(e.check(in("192.0.2.1", "/x")), true, "per-ip")
+			e.expect(e.check(in("192.0.2.1", "/x")), false, "per-ip")
+			e.expect(e.check(in("::ffff:10.9.9.9", "/y")), true, "")
+
+			got, ok := e.eng.Peek(context.Background(), in("10.1.2.3", "/x"))
+			if !ok || len(got) != 1 || got[0].Rule.Name != "internal" || !got[0].Decision.Allowed || got[0].Key != "" {
+				t.Errorf("Peek of an exempt request = %+v, %v; want the rule internal alone, allowed", got, ok)
+			}
+		})
+	}
+	if rules.Exempted.String() != "unlimited" {
+		t.Errorf("Exempted String() = %q", rules.Exempted.String())
+	}
+}
+
+// A request without the value a rule counts by is limited all the same: by its address, or
+// with every request that has none. Leaving out the header does not escape the limit.
+func TestEngineMissingValues(t *testing.T) {
+	e := newEnv(t, `{"rules": [{"name": "per-key", "by": ["header:X-Api-Key"], "limit": {"algorithm": "fixed_window", "limit": 2, "window": "1h"}}]}`)
+	keyed := func(k string) *rules.Input {
+		return &rules.Input{Method: "GET", Path: "/", ClientIP: "192.0.2.1", Headers: hdr("X-Api-Key", k)}
+	}
+	e.expect(e.check(keyed("k1")), true, "per-key")
+	e.expect(e.check(keyed("k1")), true, "per-key")
+	e.expect(e.check(keyed("k1")), false, "per-key")
+	e.expect(e.check(keyed("")), true, "per-key") // by address 192.0.2.1, a count apart from k1's
+	e.expect(e.check(keyed("")), true, "per-key")
+	e.expect(e.check(keyed("")), false, "per-key")
+	e.expect(e.check(ip("192.0.2.2")), true, "per-key")
+	noAddr := &rules.Input{Method: "GET", Path: "/"}
+	e.expect(e.check(noAddr), true, "per-key")
+	e.expect(e.check(&rules.Input{Method: "GET", Path: "/"}), true, "per-key")
+	e.expect(e.check(&rules.Input{Method: "GET", Path: "/"}), false, "per-key")
 }
 
 func TestNew(t *testing.T) {
@@ -770,7 +832,9 @@ func TestRegisteredKinds(t *testing.T) {
 	e.expect(e.check(in("acme")), true, "tenants")
 	e.expect(e.check(in("acme")), false, "tenants")
 	e.expect(e.check(in("globex")), true, "tenants")
-	e.expect(e.check(in("")), true, "") // no tenant: the rule does not apply
+	e.expect(e.check(in("")), true, "tenants") // no tenant: counted by its address
+	e.expect(e.check(in("")), true, "tenants")
+	e.expect(e.check(in("")), false, "tenants")
 	e.clock.Add(algos.Minute)
 	e.expect(e.check(in("acme")), true, "tenants")
 

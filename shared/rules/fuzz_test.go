@@ -199,16 +199,24 @@ func FuzzCheck(f *testing.F) {
 
 		want := map[string]string{}
 		path, _ = rules.NormalPath(path, rules.DecodeSlashes) // what Check matches and counts
-		if ip != "" {
-			want["k-ip"] = "k-ip" + refPart(ip)
+		// A missing value counts by the address, or with every request without one.
+		part := func(v string) string {
+			switch {
+			case v != "":
+				return refPart(v)
+			case ip != "":
+				return "|%ip:" + refPart(ip)[1:]
+			}
+			return "|%none"
 		}
-		if ip != "" && consumer != "" && route != "" && path != "" && method != "" && host != "" && apiKey != "" && device != "" {
-			want["k-all"] = "k-all" + refPart(ip) + refPart(consumer) + refPart(route) + refPart(path) + refPart(method) +
-				refPart(strings.ToLower(host)) + refPart(apiKey) + refPart(device)
+		ipPart := refPart(ip)
+		if ip == "" {
+			ipPart = "|%none"
 		}
-		if device != "" {
-			want["k-dev"] = "k-dev" + refPart(device)
-		}
+		want["k-ip"] = "k-ip" + ipPart
+		want["k-all"] = "k-all" + ipPart + part(consumer) + part(route) + part(path) + part(method) +
+			part(strings.ToLower(host)) + part(apiKey) + part(device)
+		want["k-dev"] = "k-dev" + part(device)
 		if method == "GET" || method == "POST" {
 			want["m-meth"] = "m-meth"
 		}
@@ -242,8 +250,9 @@ func FuzzCheck(f *testing.F) {
 			if want[name] != k {
 				t.Errorf("rule %s: key %q, want %q", name, k, want[name])
 			}
-			// Each part is at most 3 × 128 bytes escaped, or 40 hashed: a key never grows with input.
-			if parts := strings.Count(want[name], "|"); len(k) > len(name)+parts*(1+3*128) {
+			// Each part is at most 3 × 128 bytes escaped (after "|%ip:" for a missing value), or
+			// 40 hashed: a key never grows with input.
+			if parts := strings.Count(want[name], "|"); len(k) > len(name)+parts*(5+3*128) {
 				t.Errorf("rule %s: key of %d bytes, over the bound", name, len(k))
 			}
 		}

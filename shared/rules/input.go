@@ -3,17 +3,31 @@ package rules
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"net/netip"
 )
 
 // Input is what the rules see of a request. Front ends fill it from their own request type.
 type Input struct {
 	Method   string
 	Host     string
-	Path     string // the URL path as the client sent it (escapes and all); Check normalises it
-	ClientIP string // as the front end trusts it (trusted proxies, Kong's get_forwarded_ip, ...)
-	Consumer string // the authenticated account, if any
-	Route    string // the route or service the front end matched, if any
+	Path     string     // the URL path as the client sent it (escapes and all); Check normalises it
+	ClientIP string     // the "ip" dimension's value: ClientKey of Addr (SetClient sets both)
+	Addr     netip.Addr // the client address as the front end trusts it (trusted proxies, Kong's get_forwarded_ip, ...)
+	Consumer string     // the authenticated account, if any
+	Route    string     // the route or service the front end matched, if any
 	Headers  Headers
+}
+
+// SetClient records the client's address a, which rules match (match.clients) and count by
+// (the "ip" dimension, IPv6 cut to its first ipv6Prefix bits; see ClientKey). An invalid a
+// leaves the request without an address.
+func (in *Input) SetClient(a netip.Addr, ipv6Prefix int) {
+	if !a.IsValid() {
+		in.Addr, in.ClientIP = netip.Addr{}, ""
+		return
+	}
+	in.Addr = a.Unmap().WithZone("")
+	in.ClientIP = ClientKey(a, ipv6Prefix)
 }
 
 // ClientName names the request's client in a log line: its client key, or "(no address)".
@@ -45,7 +59,11 @@ const maxValue = 128
 // (%7C, %25) to keep distinct identities distinct. A hashed value starts with "%sha256:",
 // which no escaped value can spell, so that a short value cannot pose as a long one's hash.
 func appendValue(dst []byte, v string) []byte {
-	dst = append(dst, '|')
+	return appendBody(append(dst, '|'), v)
+}
+
+// appendBody appends a value, escaped or hashed, without its separator.
+func appendBody(dst []byte, v string) []byte {
 	if len(v) > maxValue {
 		sum := sha256.Sum256([]byte(v))
 		dst = append(dst, "%sha256:"...)
@@ -64,18 +82,31 @@ func appendValue(dst []byte, v string) []byte {
 	return dst
 }
 
-// key returns the identity of in under r: the rule's name, then each dimension's value; ok is
-// false when the request lacks one of them (the rule does not apply).
-func (r *Rule) key(dst []byte, in *Input) ([]byte, bool) {
+// key returns the identity of in under r: the rule's name, then each dimension's value.
+//
+// A request without a value for a dimension (no consumer, no such header, no address) is
+// counted all the same, never let through: omitting a header must not escape a rule. It counts
+// by its client address instead ("%ip:ADDR", as Kong's rate-limiting falls back to the client
+// IP), or, without an address either, with every other such request ("%none"). Neither can be
+// spelt by a value, whose '%' is escaped.
+func (r *Rule) key(dst []byte, in *Input) []byte {
 	dst = append(dst[:0], r.Name...)
 	for _, d := range r.dims {
 		v, ok := d.Value(in)
-		if !ok {
-			return dst, false
-		}
-		if v != "" { // "global" adds nothing
+		switch {
+		case ok && v == "": // "global" adds nothing
+		case ok:
 			dst = appendValue(dst, v)
+		case in.ClientIP != "" && !isIP(d):
+			dst = appendBody(append(dst, "|%ip:"...), in.ClientIP)
+		default:
+			dst = append(dst, "|%none"...)
 		}
 	}
-	return dst, true
+	return dst
+}
+
+func isIP(d Dimension) bool {
+	_, ok := d.(ipField)
+	return ok
 }

@@ -1,6 +1,9 @@
 package rules
 
-import "strings"
+import (
+	"net/netip"
+	"strings"
+)
 
 // Match selects the requests a rule applies to: all of its non-empty parts must match, and any
 // entry of a part matches (methods GET or POST; paths /a or /b).
@@ -10,14 +13,27 @@ import "strings"
 // /api/ and /api/v1/x). Hosts: "api.example.com", "*.example.com" for any subdomain (not
 // example.com itself), or an IPv6 address in brackets ("[::1]"); the request's port and a final
 // dot are ignored and case does not matter. Headers: name → value, where "*" asks only that the
-// header be present (with a non-empty value).
+// header be present (with a non-empty value). Clients: addresses and CIDR blocks the client
+// address must fall in. Consumers: the accounts the request's consumer must be one of.
+//
+// Not lists exceptions: a request that matches any of them is not the rule's, whatever the
+// other parts say (an allowlist of internal networks, a health check path, a partner's
+// consumer). An exception cannot hold exceptions of its own.
 type Match struct {
-	Methods []string
-	Paths   []string
-	Hosts   []string
-	Headers []HeaderMatch
+	Methods   []string
+	Paths     []string
+	Hosts     []string
+	Headers   []HeaderMatch
+	Clients   []netip.Prefix
+	Consumers []string
+	Not       []Match
 
 	paths [][]string // Paths split into segments
+}
+
+// IsEmpty reports whether m selects every request.
+func (m *Match) IsEmpty() bool {
+	return len(m.Methods)+len(m.Paths)+len(m.Hosts)+len(m.Headers)+len(m.Clients)+len(m.Consumers)+len(m.Not) == 0
 }
 
 // HeaderMatch asks a request header for a value ("*": any value).
@@ -54,6 +70,11 @@ func (m *Match) compile(fail func(field, reason string)) {
 			fail("headers."+h.Name, "is not a valid header name")
 		case h.Value == "":
 			fail("headers."+h.Name, `cannot be empty (use "*" to ask only that the header be present)`)
+		}
+	}
+	for _, c := range m.Consumers {
+		if c == "" {
+			fail("consumers", "cannot hold an empty name: a request without a consumer matches no entry")
 		}
 	}
 }
@@ -123,7 +144,60 @@ func (m *Match) Matches(in *Input) bool {
 			return false
 		}
 	}
+	if len(m.Clients) > 0 && !anyPrefix(m.Clients, in.Addr) {
+		return false
+	}
+	if len(m.Consumers) > 0 && (in.Consumer == "" || !contains(m.Consumers, in.Consumer)) {
+		return false
+	}
+	for i := range m.Not {
+		if m.Not[i].Matches(in) {
+			return false
+		}
+	}
 	return true
+}
+
+// anyPrefix reports whether a is in one of the blocks; an unknown address is in none.
+func anyPrefix(blocks []netip.Prefix, a netip.Addr) bool {
+	if !a.IsValid() {
+		return false
+	}
+	a = a.Unmap().WithZone("")
+	for _, p := range blocks {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseClient reads an address or CIDR block of a clients list: 10.0.0.0/8, 192.0.2.7,
+// 2001:db8::/32. An IPv4-mapped IPv6 block is taken as IPv4, as client addresses are; a block
+// with bits set past its length is refused, since the intended block is unclear.
+func ParseClient(s string) (netip.Prefix, string) {
+	if !strings.Contains(s, "/") {
+		a, err := netip.ParseAddr(s)
+		if err != nil || a.Zone() != "" {
+			return netip.Prefix{}, "must be an IP address or a CIDR block such as 10.0.0.0/8, got " + quote(s)
+		}
+		a = a.Unmap()
+		return netip.PrefixFrom(a, a.BitLen()), ""
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, "must be an IP address or a CIDR block such as 10.0.0.0/8, got " + quote(s)
+	}
+	if p.Addr().Is4In6() && p.Bits() < 96 {
+		return netip.Prefix{}, "is an IPv4-mapped block shorter than /96, which holds IPv6 addresses too: got " + quote(s)
+	}
+	if p.Masked() != p {
+		return netip.Prefix{}, "has bits set past its length: write " + quote(p.Masked().String()) + " for the block, got " + quote(s)
+	}
+	if a := p.Addr(); a.Is4In6() {
+		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+	}
+	return p, ""
 }
 
 func contains(list []string, s string) bool {

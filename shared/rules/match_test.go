@@ -2,6 +2,7 @@ package rules_test
 
 import (
 	"net/http"
+	"net/netip"
 	"testing"
 
 	"github.com/diana-gw/diana/shared/rules"
@@ -132,6 +133,37 @@ func TestMatch(t *testing.T) {
 		{`{"headers": {"X-A": "1", "X-B": "*"}}`, req{Headers: hdr("X-A", "1", "X-B", "2")}, true},
 		{`{"headers": {"X-A": "1", "X-B": "*"}}`, req{Headers: hdr("X-A", "1")}, false},
 
+		// Clients: addresses and blocks; IPv4-mapped addresses count as IPv4; no address, no match.
+		{`{"clients": ["10.0.0.0/8"]}`, req{Addr: addr("10.1.2.3")}, true},
+		{`{"clients": ["10.0.0.0/8"]}`, req{Addr: addr("11.1.2.3")}, false},
+		{`{"clients": ["10.0.0.0/8"]}`, req{Addr: addr("::ffff:10.1.2.3")}, true},
+		{`{"clients": ["10.0.0.0/8"]}`, req{}, false},
+		{`{"clients": "192.0.2.7"}`, req{Addr: addr("192.0.2.7")}, true},
+		{`{"clients": "192.0.2.7"}`, req{Addr: addr("192.0.2.8")}, false},
+		{`{"clients": ["2001:db8::/32"]}`, req{Addr: addr("2001:db8:1::7")}, true},
+		{`{"clients": ["2001:db8::/32"]}`, req{Addr: addr("2001:db9::7")}, false},
+		{`{"clients": ["::ffff:10.0.0.0/104"]}`, req{Addr: addr("10.9.9.9")}, true},
+		{`{"clients": ["0.0.0.0/0"]}`, req{Addr: addr("2001:db8::1")}, false},
+		{`{"clients": ["10.0.0.0/8", "::/0"]}`, req{Addr: addr("2001:db8::1")}, true},
+
+		// Consumers: exact names; a request without a consumer matches none.
+		{`{"consumers": ["alice", "bob"]}`, req{Consumer: "bob"}, true},
+		{`{"consumers": ["alice", "bob"]}`, req{Consumer: "Bob"}, false},
+		{`{"consumers": ["alice", "bob"]}`, req{}, false},
+
+		// Not: a request matching any exception is not the rule's.
+		{`{"not": {"clients": ["10.0.0.0/8"]}}`, req{Addr: addr("10.1.2.3")}, false},
+		{`{"not": {"clients": ["10.0.0.0/8"]}}`, req{Addr: addr("192.0.2.1")}, true},
+		{`{"not": {"clients": ["10.0.0.0/8"]}}`, req{}, true}, // an unknown address is no exception
+		{`{"paths": ["/api/**"], "not": [{"paths": ["/api/health"]}, {"consumers": ["partner"]}]}`, req{Path: "/api/x"}, true},
+		{`{"paths": ["/api/**"], "not": [{"paths": ["/api/health"]}, {"consumers": ["partner"]}]}`, req{Path: "/api//health/"}, false},
+		{`{"paths": ["/api/**"], "not": [{"paths": ["/api/health"]}, {"consumers": ["partner"]}]}`, req{Path: "/api/x", Consumer: "partner"}, false},
+		{`{"paths": ["/api/**"], "not": [{"paths": ["/api/health"]}, {"consumers": ["partner"]}]}`, req{Path: "/x", Consumer: "z"}, false},
+		{`{"not": {"methods": ["GET"], "paths": ["/health"]}}`, req{Method: "GET", Path: "/health"}, false},
+		{`{"not": {"methods": ["GET"], "paths": ["/health"]}}`, req{Method: "POST", Path: "/health"}, true},
+		{`{"not": {"headers": {"X-Internal": "1"}}}`, req{Headers: hdr("X-Internal", "1")}, false},
+		{`{"not": {"headers": {"X-Internal": "1"}}}`, req{Headers: hdr("X-Internal", "2")}, true},
+
 		// Every part must match.
 		{
 			`{"methods": ["POST"], "paths": ["/api/**"], "hosts": ["*.example.com"], "headers": {"X-Env": "prod"}}`,
@@ -163,6 +195,8 @@ func TestMatch(t *testing.T) {
 		}
 	}
 }
+
+func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
 
 // A match built by hand, without the checks of decoding, never panics.
 func TestMatchUncompiled(t *testing.T) {

@@ -17,23 +17,24 @@ type Peeked struct {
 // Peek asks every rule that applies to in what it would answer now, as a dry run: nothing is
 // taken, no ban starts, and Options.Observe is not called. It is for operators looking at an
 // identity's state; ok is false for a path the engine refuses (see Result.BadPath). Like Check,
-// it rewrites in.Path into its normal form.
+// it rewrites in.Path into its normal form. A request an unlimited rule exempts gets that rule
+// alone, allowed, with no key.
 func (e *Engine) Peek(ctx context.Context, in *Input) (out []Peeked, ok bool) {
 	p, ok := NormalPath(in.Path, e.slashes)
 	if !ok {
 		return nil, false
 	}
 	in.Path = p
+	if r := e.exempted(in); r != nil {
+		return []Peeked{{Rule: r, Decision: algos.Decision{Allowed: true}}}, true
+	}
 	var ops []Op
 	var key []byte
-	for _, r := range e.rules {
+	for _, r := range e.limits {
 		if !r.Match.Matches(in) {
 			continue
 		}
-		var has bool
-		if key, has = r.key(key, in); !has {
-			continue
-		}
+		key = r.key(key, in)
 		op := Op{Key: string(key), Alg: r.Alg, Req: algos.Request{Cost: r.Cost, DryRun: true},
 			OnError: r.OnError, Fallback: r.Fallback, rule: r}
 		if r.Leases && r.Cost > 0 {

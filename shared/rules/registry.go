@@ -134,7 +134,8 @@ type DimensionKind struct {
 // Dimension extracts one part of a request's identity.
 type Dimension interface {
 	// Value returns the request's value; ok is false when the request has none (no consumer,
-	// no such header), in which case the rule does not apply to it. An empty value with ok
+	// no such header), in which case the request counts by its client address instead (see
+	// Rule.key): it is never let through for lacking one. An empty value with ok
 	// adds nothing to the key (as "global" does).
 	Value(in *Input) (v string, ok bool)
 }

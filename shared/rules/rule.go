@@ -35,6 +35,10 @@ type Rule struct {
 
 	Reply Reply
 
+	// Unlimited: the rule counts nothing; a request it matches is limited by no rule (an
+	// allowlist). It has a Match and a Name only.
+	Unlimited bool
+
 	dims []Dimension
 }
 
@@ -96,7 +100,12 @@ func Decode(o *conf.Obj) []*Rule {
 // DecodeRule reads one rule object.
 func DecodeRule(o *conf.Obj) *Rule {
 	r := &Rule{}
-	o.Require("name", "limit")
+	r.Unlimited = o.Bool("unlimited", false)
+	if r.Unlimited {
+		o.Require("name")
+	} else {
+		o.Require("name", "limit")
+	}
 	r.Name = o.String("name", "")
 	if o.Has("name") && !failed(o, "name") { // else it is missing, null or not a string, and said so
 		switch {
@@ -110,6 +119,10 @@ func DecodeRule(o *conf.Obj) *Rule {
 	}
 
 	r.Match = DecodeMatch(o.Obj("match"))
+	if r.Unlimited {
+		r.decodeUnlimited(o)
+		return r
+	}
 
 	r.By = o.Strings("by")
 	if len(r.By) == 0 {
@@ -153,6 +166,40 @@ func DecodeRule(o *conf.Obj) *Rule {
 	r.decodeBatch(o)
 	o.Done()
 	return r
+}
+
+// ConsumerFields returns the fields of r that read the request's consumer (a "by" entry,
+// match.consumers, an exception's consumers), for a front end that may have no consumer to give.
+func (r *Rule) ConsumerFields() []string {
+	var fields []string
+	for j, d := range r.By {
+		if d == "consumer" {
+			fields = append(fields, "by["+strconv.Itoa(j)+"]")
+		}
+	}
+	if len(r.Match.Consumers) > 0 {
+		fields = append(fields, "match.consumers")
+	}
+	for k, n := range r.Match.Not {
+		if len(n.Consumers) > 0 {
+			fields = append(fields, "match.not["+strconv.Itoa(k)+"].consumers")
+		}
+	}
+	return fields
+}
+
+// unlimitedRefuses are the fields of a rule that count or answer, which an unlimited rule has none of.
+var unlimitedRefuses = []string{"by", "cost", "limit", "mode", "action", "max_delay", "ban", "on_error", "nodes", "batch", "reply"}
+
+// decodeUnlimited checks the rest of an unlimited rule: a match, and no field that counts.
+func (r *Rule) decodeUnlimited(o *conf.Obj) {
+	if r.Match.IsEmpty() && !failed(o, "match") {
+		o.Fail("match", "an unlimited rule exempts the requests it matches from every rule: without a match nothing would be limited")
+	}
+	for _, k := range unlimitedRefuses {
+		o.Refuse(k, "does not apply to an unlimited rule, which counts nothing (remove it, or unlimited)")
+	}
+	o.Done()
 }
 
 // decodeLimit reads the limit object and builds the algorithm (and its per-node share).
@@ -281,8 +328,11 @@ func failed(o *conf.Obj, key string) bool {
 
 func quote(s string) string { return strconv.Quote(s) }
 
-// DecodeMatch reads a match object (methods, paths, hosts, headers).
-func DecodeMatch(o *conf.Obj) Match {
+// DecodeMatch reads a match object (methods, paths, hosts, headers, clients, consumers, not).
+func DecodeMatch(o *conf.Obj) Match { return decodeMatch(o, true) }
+
+// decodeMatch reads a match object; an exception (not) has no exceptions of its own.
+func decodeMatch(o *conf.Obj, top bool) Match {
 	var m Match
 	m.Methods = o.Strings("methods")
 	m.Paths = o.Strings("paths")
@@ -290,6 +340,29 @@ func DecodeMatch(o *conf.Obj) Match {
 	names, vals := o.StringMap("headers")
 	for i := range names {
 		m.Headers = append(m.Headers, HeaderMatch{Name: names[i], Value: vals[i]})
+	}
+	for i, c := range o.Strings("clients") {
+		p, reason := ParseClient(c)
+		if reason != "" {
+			o.Fail("clients["+strconv.Itoa(i)+"]", reason)
+			continue
+		}
+		m.Clients = append(m.Clients, p)
+	}
+	m.Consumers = o.Strings("consumers")
+	if top {
+		errs := len(o.Errors().List)
+		empty := false
+		for _, no := range o.Objs("not") {
+			n := decodeMatch(no, false)
+			empty = empty || n.IsEmpty()
+			m.Not = append(m.Not, n)
+		}
+		if empty && len(o.Errors().List) == errs { // else not an object, or wrong: said so
+			o.Fail("not", "an empty exception matches every request: the rule would never apply")
+		}
+	} else {
+		o.Refuse("not", "an exception cannot hold exceptions: list them all in the rule's not")
 	}
 	o.Done()
 	m.compile(o.Fail)

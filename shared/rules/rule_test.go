@@ -501,6 +501,30 @@ func TestDecodeInvalid(t *testing.T) {
 		{"header name invalid", rule(tb, `"match": {"headers": {"bad name": "x"}}`), "rules[0].match.headers.bad name", "is not a valid header name"},
 		{"header value empty", rule(tb, `"match": {"headers": {"X-A": ""}}`), "rules[0].match.headers.X-A", `cannot be empty (use "*"`},
 
+		// Clients, consumers and exceptions.
+		{"client not an address", rule(tb, `"match": {"clients": ["10.0.0.0/8", "ten"]}`), "rules[0].match.clients[1]", `must be an IP address or a CIDR block such as 10.0.0.0/8, got "ten"`},
+		{"client with a port", rule(tb, `"match": {"clients": ["10.0.0.1:80"]}`), "rules[0].match.clients[0]", `got "10.0.0.1:80"`},
+		{"client with a zone", rule(tb, `"match": {"clients": ["fe80::1%eth0"]}`), "rules[0].match.clients[0]", `got "fe80::1%eth0"`},
+		{"client block too long", rule(tb, `"match": {"clients": ["10.0.0.0/33"]}`), "rules[0].match.clients[0]", `got "10.0.0.0/33"`},
+		{"client block with host bits", rule(tb, `"match": {"clients": ["10.1.2.3/8"]}`), "rules[0].match.clients[0]", `has bits set past its length: write "10.0.0.0/8"`},
+		{"client mapped block too short", rule(tb, `"match": {"clients": ["::ffff:0.0.0.0/80"]}`), "rules[0].match.clients[0]", "IPv4-mapped block shorter than /96"},
+		{"consumer empty", rule(tb, `"match": {"consumers": ["a", ""]}`), "rules[0].match.consumers", "cannot hold an empty name"},
+		{"exception empty", rule(tb, `"match": {"not": [{"paths": ["/x"]}, {}]}`), "rules[0].match.not", "an empty exception matches every request"},
+		{"exception empty object", rule(tb, `"match": {"not": {}}`), "rules[0].match.not", "an empty exception matches every request"},
+		{"exception not an object", rule(tb, `"match": {"not": [5]}`), "rules[0].match.not[0]", "must be an object, got the number 5"},
+		{"exception of an exception", rule(tb, `"match": {"not": {"paths": ["/x"], "not": {"paths": ["/y"]}}}`), "rules[0].match.not.not", "an exception cannot hold exceptions"},
+		{"exception field wrong", rule(tb, `"match": {"not": {"clients": ["x"]}}`), "rules[0].match.not.clients[0]", `got "x"`},
+		{"exception unknown field", rule(tb, `"match": {"not": [{"path": ["/x"]}]}`), "rules[0].match.not[0].path", "unknown field"},
+
+		// Unlimited rules.
+		{"unlimited without match", `{"name": "u", "unlimited": true}`, "rules[0].match", "an unlimited rule exempts the requests it matches from every rule: without a match"},
+		{"unlimited with a limit", `{"name": "u", "unlimited": true, "match": {"clients": ["10.0.0.0/8"]}, ` + tb + `}`, "rules[0].limit", "does not apply to an unlimited rule"},
+		{"unlimited with by", `{"name": "u", "unlimited": true, "match": {"paths": ["/x"]}, "by": "ip"}`, "rules[0].by", "does not apply to an unlimited rule"},
+		{"unlimited with shadow", `{"name": "u", "unlimited": true, "match": {"paths": ["/x"]}, "action": "shadow"}`, "rules[0].action", "does not apply to an unlimited rule"},
+		{"unlimited not a boolean", `{"name": "u", "unlimited": "yes", ` + tb + `}`, "rules[0].unlimited", "must be true or false"},
+		{"unlimited without a name", `{"unlimited": true, "match": {"paths": ["/x"]}}`, "rules[0].name", "is required"},
+		{"unlimited false needs a limit", `{"name": "u", "unlimited": false}`, "rules[0].limit", "is required"},
+
 		// Dimensions.
 		{"dimension unknown", rule(tb, `"by": ["account"]`), "rules[0].by[0]", `must be one of ` + strings.Join(rules.Dimensions(), ", ") + ` (NAME or NAME:ARG), got "account"`},
 		{"dimension unknown, one string", rule(tb, `"by": "account"`), "rules[0].by[0]", `got "account"`},

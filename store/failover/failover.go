@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/diana-gw/diana/shared/algos"
@@ -41,6 +42,10 @@ type Options struct {
 	// Observe, if set, is told the duration of every round trip to Redis and its error: nil when
 	// every op was decided, else the first op's error.
 	Observe func(d time.Duration, err error)
+	// OnStarved, if set, is told of a timed-out round trip that did not count against Redis
+	// because the process itself was starved of CPU (see starvation), with the longest
+	// scheduling wait seen.
+	OnStarved func(wait time.Duration)
 }
 
 // Backend decides calls in Redis: *redisstore.Store, or *batch.Store in front of one.
@@ -51,9 +56,10 @@ type Backend interface {
 // Store decides ops in Redis, falling back to their fail policies; it implements rules.Store
 // and is safe for concurrent use.
 type Store struct {
-	r Backend
-	o Options
-	b breaker
+	r  Backend
+	o  Options
+	b  breaker
+	st starvation
 }
 
 // New returns a Store deciding in r. For Options.Timeout to bound a round trip, r's client must
@@ -75,6 +81,7 @@ func New(r Backend, o Options) *Store {
 	s.b.failures = int32(min(o.Failures, 1<<30))
 	s.b.openFor = o.OpenFor
 	s.b.onState = o.OnState
+	s.st.tick(time.Now()) // the first baseline
 	return s
 }
 
@@ -96,6 +103,11 @@ func (s *Store) Open() bool { return s.b.state.Load() == isOpen }
 //
 // A round trip fails, counting towards opening the breaker, when Redis decided none of its ops
 // (a Redis error, a timeout, a refused connection); one that decided any closes the breaker.
+// A timeout while the process itself was starved of CPU (a goroutine waited at least
+// Options.Timeout for one in the last one to two seconds, by Go's scheduler metrics) does not
+// count: the ops still get their fail policy's decision, but the breaker does not open on the
+// process's own load. The operating system's run queue is not seen: a process starved by other
+// processes still counts its timeouts (raise the timeout on such a machine).
 // Calls a batching backend answered from units it held (Call.Cached) count for neither.
 // When ctx is done before or after the round trip, the caller went away: that is not Redis's
 // fault and does not count as a failure; each op Redis did not decide gets Err = ctx.Err() and a
@@ -124,6 +136,7 @@ func (s *Store) Decide(ctx context.Context, ops []*rules.Op) {
 	}
 	tctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	start := time.Now()
+	s.st.tick(start)
 	s.r.DecideAll(tctx, calls)
 	took := time.Since(start)
 	cancel()
@@ -156,6 +169,8 @@ func (s *Store) Decide(ctx context.Context, ops []*rules.Op) {
 		retry = unknownRetry // closed: no probe is scheduled
 	case cerr != nil:
 		s.b.cancel(t)
+	case isTimeout(first) && s.starved():
+		s.b.cancel(t) // our scheduler's timeout, not Redis's
 	default:
 		retry = s.b.failure(t)
 	}
@@ -169,6 +184,26 @@ func (s *Store) Decide(ctx context.Context, ops []*rules.Op) {
 			s.fallback(op, fmt.Errorf("failover: %w", calls[i].Err), retry)
 		}
 	}
+}
+
+// starved reports whether a timeout may be the process's own doing: a goroutine of the process
+// waited for a CPU as long as the timeout in the last seconds. (How late the call came back
+// would not tell: go-redis's dial retries overrun the deadline when Redis is down.)
+func (s *Store) starved() bool {
+	w := s.st.longest()
+	if w < s.o.Timeout {
+		return false
+	}
+	if s.o.OnStarved != nil {
+		s.o.OnStarved(w)
+	}
+	return true
+}
+
+// isTimeout reports whether err is a timeout (the round trip's deadline, or the network's).
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // fallback gives op the decision of its fail policy, with err as its Err. retry is the time

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -519,4 +520,53 @@ func TestCallerGone(t *testing.T) {
 			t.Fatal("the next caller did not probe")
 		}
 	})
+}
+
+// TestStarvedProcess: a healthy Redis behind a process starved of CPU (one P, busy goroutines)
+// times calls out; those timeouts are the process's own, so they get the fail policy's decision
+// but do not open the breaker. Without the starvation check, two of them in a row opened it.
+func TestStarvedProcess(t *testing.T) {
+	var starved atomic.Int64
+	r := newRig(t, Options{Timeout: 2 * time.Millisecond, Failures: 2, OpenFor: time.Minute,
+		OnStarved: func(time.Duration) { starved.Add(1) }}, redisstore.Options{})
+	g := must(algos.NewGCRA(1000, algos.Second, 1000))
+	// Connect and load the script first, through redisstore: a 2ms timeout is short for a
+	// first call under -race.
+	calls := []redisstore.Call{{Key: "warm", Alg: g, Req: algos.Request{Cost: 1}}}
+	if r.redis.DecideAll(context.Background(), calls); calls[0].Err != nil {
+		t.Fatalf("healthy Redis: %v", calls[0].Err)
+	}
+
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range 20 { // each runs its full time slice before the runtime preempts it
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for x := 0; !stop.Load(); x++ {
+			}
+		}()
+	}
+	timeouts := 0
+	for deadline := time.Now().Add(wait); timeouts < 5 && !r.s.Open() && time.Now().Before(deadline); {
+		ops := r.decide(context.Background(), "k", g, nil, algos.Request{Cost: 1}, rules.FailOpen)
+		if isTimeout(ops[0].Err) {
+			timeouts++
+			if !ops[0].Dec.Allowed {
+				t.Fatalf("timed-out call: %+v, want the fail policy's (open) decision", ops[0].Dec)
+			}
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	if r.s.Open() || len(r.changes()) != 0 {
+		t.Fatalf("breaker opened (changes %v) on %d timeouts of a starved process", r.changes(), timeouts)
+	}
+	if timeouts < 5 {
+		t.Fatalf("%d timeouts under load, want 5: the test did not starve the process", timeouts)
+	}
+	if starved.Load() < int64(timeouts) {
+		t.Errorf("OnStarved told of %d timeouts, want %d", starved.Load(), timeouts)
+	}
 }

@@ -23,15 +23,22 @@ type Conn struct {
 	ServerName string // TLS: the name to verify, when it is not the address's host
 	SkipVerify bool   // TLS: do not verify the server's certificate
 	CACert     []byte // TLS: PEM certificates of the CAs to trust instead of the system's (a private CA)
+	// TLS: a client certificate and its key (PEM), presented to a server that asks for one
+	// (mutual TLS: redis-server's tls-auth-clients); both or neither.
+	ClientCert, ClientKey []byte
 }
 
 // TLSConfig returns the TLS configuration of c: nil without TLS; with TLS, TLS 1.2 or later,
-// verifying the server's certificate against CACert if it is set, else the system's roots. It
-// fails if CACert is set without TLS or holds no PEM certificate.
+// verifying the server's certificate against CACert if it is set, else the system's roots, and
+// presenting ClientCert if it is set. It fails if CACert or ClientCert is set without TLS, if
+// CACert holds no PEM certificate, or if ClientCert and ClientKey are not a pair.
 func (c Conn) TLSConfig() (*tls.Config, error) {
 	if !c.TLS {
 		if len(c.CACert) > 0 {
 			return nil, errors.New("redisstore: Conn.CACert is set but TLS is off: set TLS too")
+		}
+		if len(c.ClientCert)+len(c.ClientKey) > 0 {
+			return nil, errors.New("redisstore: Conn.ClientCert is set but TLS is off: set TLS too")
 		}
 		return nil, nil
 	}
@@ -41,6 +48,13 @@ func (c Conn) TLSConfig() (*tls.Config, error) {
 		if !t.RootCAs.AppendCertsFromPEM(c.CACert) {
 			return nil, errors.New("redisstore: Conn.CACert: no PEM certificate found (want one or more -----BEGIN CERTIFICATE----- blocks)")
 		}
+	}
+	if len(c.ClientCert)+len(c.ClientKey) > 0 {
+		pair, err := tls.X509KeyPair(c.ClientCert, c.ClientKey)
+		if err != nil {
+			return nil, errors.New("redisstore: Conn.ClientCert and ClientKey: " + err.Error())
+		}
+		t.Certificates = []tls.Certificate{pair}
 	}
 	return t, nil
 }

@@ -368,6 +368,35 @@ func TestTLS(t *testing.T) {
 	}
 }
 
+// TestMutualTLS: a server that asks for a client certificate admits a client presenting one
+// its CA signed, and refuses one without, or with a certificate another CA signed.
+func TestMutualTLS(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartWith(t, redistest.Options{TLS: true, ClientAuth: true})
+	otherCert, otherKey := redistest.NewCA(t).Issue(t, "diana-client")
+	for _, tc := range []struct {
+		name    string
+		conn    redisstore.Conn
+		wantErr string // "": decisions work
+	}{
+		{"client certificate", redisstore.Conn{TLS: true, CACert: srv.CA.PEM, ClientCert: srv.ClientCert, ClientKey: srv.ClientKey}, ""},
+		// TLS 1.3 checks the client after the handshake: the error is the server's alert or the
+		// connection it closed.
+		{"no client certificate", redisstore.Conn{TLS: true, CACert: srv.CA.PEM}, "redisstore: "},
+		{"another CA's client certificate", redisstore.Conn{TLS: true, CACert: srv.CA.PEM, ClientCert: otherCert, ClientKey: otherKey}, "redisstore: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.conn.Addrs = []string{srv.Addr}
+			c, err := redisstore.Open(tc.conn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			loadOrFail(t, c, tc.wantErr)
+		})
+	}
+}
+
 // TestBadCACert: a CA that is not PEM, or a CA without TLS, is refused by Open with an error
 // naming the field; NewClient's client then fails every command with that error.
 func TestBadCACert(t *testing.T) {
@@ -378,6 +407,9 @@ func TestBadCACert(t *testing.T) {
 	}{
 		{"not PEM", redisstore.Conn{TLS: true, CACert: []byte("not a certificate")}, "Conn.CACert: no PEM certificate found"},
 		{"without TLS", redisstore.Conn{CACert: redistest.NewCA(t).PEM}, "Conn.CACert is set but TLS is off"},
+		{"client certificate without TLS", redisstore.Conn{ClientCert: []byte("x")}, "Conn.ClientCert is set but TLS is off"},
+		{"client certificate without key", redisstore.Conn{TLS: true, ClientCert: redistest.NewCA(t).PEM}, "Conn.ClientCert and ClientKey"},
+		{"key of another certificate", redisstore.Conn{TLS: true, ClientCert: mustIssue(t)[0], ClientKey: mustIssue(t)[1]}, "Conn.ClientCert and ClientKey: tls: private key does not match public key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.conn.Addrs = []string{"127.0.0.1:1"}
@@ -516,4 +548,10 @@ func mustAlg[A algos.Algorithm](a A, err error) algos.Algorithm {
 		panic(err)
 	}
 	return a
+}
+
+// mustIssue returns a certificate and its key, signed by a new CA.
+func mustIssue(t *testing.T) [2][]byte {
+	c, k := redistest.NewCA(t).Issue(t, "diana-client")
+	return [2][]byte{c, k}
 }
