@@ -50,6 +50,8 @@ type redisConf struct {
 	TLS        bool
 	SkipVerify bool
 	ServerName string
+	CAFile     string // read when the store is made (see clusterStore)
+	Wait       int
 	TimeoutMS  int64
 	Prefix     string
 }
@@ -73,6 +75,10 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 	s.PluginID = o.String("__plugin_id", "")
 	s.ServiceID = o.String("service_id", "")
 	fs := resolvedFields()
+	if a := o.String("algorithm", ""); !logPhase && leasing(a) {
+		o.Fail("algorithm", a+" needs Kong's log phase, to give each request's lease back when it ends, and this plugin server runs without it (-no-log-phase): start it without that flag, or choose another algorithm")
+		return s, errs
+	}
 	v := map[string]any{} // every field's value, its default when absent; nil: an optional field unset
 	for _, f := range fs {
 		v[f.Name] = readField(o, doc, f)
@@ -136,6 +142,8 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 	rc.TLS = boolean("redis_ssl")
 	rc.SkipVerify = boolean("redis_ssl_skip_verify")
 	rc.ServerName = str("redis_server_name")
+	rc.CAFile = str("redis_ssl_ca_file")
+	rc.Wait = int(integer("redis_wait_replicas"))
 	rc.TimeoutMS = integer("redis_timeout")
 	rc.Prefix = str("redis_prefix")
 	failClosed := boolean("fail_closed")
@@ -160,6 +168,10 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 		if rc.MasterName != "" && rc.Cluster {
 			s.warn("redis_cluster", "is ignored: redis_sentinel_master is set, so redis_addrs are Sentinels")
 			rc.Cluster = false
+		}
+		if rc.Wait > 0 && (rc.Cluster || len(addrs) > 1 && rc.MasterName == "") {
+			s.warn("redis_wait_replicas", "is ignored: WAIT cannot be routed on a Redis Cluster (it has no key)")
+			rc.Wait = 0
 		}
 		rc.Addrs = strings.Join(addrs, ",")
 		s.Redis = &rc

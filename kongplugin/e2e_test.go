@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -74,10 +76,10 @@ type pluginServer struct {
 	conn   net.Conn // reopened after each exit, which closes it (go-pdk's Response.Exit)
 }
 
-func startServer(t testing.TB, bin string) *pluginServer {
+func startServer(t testing.TB, bin string, args ...string) *pluginServer {
 	t.Helper()
 	prefix := t.TempDir()
-	cmd := exec.Command(bin, "-kong-prefix", prefix)
+	cmd := exec.Command(bin, append([]string{"-kong-prefix", prefix}, args...)...)
 	var logs bytes.Buffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
@@ -151,10 +153,13 @@ func (s *pluginServer) start(cfg map[string]any, pluginID string) int32 {
 }
 
 // access runs one access event of instance id for r.
-func (s *pluginServer) access(id int32, r *kongReq) kongResult {
+func (s *pluginServer) access(id int32, r *kongReq) kongResult { return s.event(id, "access", r) }
+
+// event runs one event (access, log) of instance id for r.
+func (s *pluginServer) event(id int32, name string, r *kongReq) kongResult {
 	s.t.Helper()
 	s.seq++
-	b, _ := proto.Marshal(&kpp.RpcCall{Sequence: s.seq, Call: &kpp.RpcCall_CmdHandleEvent{CmdHandleEvent: &kpp.CmdHandleEvent{InstanceId: id, EventName: "access"}}})
+	b, _ := proto.Marshal(&kpp.RpcCall{Sequence: s.seq, Call: &kpp.RpcCall_CmdHandleEvent{CmdHandleEvent: &kpp.CmdHandleEvent{InstanceId: id, EventName: name}}})
 	s.conn.SetDeadline(time.Now().Add(30 * time.Second))
 	if err := writeFrame(s.conn, b); err != nil {
 		s.t.Fatal(err)
@@ -282,6 +287,37 @@ func TestE2E(t *testing.T) {
 		}
 	})
 
+	// The connection is built by store/stack as dianad's: a private CA from redis_ssl_ca_file,
+	// WAIT from redis_wait_replicas. A CA file that cannot be read fails every decision, logged.
+	t.Run("redis tls and wait", func(t *testing.T) {
+		r := redistest.StartWith(t, redistest.Options{TLS: true})
+		host, port, _ := net.SplitHostPort(r.Addr)
+		p, _ := strconv.Atoi(port)
+		cfg := func(extra map[string]any) map[string]any {
+			c := map[string]any{"policy": "redis", "redis_host": host, "redis_port": p, "redis_ssl": true,
+				"redis_ssl_ca_file": r.CAFile, "algorithm": "fixed_window", "limit": 2, "window": "1h", "redis_timeout": 2000}
+			for k, v := range extra {
+				c[k] = v
+			}
+			return c
+		}
+		id := s.start(cfg(nil), "e2e-tls")
+		for i, want := range []bool{false, false, true} {
+			if res := s.access(id, &kongReq{IP: "192.0.2.60"}); res.Exit != want || len(res.Logs) != 0 {
+				t.Fatalf("private CA, request %d: exit %v logs %q, want exit %v from Redis", i+1, res.Exit, res.Logs, want)
+			}
+		}
+		id = s.start(cfg(map[string]any{"redis_ssl_ca_file": "/nonexistent/ca.pem"}), "e2e-tls-noca")
+		if res := s.access(id, &kongReq{IP: "192.0.2.61"}); res.Exit || len(res.Logs) != 1 || !strings.Contains(res.Logs[0], "redis_ssl_ca_file") {
+			t.Fatalf("unreadable CA file: %+v, want let through (fail open) with an error naming redis_ssl_ca_file", res)
+		}
+		// No replica answers WAIT: with fail_closed, every decision is refused.
+		id = s.start(cfg(map[string]any{"redis_wait_replicas": 1, "fail_closed": true, "redis_timeout": 100}), "e2e-wait")
+		if res := s.access(id, &kongReq{IP: "192.0.2.62"}); !res.Exit || len(res.Logs) != 1 {
+			t.Fatalf("WAIT with no replica: %+v, want refused by fail_closed, logged", res)
+		}
+	})
+
 	t.Run("redis outage", func(t *testing.T) {
 		r := redistest.Start(t)
 		host, port, _ := net.SplitHostPort(r.Addr)
@@ -313,34 +349,92 @@ func TestE2E(t *testing.T) {
 	})
 }
 
-// BenchmarkAccessEvent measures, over the real protocol, one access event of diana (a per-IP
-// limit, allowed path) against an empty go-pdk plugin, and the PDK calls each makes:
+// BenchmarkRequest measures, over the real protocol, what one allowed request of a per-IP limit
+// costs the plugin server: the events Kong sends for it (access, and log where the plugin
+// declares that phase) against an empty go-pdk plugin (access alone), with the PDK calls made:
 //
-//	go test -run '^$' -bench AccessEvent ./kongplugin
-func BenchmarkAccessEvent(b *testing.B) {
-	for _, p := range []struct{ name, pkg string }{
-		{"empty", "github.com/diana-gw/diana/kongplugin/testdata/empty"},
-		{"diana", "github.com/diana-gw/diana/kongplugin"},
+//	go test -run '^$' -bench Request ./kongplugin
+func BenchmarkRequest(b *testing.B) {
+	for _, p := range []struct {
+		name, pkg string
+		args      []string
+		events    []string
+	}{
+		{"empty", "github.com/diana-gw/diana/kongplugin/testdata/empty", nil, []string{"access"}},
+		{"diana", "github.com/diana-gw/diana/kongplugin", nil, []string{"access", "log"}},
+		{"diana-no-log-phase", "github.com/diana-gw/diana/kongplugin", []string{"-no-log-phase"}, []string{"access"}},
 	} {
 		b.Run(p.name, func(b *testing.B) {
-			s := startServer(b, build(b, p.pkg, "diana"+map[string]string{"empty": "-empty"}[p.name]))
+			name := "diana"
+			if p.name == "empty" {
+				name = "diana-empty"
+			}
+			s := startServer(b, build(b, p.pkg, name), p.args...)
 			id := s.start(map[string]any{}, "bench") // the defaults: 60 per minute per IP; each IP comes once
 			calls := 0
 			r := &kongReq{}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				r.IP = fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)
-				res := s.access(id, r)
-				if res.Exit {
-					b.Fatal("denied")
+				for _, ev := range p.events {
+					res := s.event(id, ev, r)
+					if res.Exit {
+						b.Fatal("denied")
+					}
+					calls += len(res.Calls)
 				}
-				calls += len(res.Calls)
 			}
-			if p.name == "diana" && calls != 2*b.N {
-				b.Fatalf("%d PDK calls in %d events, want 2 each", calls, b.N)
+			if p.name != "empty" && calls != 2*b.N {
+				b.Fatalf("%d PDK calls in %d requests, want 2 each", calls, b.N)
 			}
 			b.ReportMetric(float64(calls)/float64(b.N), "pdk-calls/op")
 		})
+	}
+}
+
+// A plugin server started with -no-log-phase declares the access phase alone, its schema offers
+// no algorithm that holds leases, and a config that asks for one is refused naming the field
+// (with fail_closed, a 503), while other limits work.
+func TestNoLogPhase(t *testing.T) {
+	bin := build(t, "github.com/diana-gw/diana/kongplugin", "diana")
+	out, err := exec.Command(bin, "-dump", "-no-log-phase").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		Plugins []struct {
+			Phases []string
+			Schema struct{ Fields []map[string]map[string]any }
+		}
+	}
+	if err := json.Unmarshal(out, &info); err != nil {
+		t.Fatal(err)
+	}
+	if p := info.Plugins[0]; !reflect.DeepEqual(p.Phases, []string{"access"}) {
+		t.Errorf("phases %v, want access alone", p.Phases)
+	}
+	var algorithms []any
+	for _, f := range info.Plugins[0].Schema.Fields[0]["config"]["fields"].([]any) {
+		if a, ok := f.(map[string]any)["algorithm"]; ok {
+			algorithms, _ = a.(map[string]any)["one_of"].([]any)
+		}
+	}
+	if !slices.Contains(algorithms, any("sliding_window")) || slices.Contains(algorithms, any("concurrency")) {
+		t.Errorf("the dump's algorithms %v: want sliding_window and no concurrency", algorithms)
+	}
+
+	s := startServer(t, bin, "-no-log-phase")
+	id := s.start(map[string]any{"algorithm": "concurrency", "limit": 5, "fail_closed": true}, "nolog-conc")
+	if res := s.access(id, &kongReq{IP: "192.0.2.40"}); !res.Exit || res.Status != 503 || len(res.Logs) != 1 ||
+		!strings.Contains(res.Logs[0], "algorithm: concurrency needs Kong's log phase") {
+		t.Errorf("concurrency without the log phase: %+v, want a 503 and the reason logged", res)
+	}
+	id = s.start(map[string]any{"algorithm": "fixed_window", "limit": 1, "window": "1h"}, "nolog-fw")
+	if res := s.access(id, &kongReq{IP: "192.0.2.41"}); res.Exit {
+		t.Errorf("first request: %+v", res)
+	}
+	if res := s.access(id, &kongReq{IP: "192.0.2.41"}); !res.Exit || res.Status != 429 {
+		t.Errorf("second request: %+v, want 429", res)
 	}
 }
 

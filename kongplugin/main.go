@@ -5,6 +5,8 @@
 //
 //	diana -kong-prefix /usr/local/kong   serve Kong on /usr/local/kong/diana.socket
 //	diana -dump                          print the plugin info and schema Kong asks for
+//	diana -no-log-phase ...              without Kong's log phase (no concurrency limits), in
+//	                                     start_cmd and query_cmd alike: one event less per request
 //
 // Limits in policy local live in this process, so every nginx worker of the node shares them
 // (as Kong's own local policy); policy redis shares them across nodes through Redis.
@@ -23,7 +25,9 @@ import (
 func main() {
 	// go-pdk registers -kong-prefix and -dump on the default flag set; its own -dump derives
 	// the schema by reflection, which cannot say defaults, enums or bounds, so answer it here.
+	noLog := flag.Bool("no-log-phase", false, "declare no log phase: Kong sends one event less per request; concurrency limits are refused")
 	flag.Parse()
+	logPhase = !*noLog
 	log.SetOutput(quietExits{})
 	if flag.Lookup("dump").Value.String() == "true" {
 		b, err := dumpInfo(socketPath())

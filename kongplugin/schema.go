@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/diana-gw/diana/schema"
+	"github.com/diana-gw/diana/shared/rules"
 )
 
 // Version and Priority are what Kong is told about the plugin. The priority sits just below
@@ -19,9 +20,27 @@ const (
 	Priority = 999
 )
 
-// phases are the events Kong sends: access decides; log gives back concurrency leases (it
-// makes no PDK call unless the instance holds leases, and Kong runs it after the response).
-var phases = []string{"access", "log"}
+// logPhase says whether the plugin takes Kong's log phase, which gives concurrency leases back
+// when a request ends. Kong sends the log event for every request of every instance once the
+// plugin declares it (phases are the plugin's, not an instance's): an event without a PDK call,
+// after the response, but a round trip of CPU on the node. A plugin server started with
+// -no-log-phase (for start_cmd and query_cmd alike) declares access alone, and its schema and
+// decode refuse the algorithms that hold leases.
+var logPhase = true
+
+// phases returns the events Kong sends: access decides; log gives back concurrency leases.
+func phases() []string {
+	if logPhase {
+		return []string{"access", "log"}
+	}
+	return []string{"access"}
+}
+
+// leasing reports whether algorithm holds a lease per request in flight (needs the log phase).
+func leasing(algorithm string) bool {
+	k, ok := rules.Algorithm(algorithm)
+	return ok && k.Leases
+}
 
 // schemaFile returns one of schema's files decoded, numbers kept exact.
 func schemaFile(name string) (map[string]any, error) {
@@ -100,6 +119,9 @@ func resolveFields() ([]field, error) {
 		}
 		if e, ok := n["enum"].([]any); ok && f.OneOf == nil {
 			for _, v := range e {
+				if f.Name == "algorithm" && !logPhase && leasing(v.(string)) {
+					continue // its leases would never come back
+				}
 				f.OneOf = append(f.OneOf, v.(string))
 			}
 		}
@@ -244,7 +266,7 @@ func dumpInfo(socketPath string) ([]byte, error) {
 		"Protocol":   "ProtoBuf:1",
 		"SocketPath": socketPath,
 		"Plugins": []any{map[string]any{
-			"Name": "diana", "Version": Version, "Priority": Priority, "Phases": phases, "Schema": s,
+			"Name": "diana", "Version": Version, "Priority": Priority, "Phases": phases(), "Schema": s,
 		}},
 	}
 	b, err := json.MarshalIndent(info, "", "  ")

@@ -1,17 +1,20 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"log"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/diana-gw/diana/config"
 	"github.com/diana-gw/diana/internal/lograte"
 	"github.com/diana-gw/diana/shared/rules"
-	"github.com/diana-gw/diana/store/batch"
 	"github.com/diana-gw/diana/store/failover"
 	"github.com/diana-gw/diana/store/memstore"
 	"github.com/diana-gw/diana/store/redisstore"
+	"github.com/diana-gw/diana/store/stack"
 )
 
 // The node-wide state. Kong gives each nginx worker its own instance of a plugin config, and
@@ -35,9 +38,11 @@ func starved(wait time.Duration) {
 	}
 }
 
-// clusterStore returns the shared failover store of a Redis connection, making it on first
-// use. Clients are never closed: configs on the same connection reuse them, and there are as
-// many as distinct connections configured.
+// clusterStore returns the shared cluster store of a Redis connection, built by store/stack as
+// dianad's is, making it on first use. Clients are never closed: configs on the same connection
+// reuse them, and there are as many as distinct connections configured. A CA file that cannot
+// be read makes a store whose every decision fails with that error (the fail policy applies,
+// logged), and is not kept, so that the next config change tries again.
 func clusterStore(rc *redisConf) rules.Store {
 	if rc == nil {
 		return nil
@@ -48,12 +53,40 @@ func clusterStore(rc *redisConf) rules.Store {
 		return s
 	}
 	timeout := time.Duration(rc.TimeoutMS) * time.Millisecond
-	s := failover.New(batch.New(redisstore.New(redisstore.NewClient(redisstore.Conn{
-		Addrs: strings.Split(rc.Addrs, ","), MasterName: rc.MasterName, Cluster: rc.Cluster,
-		Username: rc.Username, Password: rc.Password, DB: rc.DB,
-		TLS: rc.TLS, ServerName: rc.ServerName, SkipVerify: rc.SkipVerify,
-	}), redisstore.Options{Prefix: rc.Prefix}), batch.Options{}),
-		failover.Options{Timeout: timeout, OnStarved: starved})
-	clusters[*rc] = s
-	return s
+	o := stack.Options{
+		Conn: redisstore.Conn{Addrs: strings.Split(rc.Addrs, ","), MasterName: rc.MasterName, Cluster: rc.Cluster,
+			Username: rc.Username, Password: rc.Password, DB: rc.DB,
+			TLS: rc.TLS, ServerName: rc.ServerName, SkipVerify: rc.SkipVerify},
+		Prefix: rc.Prefix, WaitReplicas: rc.Wait, Timeout: timeout, OnStarved: starved,
+	}
+	var err error
+	if rc.CAFile != "" {
+		if o.Conn.CACert, err = config.ReadRegular(rc.CAFile, maxCA); err != nil {
+			err = fmt.Errorf("redis_ssl_ca_file: %w", err)
+		}
+	}
+	var st *stack.Stack
+	if err == nil {
+		if st, err = stack.New(o); err != nil {
+			err = fmt.Errorf("redis_ssl_ca_file: %w", err)
+		}
+	}
+	if err != nil {
+		return failover.New(failing{err}, failover.Options{Timeout: timeout})
+	}
+	clusters[*rc] = st.Store
+	return st.Store
+}
+
+// maxCA bounds a CA file, a few hundred certificates.
+const maxCA = 4 << 20
+
+// failing is a backend whose every call fails with err: the store of a connection that cannot
+// be made.
+type failing struct{ err error }
+
+func (f failing) DecideAll(_ context.Context, calls []redisstore.Call) {
+	for i := range calls {
+		calls[i].Err = f.err
+	}
 }

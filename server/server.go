@@ -19,10 +19,10 @@ import (
 	"github.com/diana-gw/diana/internal/lograte"
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/rules"
-	"github.com/diana-gw/diana/store/batch"
 	"github.com/diana-gw/diana/store/failover"
 	"github.com/diana-gw/diana/store/memstore"
 	"github.com/diana-gw/diana/store/redisstore"
+	"github.com/diana-gw/diana/store/stack"
 )
 
 // Options tune a Server.
@@ -107,27 +107,22 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 	s.mem = memstore.New(memstore.Options{MaxEntries: o.MaxEntries})
 	if cfg.Redis != nil {
 		r := cfg.Redis
-		if s.rdb, err = redisstore.Open(redisstore.Conn{Addrs: r.Addrs, MasterName: r.MasterName, Cluster: r.Cluster,
-			Username: r.Username, Password: r.Password, DB: r.DB,
-			TLS: r.TLS, CACert: r.CACert, ServerName: r.ServerName, SkipVerify: r.SkipVerify,
-			ClientCert: r.ClientCert, ClientKey: r.ClientKey}); err != nil {
+		st, err := stack.New(stack.Options{
+			Conn: redisstore.Conn{Addrs: r.Addrs, MasterName: r.MasterName, Cluster: r.Cluster,
+				Username: r.Username, Password: r.Password, DB: r.DB,
+				TLS: r.TLS, CACert: r.CACert, ServerName: r.ServerName, SkipVerify: r.SkipVerify,
+				ClientCert: r.ClientCert, ClientKey: r.ClientKey},
+			Prefix: r.Prefix, WaitReplicas: r.Wait,
+			Timeout:  time.Duration(r.Timeout) * time.Microsecond,
+			Failures: r.Failures,
+			OpenFor:  time.Duration(r.OpenFor) * time.Microsecond,
+			Local:    s.mem, OnState: s.breakerState, OnStarved: s.starved, Observe: s.met.observeRedis,
+		})
+		if err != nil {
 			return nil, fmt.Errorf("server: redis: %w", err)
 		}
-		// Calls of batched rules are answered from batched units; the others pass through.
-		// WAIT gets most of the decision's timeout; past it, the decision fails and on_error decides.
-		s.rstore = redisstore.New(s.rdb, redisstore.Options{Prefix: cfg.Redis.Prefix, WaitReplicas: r.Wait,
-			WaitTimeout: time.Duration(r.Timeout) * time.Microsecond * 3 / 4})
-		batched := batch.New(s.rstore, batch.Options{})
-		s.met.batches(batched)
-		s.cluster = failover.New(batched, failover.Options{
-			Timeout:   time.Duration(cfg.Redis.Timeout) * time.Microsecond,
-			Failures:  cfg.Redis.Failures,
-			OpenFor:   time.Duration(cfg.Redis.OpenFor) * time.Microsecond,
-			Local:     s.mem,
-			OnState:   s.breakerState,
-			OnStarved: s.starved,
-			Observe:   s.met.observeRedis,
-		})
+		s.rdb, s.rstore, s.cluster = st.Client, st.Redis, st.Store
+		s.met.batches(st.Batch)
 	}
 	s.transport = NewTransport()
 	s.limiter = httplimit.New(nil, httplimit.Options{})
