@@ -50,6 +50,14 @@ func (h *httpContext) checkBody(in *rules.Input, c *clusterConfig) []byte {
 		b = append(b, `,"client_ip":`...)
 		b = conf.AppendJSONString(b, h.addr)
 	}
+	if in.Consumer != "" {
+		b = append(b, `,"consumer":`...)
+		b = conf.AppendJSONString(b, in.Consumer)
+	}
+	if in.Route != "" {
+		b = append(b, `,"route":`...)
+		b = conf.AppendJSONString(b, in.Route)
+	}
 	b = append(b, `,"headers":{`...)
 	n := 0
 	add := func(k, v string) {

@@ -157,6 +157,25 @@ func TestClusterAllowedDenied(t *testing.T) {
 	}
 }
 
+// In cluster mode the callout carries the consumer (consumer_header), which dianad's rules match
+// and count by: without it, they would count such a request by its address.
+func TestCalloutConsumer(t *testing.T) {
+	for _, rn := range runners {
+		t.Run(rn.name, func(t *testing.T) {
+			e := start(t, rn.vm(t), `{"consumer_header": "x-consumer", "cluster": {"name": "dianad"}}`)
+			r := e.from("192.0.2.1:1").request("/x", "x-consumer", "alice")
+			calls := e.GetCalloutAttributesFromContext(r.id)
+			if len(calls) != 1 {
+				t.Fatalf("%d callouts, want 1", len(calls))
+			}
+			var body map[string]any
+			if err := json.Unmarshal(calls[0].Body, &body); err != nil || body["consumer"] != "alice" {
+				t.Errorf("callout body %s (%v), want consumer alice", calls[0].Body, err)
+			}
+		})
+	}
+}
+
 // An unlimited rule in rules exempts the requests it matches from every rule, dianad's included:
 // no callout is made, and diana.unlimited counts them. The others go to dianad.
 func TestUnlimitedSkipsCallout(t *testing.T) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -16,10 +15,10 @@ import (
 type config struct {
 	rules []*rules.Rule // local rules, decided in shared data
 
-	xffHops    int    // X-Forwarded-For entries appended by trusted proxies; 0: source.address
-	consumer   string // the request header holding the consumer (lower case); "": none
-	route      bool   // a rule counts by route: read xds.route_name
-	ipv6Prefix int    // IPv6 clients are counted by this prefix (128: the address)
+	xffHops    int         // X-Forwarded-For entries appended by trusted proxies; 0: source.address
+	consumer   string      // the request header holding the consumer (lower case); "": none
+	reads      rules.Reads // what the rules read of a request (each part is a host call); all of it in cluster mode
+	ipv6Prefix int         // IPv6 clients are counted by this prefix (128: the address)
 	slashes    rules.EscapedSlashes
 
 	slots       int // shared-data keys per rule
@@ -89,12 +88,9 @@ func parseConfig(data []byte) (*config, error) {
 	if err := errs.Err(); err != nil {
 		return nil, err
 	}
-	all := c.rules
-	if c.cluster != nil {
-		all = append(all[:len(all):len(all)], c.cluster.rules...)
-	}
-	for _, r := range all {
-		c.route = c.route || slices.Contains(r.By, "route")
+	c.reads = rules.ReadsOf(c.rules)
+	if c.cluster != nil { // dianad's rules may read anything
+		c.reads = rules.All
 	}
 	return c, nil
 }

@@ -201,22 +201,32 @@ func header(name string) string {
 
 // input is what the rules see of the request.
 func (h *httpContext) input() rules.Input {
+	cfg := h.p.cfg
 	src, _ := proxywasm.GetProperty([]string{"source", "address"})
-	a := clientAddr(src, header("x-forwarded-for"), h.p.cfg.xffHops)
+	var xff string
+	if cfg.xffHops > 0 {
+		xff = header("x-forwarded-for")
+	}
+	a := clientAddr(src, xff, cfg.xffHops)
 	if a.IsValid() {
 		h.addr = a.String()
 	}
+	// Each part is a host call: only what the rules read (all of it in cluster mode).
 	in := rules.Input{
-		Method:  header(":method"),
-		Host:    header(":authority"),
 		Path:    header(":path"), // as sent; the rules cut the query and normalise it
 		Headers: reqHeaders{},
 	}
-	in.SetClient(a, h.p.cfg.ipv6Prefix)
-	if c := h.p.cfg.consumer; c != "" {
+	if cfg.reads.Method {
+		in.Method = header(":method")
+	}
+	if cfg.reads.Host {
+		in.Host = header(":authority")
+	}
+	in.SetClient(a, cfg.ipv6Prefix)
+	if c := cfg.consumer; c != "" && cfg.reads.Consumer {
 		in.Consumer = header(c)
 	}
-	if h.p.cfg.route {
+	if cfg.reads.Route {
 		if v, err := proxywasm.GetProperty([]string{"xds", "route_name"}); err == nil {
 			in.Route = string(v)
 		}
