@@ -47,6 +47,9 @@ type Options struct {
 	// Observe, if set, is told every limit decided, by its metric key: its outcome, and the
 	// store's error when the decision came from OnError. For metrics and logs.
 	Observe func(key string, o Outcome, err error)
+	// Unknown, if set, is told every request for a domain no config file declares: all its
+	// descriptors pass, as there.
+	Unknown func(domain string)
 	// Now is the clock of duration_until_reset for a window nothing was counted in; default
 	// time.Now.
 	Now func() time.Time
@@ -108,6 +111,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors: at most %d are accepted", len(req.Descriptors), MaxDescriptors)
 	}
 	cfg := s.cfg.Load()
+	if cfg.domains[req.Domain] == nil && s.o.Unknown != nil {
+		s.o.Unknown(req.Domain)
+	}
 	ds := make([]checked, len(req.Descriptors))
 	replaced := map[string]bool{}
 	for i, d := range req.Descriptors {

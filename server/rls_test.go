@@ -1,0 +1,225 @@
+package server
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/diana-gw/diana/config"
+	"github.com/diana-gw/diana/internal/redistest"
+)
+
+// The rate limit service of dianad, end to end: dianad started from a config file with an rls
+// section, called over real gRPC as Envoy calls it.
+
+// examplesDir holds envoyproxy/ratelimit's README examples, one domain per file.
+var examplesDir, _ = filepath.Abs(filepath.Join("..", "rls", "testdata", "examples"))
+
+// rlsClient dials ts's rate limit service.
+func rlsClient(t *testing.T, ts *testServer) (pb.RateLimitServiceClient, *grpc.ClientConn) {
+	t.Helper()
+	conn, err := grpc.NewClient(ts.RLSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return pb.NewRateLimitServiceClient(conn), conn
+}
+
+func rlsDesc(kv ...string) *rlv3.RateLimitDescriptor {
+	d := &rlv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+// ask sends one request and returns the overall code and each descriptor's remaining count.
+func ask(t *testing.T, c pb.RateLimitServiceClient, domain string, hits uint32, descs ...*rlv3.RateLimitDescriptor) (string, []uint32) {
+	t.Helper()
+	resp, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: domain, Descriptors: descs, HitsAddend: hits})
+	if err != nil {
+		t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	var rem []uint32
+	for _, s := range resp.Statuses {
+		rem = append(rem, s.LimitRemaining)
+	}
+	return resp.OverallCode.String(), rem
+}
+
+func rlsConfig(dir, extra string) string {
+	return header + "rls:\n  listen: \"127.0.0.1:0\"\n  config_dir: " + dir + "\n" + extra
+}
+
+// Local mode: the README's examples answered by dianad, with headers, metrics and health.
+func TestRLSLocal(t *testing.T) {
+	ts := startFile(t, rlsConfig(examplesDir, "  response_headers: true\n"))
+	c, conn := rlsClient(t, ts)
+	marketing := rlsDesc("message_type", "marketing", "to_number", "2061111111")
+	number := rlsDesc("to_number", "2061111111")
+	if code, rem := ask(t, c, "messaging", 5, marketing, number); code != "OK" || rem[0] != 0 || rem[1] != 95 {
+		t.Fatalf("%s %v, want OK [0 95]", code, rem)
+	}
+	resp, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "messaging", Descriptors: []*rlv3.RateLimitDescriptor{marketing, number}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.OverallCode != pb.RateLimitResponse_OVER_LIMIT || len(resp.ResponseHeadersToAdd) != 3 ||
+		resp.ResponseHeadersToAdd[0].Value != "5" || resp.ResponseHeadersToAdd[1].Value != "0" {
+		t.Fatalf("over the limit: %v", resp)
+	}
+	if code, _ := ask(t, c, "example6", 50, rlsDesc("service", "s", "user", "user-a")); code != "OK" {
+		t.Fatalf("shadow mode: %s", code)
+	}
+	if code, _ := ask(t, c, "nowhere", 1, rlsDesc("k", "v")); code != "OK" {
+		t.Fatalf("unknown domain: %s", code)
+	}
+	for series, want := range map[string]float64{
+		`diana_decisions_total{result="allowed",rule="rls:messaging.to_number"}`:                       2,
+		`diana_decisions_total{result="denied",rule="rls:messaging.message_type_marketing.to_number"}`: 1,
+		`diana_decisions_total{result="shadow_denied",rule="rls:example6.service.user_user-a"}`:        1,
+		`diana_rls_unknown_domain_total`: 1,
+	} {
+		if got := metric(t, ts, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+	hc := healthpb.NewHealthClient(conn)
+	if r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"}); err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v %v", r, err)
+	}
+}
+
+// The descriptor config is reloaded when a file changes; an invalid one is refused, counted and
+// the running one kept.
+func TestRLSReload(t *testing.T) {
+	dir := t.TempDir()
+	put := func(data string) { // renamed in, so that dianad never reads half a file
+		tmp := filepath.Join(t.TempDir(), "d.yaml")
+		if err := os.WriteFile(tmp, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "d.yaml")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	limit := func(n string) string {
+		return "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: " + n + "}\n"
+	}
+	put(limit("2"))
+	ts := startFile(t, rlsConfig(dir, ""))
+	c, _ := rlsClient(t, ts)
+	if code, rem := ask(t, c, "d", 2, rlsDesc("k", "a")); code != "OK" || rem[0] != 0 {
+		t.Fatalf("%s %v", code, rem)
+	}
+	put(limit("5"))
+	ts.Reload()
+	peek := rlsDesc("k", "a")
+	peek.HitsAddend = wrapperspb.UInt64(0) // asks without counting
+	eventually(t, "the new limit", func() bool {
+		code, _ := ask(t, c, "d", 1, peek)
+		return code == "OK" && metric(t, ts, `diana_config_reloads_total{result="ok",source="rls"}`) == 1
+	})
+	if code, rem := ask(t, c, "d", 3, rlsDesc("k", "a")); code != "OK" || rem[0] != 0 {
+		t.Fatalf("after the reload: %s %v, want OK [0]", code, rem)
+	}
+	put(limit("5") + "  - key: k\n")
+	ts.Reload()
+	eventually(t, "the refused reload", func() bool {
+		return metric(t, ts, `diana_config_reloads_total{result="error",source="rls"}`) == 1
+	})
+	if code, _ := ask(t, c, "d", 1, rlsDesc("k", "a")); code != "OVER_LIMIT" {
+		t.Fatalf("the running config was dropped: %s", code)
+	}
+}
+
+// Cluster mode: two dianad instances count one limit in one redis-server; with Redis gone,
+// on_error decides, counted as backend errors.
+func TestRLSCluster(t *testing.T) {
+	rs := redistest.Start(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 10}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	yaml := func(onError string) string {
+		return rlsConfig(dir, "  mode: cluster\n  on_error: "+onError+"\n") + "redis: {addrs: [\"" + rs.Addr + "\"], timeout: " + exactTimeout + "}\n"
+	}
+	a, b := startFile(t, yaml("open")), startFile(t, yaml("closed"))
+	ca, _ := rlsClient(t, a)
+	cb, _ := rlsClient(t, b)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok := 0
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := ca
+			if i%2 == 1 {
+				c = cb
+			}
+			if code, _ := ask(t, c, "d", 1, rlsDesc("k", "shared")); code == "OK" {
+				mu.Lock()
+				ok++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if ok != 10 {
+		t.Fatalf("%d of 16 requests allowed across two instances, want 10", ok)
+	}
+	rs.Stop()
+	if code, _ := ask(t, ca, "d", 1, rlsDesc("k", "other")); code != "OK" {
+		t.Fatalf("on_error open with Redis down: %s", code)
+	}
+	if code, _ := ask(t, cb, "d", 1, rlsDesc("k", "other")); code != "OVER_LIMIT" {
+		t.Fatalf("on_error closed with Redis down: %s", code)
+	}
+	if got := metric(t, a, `diana_backend_errors_total{rule="rls:d.k"}`); got != 1 {
+		t.Fatalf("backend errors %v, want 1", got)
+	}
+}
+
+// The rls section's errors name the field; the descriptor config's, the file and the field.
+func TestRLSConfigErrors(t *testing.T) {
+	for _, tc := range []struct{ doc, want string }{
+		{"version: 1\nrls: {config_dir: /x}\n", "cfg.yaml: rls.listen: is required"},
+		{"version: 1\nrls: {listen: \":1\"}\n", "cfg.yaml: rls.config_dir: is required"},
+		{"version: 1\nrls: {listen: \":1\", config_dir: /x, mode: cluster}\n", "cfg.yaml: rls.mode: cluster mode needs the redis section"},
+		{"version: 1\nrls: {listen: \":1\", config_dir: /x, on_error: closed}\n", "cfg.yaml: rls.on_error: applies only to mode cluster"},
+		{"version: 1\nrls: {listen: \":99999\", config_dir: /x}\n", "cfg.yaml: rls.listen: must be host:port"},
+		{"version: 1\nrls: {listen: \":1\", config_dir: /x, headers: true}\n", "cfg.yaml: rls.headers: unknown field"},
+	} {
+		doc, err := config.Decode([]byte(tc.doc), "cfg.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Decode(doc, "cfg.yaml", false); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.doc, err, tc.want)
+		}
+	}
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Parse([]byte("version: 1\nrls: {listen: \":1\", config_dir: "+dir+"}\n"), "cfg.yaml")
+	if err == nil || !strings.Contains(err.Error(), bad+`: descriptors[0].rate_limit.unit: must be one of second, minute, hour, day, week, month, year, got "fortnight"`) {
+		t.Fatalf("Parse: %v", err)
+	}
+	if _, err := Parse([]byte("version: 1\nrls: {listen: \":1\", config_dir: "+filepath.Join(dir, "none")+"}\n"), "cfg.yaml"); err == nil || !strings.Contains(err.Error(), "rls: config_dir:") {
+		t.Fatalf("Parse with a missing config_dir: %v", err)
+	}
+}
