@@ -3,6 +3,7 @@ package rls
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -192,5 +193,33 @@ func TestReadDir(t *testing.T) {
 	}
 	if _, _, err := ReadDir(filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), "config_dir") {
 		t.Fatalf("missing dir: %v", err)
+	}
+}
+
+// Every descriptor config in the docs (a yaml block that starts with "domain:") is valid.
+func TestDocsExamples(t *testing.T) {
+	docs, err := filepath.Glob(filepath.Join("..", "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, name := range docs {
+		md, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, block := range strings.Split(string(md), "```yaml\n")[1:] {
+			block, _, _ = strings.Cut(block, "```")
+			if !strings.HasPrefix(block, "domain:") {
+				continue
+			}
+			n++
+			if _, err := Parse([]File{{Name: name + " block " + strconv.Itoa(i+1), Data: []byte(block)}}, ParseOptions{}); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no descriptor config in the docs")
 	}
 }

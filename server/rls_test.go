@@ -2,18 +2,28 @@ package server
 
 import (
 	"context"
+	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	upstreamsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	"gopkg.in/yaml.v3"
 
 	"github.com/diana-gw/diana/config"
 	"github.com/diana-gw/diana/internal/redistest"
@@ -221,5 +231,89 @@ func TestRLSConfigErrors(t *testing.T) {
 	}
 	if _, err := Parse([]byte("version: 1\nrls: {listen: \":1\", config_dir: "+filepath.Join(dir, "none")+"}\n"), "cfg.yaml"); err == nil || !strings.Contains(err.Error(), "rls: config_dir:") {
 		t.Fatalf("Parse with a missing config_dir: %v", err)
+	}
+}
+
+// examples/envoy-rls.yaml is a valid Envoy bootstrap whose rate limit filter asks the cluster of
+// examples/diana-rls.yaml's rls.listen over HTTP/2, and dianad run on that config answers the
+// descriptors its routes send from examples/ratelimit, as the comments there say.
+func TestRLSExamples(t *testing.T) {
+	t.Chdir("..") // the example's config_dir is relative to the repository's root
+	data, err := os.ReadFile("examples/envoy-rls.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	js, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bootstrapv3.Bootstrap
+	if err := protojson.Unmarshal(js, &b); err != nil {
+		t.Fatalf("bootstrap: %v", err)
+	}
+	if err := b.ValidateAll(); err != nil {
+		t.Fatalf("bootstrap: %v", err)
+	}
+	// ValidateAll does not look inside the typed configs: unpack and validate them.
+	var hcm hcmv3.HttpConnectionManager
+	if err := b.StaticResources.Listeners[0].FilterChains[0].Filters[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+		t.Fatal(err)
+	}
+	if err := hcm.ValidateAll(); err != nil {
+		t.Fatalf("http_connection_manager: %v", err)
+	}
+	var rl ratelimitv3.RateLimit
+	if err := hcm.HttpFilters[0].GetTypedConfig().UnmarshalTo(&rl); err != nil {
+		t.Fatal(err)
+	}
+	if err := rl.ValidateAll(); err != nil {
+		t.Fatalf("ratelimit filter: %v", err)
+	}
+	cfgData, err := os.ReadFile("examples/diana-rls.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Parse(cfgData, "examples/diana-rls.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := rl.RateLimitService.GetGrpcService().GetEnvoyGrpc().GetClusterName()
+	found := false
+	for _, c := range b.StaticResources.Clusters {
+		if c.Name != cluster {
+			continue
+		}
+		found = true
+		var po upstreamsv3.HttpProtocolOptions
+		if err := c.TypedExtensionProtocolOptions["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"].UnmarshalTo(&po); err != nil || po.GetExplicitHttpConfig().GetHttp2ProtocolOptions() == nil {
+			t.Errorf("cluster %s: not HTTP/2 (%v)", cluster, err)
+		}
+		sa := c.LoadAssignment.Endpoints[0].LbEndpoints[0].GetEndpoint().Address.GetSocketAddress()
+		if got := net.JoinHostPort(sa.Address, strconv.Itoa(int(sa.GetPortValue()))); got != cfg.RLS.Listen {
+			t.Errorf("cluster %s points at %s, dianad's rls.listen is %s", cluster, got, cfg.RLS.Listen)
+		}
+	}
+	if !found || rl.Domain != "edge" {
+		t.Fatalf("the filter asks cluster %q (found: %v) for domain %q", cluster, found, rl.Domain)
+	}
+
+	cfg.RLS.Listen, cfg.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
+	ts := startConfig(t, cfg, "")
+	c, _ := rlsClient(t, ts)
+	ip, login := rlsDesc("remote_address", "203.0.113.9"), rlsDesc("remote_address", "203.0.113.9", "path", "/login")
+	for i, want := range []string{"OK", "OK", "OK", "OVER_LIMIT"} {
+		if code, _ := ask(t, c, "edge", 1, ip, login); code != want {
+			t.Fatalf("login %d: %s, want %s", i+1, code, want)
+		}
+	}
+	if code, _ := ask(t, c, "edge", 1, rlsDesc("remote_address", "203.0.113.9"), rlsDesc("remote_address", "203.0.113.9", "path", "/home")); code != "OK" {
+		t.Fatalf("another path: %s", code)
+	}
+	if code, _ := ask(t, c, "edge", 1, rlsDesc("remote_address", "192.0.2.66")); code != "OVER_LIMIT" {
+		t.Fatalf("blocked address: %s", code)
 	}
 }
