@@ -111,7 +111,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors: at most %d are accepted", len(req.Descriptors), MaxDescriptors)
 	}
 	cfg := s.cfg.Load()
-	if cfg.domains[req.Domain] == nil && s.o.Unknown != nil {
+	known := cfg.domains[req.Domain] != nil
+	if !known && s.o.Unknown != nil {
 		s.o.Unknown(req.Domain)
 	}
 	ds := make([]checked, len(req.Descriptors))
@@ -123,9 +124,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 			c.cost = int64(min(d.HitsAddend.Value, uint64(algos.MaxCount+1))) // 0 asks without counting
 		}
 		if n := descriptorLen(d); n > MaxDescriptorLen {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d]: %d bytes of keys and values: at most %d are accepted", i, n, MaxDescriptorLen)
+			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d]: %d bytes of keys, values and separators: at most %d are accepted", i, n, MaxDescriptorLen)
 		}
-		if d.GetLimit() != nil {
+		if d.GetLimit() != nil && known { // an unknown domain has no limits, overrides included, as there
 			l, err := override(req.Domain, d)
 			if err != nil {
 				return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].limit: %v", i, err)
@@ -301,10 +302,12 @@ func escape(b *strings.Builder, s string) {
 	}
 }
 
+// descriptorLen is the size of a descriptor's key: its keys and values, and two bytes of
+// separators per entry (so that a million empty entries count too).
 func descriptorLen(d *rlv3.RateLimitDescriptor) int {
 	n := 0
 	for _, e := range d.Entries {
-		n += len(e.Key) + len(e.Value)
+		n += len(e.Key) + len(e.Value) + 2
 	}
 	return n
 }

@@ -281,6 +281,10 @@ descriptors:
 	if got := ask(over, 1); got.code != "OVER_LIMIT" {
 		t.Fatalf("override over: %+v", got)
 	}
+	resp, err := client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "unknown", Descriptors: []*rlv3.RateLimitDescriptor{over}, HitsAddend: 9})
+	if err != nil || short(resp.Statuses[0]) != (st{"OK", "-", 0, 0}) {
+		t.Fatalf("an override in an unknown domain: %v %v, want no limit, as there", resp, err)
+	}
 }
 
 // Bad requests get InvalidArgument with the reason, in bounded time.
@@ -291,6 +295,10 @@ func TestBadRequests(t *testing.T) {
 		many[i] = desc("k", "v")
 	}
 	long := desc("k", strings.Repeat("v", MaxDescriptorLen))
+	empty := &rlv3.RateLimitDescriptor{}
+	for range MaxDescriptorLen/2 + 1 {
+		empty.Entries = append(empty.Entries, &rlv3.RateLimitDescriptor_Entry{})
+	}
 	badUnit := desc("k", "v")
 	badUnit.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
 	for _, tc := range []struct {
@@ -300,8 +308,9 @@ func TestBadRequests(t *testing.T) {
 		{&pb.RateLimitRequest{Descriptors: []*rlv3.RateLimitDescriptor{desc("k", "v")}}, "rate limit domain must not be empty"},
 		{&pb.RateLimitRequest{Domain: "d"}, "rate limit descriptor list must not be empty"},
 		{&pb.RateLimitRequest{Domain: "d", Descriptors: many}, "257 descriptors: at most 256"},
-		{&pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{long}}, "descriptors[0]: 16385 bytes"},
-		{&pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{badUnit}}, "descriptors[0].limit: unit UNKNOWN"},
+		{&pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{long}}, "descriptors[0]: 16387 bytes"},
+		{&pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{desc("k", "v"), empty}}, "descriptors[1]: 16386 bytes"},
+		{&pb.RateLimitRequest{Domain: "mongo_cps", Descriptors: []*rlv3.RateLimitDescriptor{badUnit}}, "descriptors[0].limit: unit UNKNOWN"},
 	} {
 		_, err := client.ShouldRateLimit(context.Background(), tc.req)
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
