@@ -259,7 +259,9 @@ func scrape(b *testing.B, url, series string) float64 {
 // rlsRequest is the i-th client's request: its address, and its address and path.
 func rlsRequest(i int) *pb.RateLimitRequest {
 	ip := "10.0." + strconv.Itoa(i%rlsIPs/256) + "." + strconv.Itoa(i%256)
-	entry := func(k, v string) *rlv3.RateLimitDescriptor_Entry { return &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v} }
+	entry := func(k, v string) *rlv3.RateLimitDescriptor_Entry {
+		return &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v}
+	}
 	return &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{
 		{Entries: []*rlv3.RateLimitDescriptor_Entry{entry("remote_address", ip)}},
 		{Entries: []*rlv3.RateLimitDescriptor_Entry{entry("remote_address", ip), entry("path", "/api/items/"+strconv.Itoa(i%rlsPaths))}},
