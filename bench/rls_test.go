@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -56,7 +58,8 @@ descriptors:
 // BenchmarkRLS compares dianad's rate limit service in cluster mode with envoyproxy/ratelimit's
 // own server, both separate processes on the same redis-server with the same descriptor config,
 // under the same closed-loop load of 16 and 64 concurrent clients: requests (each two
-// descriptors, so two counts in Redis) per second, and their p99 latency.
+// descriptors, so two counts in Redis) per second, their p99 latency, and the CPU time of the
+// server's process per request (Redis's and the clients' not included).
 func BenchmarkRLS(b *testing.B) {
 	rs := redistest.Start(b)
 	root := b.TempDir()
@@ -67,9 +70,9 @@ func BenchmarkRLS(b *testing.B) {
 	if err := os.WriteFile(filepath.Join(cfgDir, "bench.yaml"), []byte(rlsDescriptors), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	rlAddr := startRatelimit(b, root, rs.Addr)
-	dianaAddr, metrics := startDianaRLS(b, cfgDir, rs.Addr)
-	loads := []*rlsLoad{newRLSLoad(b, "ratelimit", rlAddr), newRLSLoad(b, "diana", dianaAddr)}
+	rlAddr, rlPid := startRatelimit(b, root, rs.Addr)
+	dianaAddr, dianaPid, metrics := startDianaRLS(b, cfgDir, rs.Addr)
+	loads := []*rlsLoad{newRLSLoad(b, "ratelimit", rlAddr, rlPid), newRLSLoad(b, "diana", dianaAddr, dianaPid)}
 	for _, l := range loads {
 		l.run(64, rlsWarmup, nil)
 		if err := l.err(); err != nil {
@@ -105,7 +108,10 @@ func BenchmarkRLS(b *testing.B) {
 			b.ReportMetric(d.rps, "diana-req/s")
 			b.ReportMetric(r.p99, "ratelimit-p99-µs")
 			b.ReportMetric(d.p99, "diana-p99-µs")
+			b.ReportMetric(r.cpu, "ratelimit-cpu-µs/req")
+			b.ReportMetric(d.cpu, "diana-cpu-µs/req")
 			b.ReportMetric(d.rps/r.rps, "diana/ratelimit-req/s")
+			b.ReportMetric(d.cpu/r.cpu, "diana/ratelimit-cpu")
 		})
 	}
 	// Every decision of dianad's was Redis's: none came from on_error.
@@ -116,7 +122,7 @@ func BenchmarkRLS(b *testing.B) {
 
 // startRatelimit builds (once, cached) and runs envoyproxy/ratelimit's server on redisAddr with
 // the config under root, and returns its gRPC address.
-func startRatelimit(b *testing.B, root, redisAddr string) string {
+func startRatelimit(b *testing.B, root, redisAddr string) (string, int) {
 	bin := ratelimitBinary(b)
 	grpcPort, httpPort, debugPort := freePort(b), freePort(b), freePort(b)
 	cmd := exec.Command(bin)
@@ -127,12 +133,13 @@ func startRatelimit(b *testing.B, root, redisAddr string) string {
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+strconv.Itoa(grpcPort),
 		"HOST=127.0.0.1", "PORT="+strconv.Itoa(httpPort),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(debugPort))
-	return startProcess(b, cmd, "127.0.0.1:"+strconv.Itoa(grpcPort))
+	addr := "127.0.0.1:" + strconv.Itoa(grpcPort)
+	return addr, startProcess(b, cmd, addr)
 }
 
 // startDianaRLS builds and runs dianad with an rls section in cluster mode on redisAddr, and
-// returns its gRPC address and its metrics URL.
-func startDianaRLS(b *testing.B, cfgDir, redisAddr string) (string, string) {
+// returns its gRPC address, its process id and its metrics URL.
+func startDianaRLS(b *testing.B, cfgDir, redisAddr string) (string, int, string) {
 	bin := filepath.Join(b.TempDir(), "dianad")
 	build := exec.Command(goTool(), "build", "-o", bin, "../cmd/dianad")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -153,12 +160,13 @@ rls: {listen: "` + grpcAddr + `", config_dir: "` + cfgDir + `", mode: cluster}
 		b.Fatal(err)
 	}
 	cmd := exec.Command(bin, "--config", cfg, "--log-level", "warn")
-	return startProcess(b, cmd, grpcAddr), "http://" + admin + "/metrics"
+	pid := startProcess(b, cmd, grpcAddr)
+	return grpcAddr, pid, "http://" + admin + "/metrics"
 }
 
-// startProcess starts cmd, stopped when the benchmark ends, and waits until the rate limit
-// service at addr answers a request of the benchmark's with a limit.
-func startProcess(b *testing.B, cmd *exec.Cmd, addr string) string {
+// startProcess starts cmd, stopped when the benchmark ends, waits until the rate limit service
+// at addr answers a request of the benchmark's with a limit, and returns the process id.
+func startProcess(b *testing.B, cmd *exec.Cmd, addr string) int {
 	out := &lockedBuf{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -182,7 +190,7 @@ func startProcess(b *testing.B, cmd *exec.Cmd, addr string) string {
 		resp, err := c.ShouldRateLimit(ctx, rlsRequest(0))
 		cancel()
 		if err == nil && resp.Statuses[1].CurrentLimit != nil {
-			return addr
+			return cmd.Process.Pid
 		}
 		select {
 		case <-done:
@@ -271,6 +279,8 @@ func rlsRequest(i int) *pb.RateLimitRequest {
 // rlsLoad is the closed-loop load of one target.
 type rlsLoad struct {
 	name    string
+	pid     int                         // the server's process
+	cpu     time.Duration               // its CPU time in the rounds
 	clients []pb.RateLimitServiceClient // one per connection
 	reqs    []*pb.RateLimitRequest
 	lat     []time.Duration
@@ -280,8 +290,8 @@ type rlsLoad struct {
 	first   error
 }
 
-func newRLSLoad(b *testing.B, name, addr string) *rlsLoad {
-	l := &rlsLoad{name: name}
+func newRLSLoad(b *testing.B, name, addr string, pid int) *rlsLoad {
+	l := &rlsLoad{name: name, pid: pid}
 	for range rlsConns {
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
@@ -298,13 +308,14 @@ func newRLSLoad(b *testing.B, name, addr string) *rlsLoad {
 
 func (l *rlsLoad) reset(n int) {
 	l.lat = make([]time.Duration, 0, n)
-	l.elapsed, l.failed, l.first = 0, 0, nil
+	l.elapsed, l.cpu, l.failed, l.first = 0, 0, 0, nil
 }
 
 func (l *rlsLoad) round(clients, n int) {
-	start := time.Now()
+	start, cpu := time.Now(), procCPU(l.pid)
 	l.run(clients, n, l.lat[len(l.lat):len(l.lat)+n])
 	l.elapsed += time.Since(start)
+	l.cpu += procCPU(l.pid) - cpu
 	l.lat = l.lat[:len(l.lat)+n]
 }
 
@@ -362,7 +373,25 @@ func (l *rlsLoad) stats() loadStats {
 	return loadStats{
 		rps: float64(len(lat)) / l.elapsed.Seconds(),
 		p99: float64(lat[i]) / float64(time.Microsecond),
+		cpu: float64(l.cpu) / float64(time.Microsecond) / float64(len(lat)),
 	}
+}
+
+// procCPU is the CPU time (user and system) process pid has used, from /proc/PID/stat in clock
+// ticks of 10 ms (USER_HZ 100 on Linux).
+func procCPU(pid int) time.Duration {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0 // not Linux: the CPU figures read 0
+	}
+	// The fields after the command's name, which is in parentheses and may hold spaces.
+	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 // lockedBuf collects a process's output for the error that reports it.
