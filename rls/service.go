@@ -116,7 +116,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		s.o.Unknown(req.Domain)
 	}
 	ds := make([]checked, len(req.Descriptors))
-	replaced := map[string]bool{}
+	var replaced map[string]bool // the names of the limits another matched limit replaces
 	for i, d := range req.Descriptors {
 		c := &ds[i]
 		c.cost = int64(max(1, req.HitsAddend))
@@ -137,6 +137,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		}
 		if l := c.m.limit; l != nil {
 			for _, r := range l.Replaces {
+				if replaced == nil {
+					replaced = map[string]bool{}
+				}
 				replaced[r] = true
 			}
 			if l.Unlimited {
