@@ -3,9 +3,11 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -315,5 +317,45 @@ func TestRLSExamples(t *testing.T) {
 	}
 	if code, _ := ask(t, c, "edge", 1, rlsDesc("remote_address", "192.0.2.66")); code != "OVER_LIMIT" {
 		t.Fatalf("blocked address: %s", code)
+	}
+}
+
+// The README's examples through dianad in cluster mode, counted in a real redis-server: the
+// calls whose answers do not depend on where a window starts (day windows, a cost above a
+// limit, limits that count nothing).
+func TestRLSClusterExamples(t *testing.T) {
+	rs := redistest.Start(t)
+	ts := startFile(t, rlsConfig(examplesDir, "  mode: cluster\n")+"redis: {addrs: [\""+rs.Addr+"\"], timeout: "+exactTimeout+"}\n")
+	c, _ := rlsClient(t, ts)
+	marketing, number := rlsDesc("message_type", "marketing", "to_number", "2061111111"), rlsDesc("to_number", "2061111111")
+	for i, want := range []struct {
+		code string
+		rem  []uint32
+	}{{"OK", []uint32{3, 98}}, {"OK", []uint32{1, 96}}, {"OVER_LIMIT", []uint32{0, 94}}} {
+		if code, rem := ask(t, c, "messaging", 2, marketing, number); code != want.code || !slices.Equal(rem, want.rem) {
+			t.Fatalf("nested, call %d: %s %v, want %s %v", i+1, code, rem, want.code, want.rem)
+		}
+	}
+	if code, rem := ask(t, c, "internal", 1, rlsDesc("ldap", "x")); code != "OK" || rem[0] != math.MaxUint32 {
+		t.Fatalf("unlimited: %s %v", code, rem)
+	}
+	if code, _ := ask(t, c, "edge_proxy_per_ip", 1, rlsDesc("remote_address", "50.0.0.5")); code != "OVER_LIMIT" {
+		t.Fatalf("block list: %s", code)
+	}
+	if code, _ := ask(t, c, "example6", 11, rlsDesc("service", "s", "user", "user-a")); code != "OK" {
+		t.Fatalf("shadow mode: %s", code)
+	}
+	if code, _ := ask(t, c, "example6", 21, rlsDesc("service", "s", "user", "user-b")); code != "OVER_LIMIT" {
+		t.Fatalf("over a limit: %s", code)
+	}
+	if code, rem := ask(t, c, "example7", 6, rlsDesc("key_1", "value_1", "user", "bkthomps"), rlsDesc("key_2", "value_2", "user", "bkthomps")); code != "OK" || rem[0] != 0 || rem[1] != 4 {
+		t.Fatalf("replaces: %s %v, want OK [0 4] (the replaced limit of 5 not checked)", code, rem)
+	}
+	if got := metric(t, ts, `diana_decisions_total{result="shadow_denied",rule="rls:example6.service.user_user-a"}`); got != 1 {
+		t.Fatalf("shadow denials counted: %v", got)
+	}
+	n, err := rs.Client().DBSize(context.Background()).Result()
+	if err != nil || n == 0 {
+		t.Fatalf("Redis holds %d keys (%v): the counts are not there", n, err)
 	}
 }
