@@ -4,10 +4,14 @@ go 1.25.0
 
 require (
 	github.com/redis/go-redis/v9 v9.22.0
+	google.golang.org/grpc v1.75.1
 	gopkg.in/yaml.v3 v3.0.1
 )
 
-require github.com/rogpeppe/go-internal v1.12.0 // indirect
+require (
+	github.com/rogpeppe/go-internal v1.12.0 // indirect
+	golang.org/x/net v0.42.0 // indirect
+)
 
 require (
 	cel.dev/expr v0.24.0 // indirect

@@ -199,7 +199,8 @@ const fullServer = `
 		"wait_replicas": 1, "timeout": "100ms", "prefix": "d:",
 		"breaker_failures": 5, "breaker_open_for": "2s"
 	},
-	"remote": {"redis_key": "diana:rules", "redis_channel": "diana:changed", "interval": "10s"},`
+	"remote": {"redis_key": "diana:rules", "redis_channel": "diana:changed", "interval": "10s"},
+	"rls": {"listen": "127.0.0.1:8081", "config_dir": "/etc/dianad/ratelimit", "mode": "cluster", "on_error": "local", "nodes": 3, "response_headers": true},`
 
 // validDocs are documents both the schema and the decoder must accept: every algorithm, with
 // every field of the rule and of the server set, and the short forms (a string for a list).
@@ -727,6 +728,9 @@ func baseDocs() []doc {
 		{json: `{"version": 1, "redis": {"addrs": "127.0.0.1:6379"}, "remote": {"redis_key": "diana:config"}}`},
 		{json: `{"version": 1, "remote": {"url": "https://config.example.com/diana.yaml"}}`},
 		{json: `{"version": 1, "upstreams": [{"name": "a", "url": "http://127.0.0.1:9000"}]}`},
+		{json: `{"version": 1, "rls": {"listen": "127.0.0.1:8081", "config_dir": "/etc/dianad/ratelimit"}}`},
+		{json: `{"version": 1, "redis": {"addrs": "127.0.0.1:6379"}, "rls": {"listen": "127.0.0.1:8081", "config_dir": "/etc/dianad/ratelimit", "mode": "cluster"}}`},
+		{json: `{"version": 1, "redis": {"addrs": "127.0.0.1:6379"}, "rls": {"listen": "127.0.0.1:8081", "config_dir": "/etc/dianad/ratelimit", "mode": "cluster", "on_error": "local"}}`},
 		{json: `{"version": 1}`, remote: true},
 	}
 	batched := `{"version": 1, "redis": {"addrs": "127.0.0.1:6379"}, "rules": [{"name": "r", "mode": "cluster", "limit": {"algorithm": "fixed_window", "limit": 100, "window": "1s"}, "batch": {"max": 10}}]}`

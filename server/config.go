@@ -34,7 +34,19 @@ type Config struct {
 	Upstreams      []Upstream
 	Redis          *Redis // nil: no cluster mode
 	Remote         Remote
+	RLS            *RLS // nil: no rate limit service
 	Rules          []*rules.Rule
+}
+
+// RLS is Envoy's rate limit service (gRPC), a drop-in for envoyproxy/ratelimit: its descriptor
+// config files are read from ConfigDir, reloaded when they change.
+type RLS struct {
+	Listen    string
+	ConfigDir string
+	Mode      rules.Mode       // where the limits are counted
+	OnError   rules.FailPolicy // cluster mode, when Redis cannot decide
+	Nodes     int64            // on_error local: each node counts its share of every limit
+	Headers   bool             // the RateLimit-* headers in every answer
 }
 
 // Admin is the listener of the decision API (/v1/check), /metrics and /healthz.
@@ -188,6 +200,9 @@ func (c *Config) decodeServer(o *conf.Obj) {
 		rm.Fail("redis_key", "needs the redis section (the connection to read it from)")
 	}
 	rm.Done()
+	if o.Has("rls") {
+		c.RLS = decodeRLS(o.Obj("rls"), c.Redis != nil)
+	}
 	for i, r := range c.Rules {
 		if r.Mode == rules.Cluster && c.Redis == nil {
 			o.Fail("rules["+strconv.Itoa(i)+"].mode", "cluster mode needs the redis section")
@@ -315,6 +330,46 @@ func failed(o *conf.Obj, fields ...string) bool {
 		}
 	}
 	return false
+}
+
+func decodeRLS(o *conf.Obj, redis bool) *RLS {
+	r := &RLS{}
+	o.Require("listen", "config_dir")
+	r.Listen = o.String("listen", "")
+	checkListen(o, "listen", r.Listen)
+	if o.Has("listen") && r.Listen == "" {
+		o.Fail("listen", "cannot be empty: the rate limit service needs an address (remove the rls section to run none)")
+	}
+	r.ConfigDir = o.String("config_dir", "")
+	if o.Has("config_dir") && r.ConfigDir == "" {
+		o.Fail("config_dir", "cannot be empty")
+	}
+	r.Mode = rules.Mode(enumIndex(o, "mode", rules.ModeNames[:]...))
+	if r.Mode == rules.Cluster && !redis {
+		o.Fail("mode", "cluster mode needs the redis section")
+	}
+	r.OnError = rules.FailPolicy(enumIndex(o, "on_error", rules.FailPolicyNames[:]...))
+	r.Nodes = o.Int("nodes", 1, 1, 10000)
+	if r.Mode == rules.Local && o.Has("on_error") {
+		o.Fail("on_error", "applies only to mode cluster")
+	}
+	if r.OnError != rules.FailLocal && o.Has("nodes") {
+		o.Fail("nodes", "applies only with on_error local")
+	}
+	r.Headers = o.Bool("response_headers", false)
+	o.Done()
+	return r
+}
+
+// enumIndex reads a field that must be one of allowed (the first is the default) as its index.
+func enumIndex(o *conf.Obj, key string, allowed ...string) int {
+	v := o.Enum(key, allowed[0], allowed...)
+	for i, a := range allowed {
+		if a == v {
+			return i
+		}
+	}
+	return 0
 }
 
 func quote(s string) string { return strconv.Quote(s) }

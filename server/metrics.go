@@ -23,6 +23,7 @@ type metrics struct {
 	starved       prometheus.Counter
 	reloads       *prometheus.CounterVec
 	info          *prometheus.GaugeVec
+	rlsUnknown    prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -51,14 +52,18 @@ func newMetrics() *metrics {
 		}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "diana_config_reloads_total",
-			Help: "Attempts to read a config source, by source (file, http, redis) and result (ok, error).",
+			Help: "Attempts to read a config source, by source (file, http, redis, rls: the rate limit service's descriptor config) and result (ok, error).",
 		}, []string{"source", "result"}),
 		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "diana_config_info",
 			Help: "1 for the source of the running config (file, http, redis or embedded).",
 		}, []string{"source"}),
+		rlsUnknown: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "diana_rls_unknown_domain_total",
+			Help: "Rate limit service requests for a domain no descriptor config declares (their descriptors pass unlimited).",
+		}),
 	}
-	m.reg.MustRegister(m.decisions, m.backendErrors, m.redisDuration, m.breaker, m.starved, m.reloads, m.info,
+	m.reg.MustRegister(m.decisions, m.backendErrors, m.redisDuration, m.breaker, m.starved, m.reloads, m.info, m.rlsUnknown,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

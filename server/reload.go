@@ -16,13 +16,23 @@ import (
 )
 
 // Parse reads a config document (YAML or JSON, see config.Decode) named name, as dianad reads
-// its config file: every error names the field and the reason.
+// its config file: every error names the field and the reason. With an rls section, it reads
+// the descriptor config files of rls.config_dir too, whose errors name the file and the field.
 func Parse(data []byte, name string) (*Config, error) {
 	doc, err := config.Decode(data, name)
 	if err != nil {
 		return nil, err
 	}
-	return Decode(doc, name, false)
+	c, err := Decode(doc, name, false)
+	if err != nil {
+		return nil, err
+	}
+	if c.RLS != nil {
+		if _, _, err := readRLS(c.RLS); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
 // reloadState is what the loader's callbacks know; they run one at a time, but the mutex keeps
@@ -184,6 +194,7 @@ func (s *Server) logRestartNeeded(c *Config) {
 	changed("admin", s.cfg.Admin, c.Admin)
 	changed("redis", s.cfg.Redis, c.Redis)
 	changed("remote", s.cfg.Remote, c.Remote)
+	changed("rls", s.cfg.RLS, c.RLS)
 }
 
 // setLive builds an engine and the upstreams of c and swaps them in; requests in flight finish

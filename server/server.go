@@ -70,6 +70,9 @@ type Server struct {
 	denialLog  lograte.Limiter // denials (all counted in the metrics): likewise
 	proxyLog   lograte.Limiter // upstream errors: likewise
 	starveLog  lograte.Limiter // Redis timeouts of a starved process: likewise
+	unknownLog lograte.Limiter // rls requests for an unknown domain: likewise
+
+	rls *rlsState // nil without an rls section
 }
 
 // live is what a config reload replaces at once: requests in flight keep the one they started
@@ -145,6 +148,11 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 			return nil, fmt.Errorf("server: admin.listen: %w", err)
 		}
 	}
+	if cfg.RLS != nil {
+		if err := s.newRLS(); err != nil {
+			return nil, err
+		}
+	}
 	s.proxySrv = &http.Server{
 		Handler:           s.proxyHandler(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -182,6 +190,12 @@ func (s *Server) Reload() {
 	if s.loader != nil {
 		s.loader.Reload()
 	}
+	if s.rls != nil {
+		select {
+		case s.rls.reload <- struct{}{}:
+		default: // one is pending already
+		}
+	}
 }
 
 // Run serves until ctx ends, then shuts down gracefully: it stops accepting connections, waits
@@ -212,7 +226,11 @@ func (s *Server) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); s.checkRedis(bg) }()
 	}
 
-	errc := make(chan error, 2)
+	if s.rls != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.watchRLS(bg) }()
+	}
+	errc := make(chan error, 3)
 	serve := func(srv *http.Server, l net.Listener, name string) {
 		if l == nil {
 			return
@@ -226,6 +244,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	serve(s.proxySrv, s.proxyLn, "proxy")
 	serve(s.adminSrv, s.adminLn, "admin")
+	if s.rls != nil {
+		s.serveRLS(errc)
+	}
 
 	var runErr error
 	select {
@@ -242,6 +263,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := s.proxySrv.Shutdown(sctx); err != nil {
 		s.proxySrv.Close()
 		runErr = errors.Join(runErr, fmt.Errorf("server: proxy shutdown: %w", err))
+	}
+	if s.rls != nil {
+		runErr = errors.Join(runErr, s.stopRLS(sctx))
 	}
 	if err := s.adminSrv.Shutdown(sctx); err != nil {
 		s.adminSrv.Close()
@@ -290,7 +314,11 @@ func (s *Server) checkRedis(ctx context.Context) {
 // close releases what New opened: the listeners (when Run never served them), the idle upstream
 // connections and the Redis client.
 func (s *Server) close() {
-	for _, l := range []net.Listener{s.proxyLn, s.adminLn} {
+	ls := []net.Listener{s.proxyLn, s.adminLn}
+	if s.rls != nil {
+		ls = append(ls, s.rls.ln)
+	}
+	for _, l := range ls {
 		if l != nil {
 			l.Close() // already closed after Serve; the error says nothing new
 		}

@@ -1,0 +1,418 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/diana-gw/diana/internal/redistest"
+)
+
+// ratelimitVersion is the envoyproxy/ratelimit whose server BenchmarkRLS runs as the anchor,
+// built from its Go module (go install) once and cached.
+const ratelimitVersion = "v1.4.1-0.20260122083618-3fb702589d36"
+
+// The load of BenchmarkRLS: closed-loop gRPC clients over rlsConns connections (as Envoy's
+// workers share a few), each request two descriptors of one of rlsIPs client addresses.
+const (
+	rlsConns  = 4
+	rlsIPs    = 1_000
+	rlsPaths  = 8
+	rlsRound  = 1_000 // requests per round; the rounds alternate the targets
+	rlsWarmup = 2_000 // requests per target before the timer
+)
+
+// rlsDescriptors is the descriptor config both servers read: per client address, and per
+// address and path, with limits far above the load so that nothing is refused.
+const rlsDescriptors = `domain: bench
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: hour, requests_per_unit: 4000000000}
+    descriptors:
+      - key: path
+        rate_limit: {unit: minute, requests_per_unit: 4000000000}
+`
+
+// BenchmarkRLS compares dianad's rate limit service in cluster mode with envoyproxy/ratelimit's
+// own server, both separate processes on the same redis-server with the same descriptor config,
+// under the same closed-loop load of 16 and 64 concurrent clients: requests (each two
+// descriptors, so two counts in Redis) per second, their p99 latency, and the CPU time of the
+// server's process per request (Redis's and the clients' not included).
+func BenchmarkRLS(b *testing.B) {
+	rs := redistest.Start(b)
+	root := b.TempDir()
+	cfgDir := filepath.Join(root, "rl", "config") // RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config
+	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cfgDir, "bench.yaml"), []byte(rlsDescriptors), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	rlAddr, rlPid := startRatelimit(b, root, rs.Addr)
+	dianaAddr, dianaPid, metrics := startDianaRLS(b, cfgDir, rs.Addr)
+	loads := []*rlsLoad{newRLSLoad(b, "ratelimit", rlAddr, rlPid), newRLSLoad(b, "diana", dianaAddr, dianaPid)}
+	for _, l := range loads {
+		l.run(64, rlsWarmup, nil)
+		if err := l.err(); err != nil {
+			b.Fatalf("warm-up, %s: %v", l.name, err)
+		}
+	}
+	for _, clients := range []int{16, 64} {
+		b.Run("clients-"+strconv.Itoa(clients), func(b *testing.B) {
+			for _, l := range loads {
+				l.reset(b.N)
+			}
+			b.ResetTimer()
+			for k := 0; k*rlsRound < b.N; k++ {
+				n := min(rlsRound, b.N-k*rlsRound)
+				pair := [2]*rlsLoad{loads[0], loads[1]}
+				if k%2 == 1 {
+					pair = [2]*rlsLoad{loads[1], loads[0]}
+				}
+				for _, l := range pair {
+					runtime.GC()
+					l.round(clients, n)
+				}
+			}
+			b.StopTimer()
+			for _, l := range loads {
+				if err := l.err(); err != nil {
+					b.Fatalf("%s: %v", l.name, err)
+				}
+			}
+			r, d := loads[0].stats(), loads[1].stats()
+			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(r.rps, "ratelimit-req/s")
+			b.ReportMetric(d.rps, "diana-req/s")
+			b.ReportMetric(r.p99, "ratelimit-p99-µs")
+			b.ReportMetric(d.p99, "diana-p99-µs")
+			b.ReportMetric(r.cpu, "ratelimit-cpu-µs/req")
+			b.ReportMetric(d.cpu, "diana-cpu-µs/req")
+			b.ReportMetric(d.rps/r.rps, "diana/ratelimit-req/s")
+			if r.cpu > 0 { // a run of a few requests can fall within one clock tick
+				b.ReportMetric(d.cpu/r.cpu, "diana/ratelimit-cpu")
+			}
+		})
+	}
+	// Every decision of dianad's was Redis's: none came from on_error.
+	if n := scrape(b, metrics, `diana_backend_errors_total{rule="rls:bench.remote_address"}`); n != 0 {
+		b.Fatalf("dianad: %v decisions made by on_error: Redis did not answer in time", n)
+	}
+}
+
+// startRatelimit builds (once, cached) and runs envoyproxy/ratelimit's server on redisAddr with
+// the config under root, and returns its gRPC address.
+func startRatelimit(b *testing.B, root, redisAddr string) (string, int) {
+	bin := ratelimitBinary(b)
+	grpcPort, httpPort, debugPort := freePort(b), freePort(b), freePort(b)
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(),
+		"USE_STATSD=false", "LOG_LEVEL=warn", "BACKEND_TYPE=redis",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redisAddr,
+		"RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=rl", "RUNTIME_WATCH_ROOT=false",
+		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+strconv.Itoa(grpcPort),
+		"HOST=127.0.0.1", "PORT="+strconv.Itoa(httpPort),
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(debugPort))
+	addr := "127.0.0.1:" + strconv.Itoa(grpcPort)
+	return addr, startProcess(b, cmd, addr)
+}
+
+// startDianaRLS builds and runs dianad with an rls section in cluster mode on redisAddr, and
+// returns its gRPC address, its process id and its metrics URL.
+func startDianaRLS(b *testing.B, cfgDir, redisAddr string) (string, int, string) {
+	bin := filepath.Join(b.TempDir(), "dianad")
+	build := exec.Command(goTool(), "build", "-o", bin, "../cmd/dianad")
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("go build dianad: %v\n%s", err, out)
+	}
+	grpcAddr := "127.0.0.1:" + strconv.Itoa(freePort(b))
+	admin := "127.0.0.1:" + strconv.Itoa(freePort(b))
+	cfg := filepath.Join(b.TempDir(), "diana.yaml")
+	// The Redis timeout is long: on a busy 2-core machine a round trip can take more than the
+	// default 50 ms, and a decision made by on_error would not be the work compared.
+	doc := `version: 1
+listen: ""
+admin: {listen: "` + admin + `"}
+redis: {addrs: ["` + redisAddr + `"], timeout: 5s}
+rls: {listen: "` + grpcAddr + `", config_dir: "` + cfgDir + `", mode: cluster}
+`
+	if err := os.WriteFile(cfg, []byte(doc), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--config", cfg, "--log-level", "warn")
+	pid := startProcess(b, cmd, grpcAddr)
+	return grpcAddr, pid, "http://" + admin + "/metrics"
+}
+
+// startProcess starts cmd, stopped when the benchmark ends, waits until the rate limit service
+// at addr answers a request of the benchmark's with a limit, and returns the process id.
+func startProcess(b *testing.B, cmd *exec.Cmd, addr string) int {
+	out := &lockedBuf{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	b.Cleanup(func() {
+		cmd.Process.Kill()
+		<-done
+	})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	c := pb.NewRateLimitServiceClient(conn)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		resp, err := c.ShouldRateLimit(ctx, rlsRequest(0))
+		cancel()
+		if err == nil && resp.Statuses[1].CurrentLimit != nil {
+			return cmd.Process.Pid
+		}
+		select {
+		case <-done:
+			b.Fatalf("%s exited: %s", cmd.Path, out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s does not answer with a limit (%v, %v): %s", cmd.Path, resp, err, out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// ratelimitBinary returns envoyproxy/ratelimit's server, built by go install into the user's
+// cache directory the first time (a couple of minutes, through the Go module proxy).
+func ratelimitBinary(b *testing.B) string {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := filepath.Join(cache, "diana", "ratelimit-"+ratelimitVersion)
+	bin := filepath.Join(dir, "service_cmd")
+	if _, err := os.Stat(bin); err == nil {
+		return bin
+	}
+	tmp := dir + ".tmp"
+	os.RemoveAll(tmp)
+	cmd := exec.Command(goTool(), "install", "github.com/envoyproxy/ratelimit/src/service_cmd@"+ratelimitVersion)
+	cmd.Dir = os.TempDir() // outside this module: its own go.mod decides
+	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("building envoyproxy/ratelimit %s: %v\n%s", ratelimitVersion, err, out)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		b.Fatal(err)
+	}
+	return bin
+}
+
+func goTool() string { return filepath.Join(runtime.GOROOT(), "bin", "go") }
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(b *testing.B) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// scrape returns the value of one series of a Prometheus text page, 0 when absent.
+func scrape(b *testing.B, url, series string) float64 {
+	res, err := http.Get(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindSubmatch(body)
+	if m == nil {
+		return 0
+	}
+	v, err := strconv.ParseFloat(string(m[1]), 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return v
+}
+
+// rlsRequest is the i-th client's request: its address, and its address and path.
+func rlsRequest(i int) *pb.RateLimitRequest {
+	ip := "10.0." + strconv.Itoa(i%rlsIPs/256) + "." + strconv.Itoa(i%256)
+	entry := func(k, v string) *rlv3.RateLimitDescriptor_Entry {
+		return &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v}
+	}
+	return &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{
+		{Entries: []*rlv3.RateLimitDescriptor_Entry{entry("remote_address", ip)}},
+		{Entries: []*rlv3.RateLimitDescriptor_Entry{entry("remote_address", ip), entry("path", "/api/items/"+strconv.Itoa(i%rlsPaths))}},
+	}}
+}
+
+// rlsLoad is the closed-loop load of one target.
+type rlsLoad struct {
+	name    string
+	pid     int                         // the server's process
+	cpu     time.Duration               // its CPU time in the rounds
+	clients []pb.RateLimitServiceClient // one per connection
+	reqs    []*pb.RateLimitRequest
+	lat     []time.Duration
+	elapsed time.Duration
+	mu      sync.Mutex
+	failed  int
+	first   error
+}
+
+func newRLSLoad(b *testing.B, name, addr string, pid int) *rlsLoad {
+	l := &rlsLoad{name: name, pid: pid}
+	for range rlsConns {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { conn.Close() })
+		l.clients = append(l.clients, pb.NewRateLimitServiceClient(conn))
+	}
+	for i := range rlsIPs {
+		l.reqs = append(l.reqs, rlsRequest(i))
+	}
+	return l
+}
+
+func (l *rlsLoad) reset(n int) {
+	l.lat = make([]time.Duration, 0, n)
+	l.elapsed, l.cpu, l.failed, l.first = 0, 0, 0, nil
+}
+
+func (l *rlsLoad) round(clients, n int) {
+	start, cpu := time.Now(), procCPU(l.pid)
+	l.run(clients, n, l.lat[len(l.lat):len(l.lat)+n])
+	l.elapsed += time.Since(start)
+	l.cpu += procCPU(l.pid) - cpu
+	l.lat = l.lat[:len(l.lat)+n]
+}
+
+// run sends n requests from clients workers, recording request i's latency in lat[i] (nil:
+// none recorded). An answer that is not OK with a limit on both descriptors is a failure.
+func (l *rlsLoad) run(clients, n int, lat []time.Duration) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := range clients {
+		wg.Go(func() {
+			c := l.clients[w%len(l.clients)]
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				start := time.Now()
+				resp, err := c.ShouldRateLimit(context.Background(), l.reqs[(w*7919+i)%len(l.reqs)])
+				d := time.Since(start)
+				if err == nil && (resp.OverallCode != pb.RateLimitResponse_OK || len(resp.Statuses) != 2 ||
+					resp.Statuses[0].CurrentLimit == nil || resp.Statuses[1].CurrentLimit == nil) {
+					err = errors.New("unexpected answer " + resp.String())
+				}
+				switch {
+				case err != nil:
+					l.fail(err)
+				case lat != nil:
+					lat[i] = d
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func (l *rlsLoad) fail(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.failed++; l.first == nil {
+		l.first = err
+	}
+}
+
+func (l *rlsLoad) err() error {
+	if l.failed == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d requests failed, the first with: %w", l.failed, l.first)
+}
+
+func (l *rlsLoad) stats() loadStats {
+	lat := slices.Clone(l.lat)
+	slices.Sort(lat)
+	i := max(int(math.Ceil(0.99*float64(len(lat))))-1, 0)
+	return loadStats{
+		rps: float64(len(lat)) / l.elapsed.Seconds(),
+		p99: float64(lat[i]) / float64(time.Microsecond),
+		cpu: float64(l.cpu) / float64(time.Microsecond) / float64(len(lat)),
+	}
+}
+
+// procCPU is the CPU time (user and system) process pid has used, from /proc/PID/stat in clock
+// ticks of 10 ms (USER_HZ 100 on Linux).
+func procCPU(pid int) time.Duration {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0 // not Linux: the CPU figures read 0
+	}
+	// The fields after the command's name, which is in parentheses and may hold spaces.
+	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// lockedBuf collects a process's output for the error that reports it.
+type lockedBuf struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (w *lockedBuf) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.buf) < 64<<10 {
+		w.buf = append(w.buf, p...)
+	}
+	return len(p), nil
+}
+
+func (w *lockedBuf) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.buf)
+}

@@ -1,0 +1,34 @@
+package rls
+
+import (
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+)
+
+// HealthName is the service name whose health envoyproxy/ratelimit reports (as does "", the
+// server's).
+const HealthName = "ratelimit"
+
+// GRPC is the gRPC server of the service: RateLimitService, the gRPC health service and server
+// reflection (grpcurl lists and calls it without the .proto files).
+type GRPC struct {
+	*grpc.Server
+	health *health.Server
+}
+
+// NewGRPC returns a gRPC server serving s.
+func NewGRPC(s *Service, opts ...grpc.ServerOption) *GRPC {
+	g := &GRPC{Server: grpc.NewServer(opts...), health: health.NewServer()}
+	pb.RegisterRateLimitServiceServer(g.Server, s)
+	healthpb.RegisterHealthServer(g.Server, g.health)
+	reflection.Register(g.Server)
+	g.health.SetServingStatus(HealthName, healthpb.HealthCheckResponse_SERVING)
+	return g
+}
+
+// Draining reports NOT_SERVING from now on, so that Envoy's health checks move away before the
+// server stops.
+func (g *GRPC) Draining() { g.health.Shutdown() }

@@ -1,0 +1,104 @@
+package rls
+
+import (
+	"strings"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+)
+
+// match is a descriptor's limit and how it is named and counted.
+type match struct {
+	limit  *Limit
+	metric string   // the stats key (the metrics' rule label)
+	shared []string // by entry: the wildcard value a share_threshold entry counts under, or ""
+}
+
+// lookup finds the limit of a descriptor in domain as envoyproxy/ratelimit's GetLimit does: at
+// each level the entry's key_value first, then a wildcard value ("val*") matching it, then the
+// key alone; the limit applies only at the level of the descriptor's last entry. known is false
+// for a domain that no file declares.
+func (c *Config) lookup(domain string, entries []*rlv3.RateLimitDescriptor_Entry) (m match, known bool) {
+	n := c.domains[domain]
+	if n == nil {
+		return m, false
+	}
+	var detailed, valued strings.Builder
+	detailed.WriteString(domain)
+	valued.WriteString(domain)
+	for i, e := range entries {
+		name := e.Key + "_" + e.Value
+		detailed.WriteString(".")
+		detailed.WriteString(name)
+		next, wild := n.children[name], ""
+		if next == nil {
+			for _, w := range n.wildcards {
+				if strings.HasPrefix(name, strings.TrimSuffix(w, "*")) {
+					next, wild = n.children[w], w
+					break
+				}
+			}
+		}
+		byValue := next != nil
+		if next == nil {
+			next = n.children[e.Key]
+		}
+		share := ""
+		if wild != "" && next.share != "" {
+			share = next.share
+			if m.shared == nil {
+				m.shared = make([]string, len(entries))
+			}
+			m.shared[i] = share
+		}
+		// The metric key with value_to_metric: the request's value where asked for.
+		valued.WriteString(".")
+		valued.WriteString(e.Key)
+		if next != nil {
+			v := ""
+			switch {
+			case wild != "" && share != "":
+				v = share
+			case wild != "" && next.valueToMetric:
+				v = e.Value
+			case wild != "":
+				v = strings.TrimPrefix(wild, e.Key+"_")
+			case byValue || next.valueToMetric:
+				v = e.Value
+			}
+			if v != "" {
+				valued.WriteString("_")
+				valued.WriteString(v)
+			}
+		}
+		if next != nil && next.limit != nil && i == len(entries)-1 {
+			m.limit = next.limit
+		}
+		if next == nil || len(next.children) == 0 {
+			break
+		}
+		n = next
+	}
+	if m.limit == nil {
+		return match{}, true
+	}
+	switch {
+	case !m.limit.Detailed:
+		m.metric = valued.String()
+	case m.shared != nil:
+		var b strings.Builder
+		b.WriteString(domain)
+		for i, e := range entries {
+			b.WriteString(".")
+			b.WriteString(e.Key)
+			if v := m.shared[i]; v != "" {
+				b.WriteString("_" + v)
+			} else if e.Value != "" {
+				b.WriteString("_" + e.Value)
+			}
+		}
+		m.metric = b.String()
+	default:
+		m.metric = detailed.String()
+	}
+	return m, true
+}

@@ -1,0 +1,316 @@
+package rls
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/rules"
+)
+
+// Bounds on one request: Envoy sends a few descriptors of a few entries; these keep a hostile
+// caller's request from costing more than a few keys' worth of memory and Redis time.
+const (
+	MaxDescriptors   = 256
+	MaxDescriptorLen = 16 << 10 // bytes of keys and values in one descriptor
+)
+
+// The draft RateLimit headers envoyproxy/ratelimit sends with LIMIT_RESPONSE_HEADERS_ENABLED
+// (its default header names).
+const (
+	HeaderLimit     = "RateLimit-Limit"
+	HeaderRemaining = "RateLimit-Remaining"
+	HeaderReset     = "RateLimit-Reset"
+)
+
+// Options configure a Service.
+type Options struct {
+	// Store decides the limits: a process-memory store (local mode) or the cluster store stack.
+	Store rules.Store
+	// OnError is what a limit does when Store cannot decide (cluster mode).
+	OnError rules.FailPolicy
+	// Headers adds the RateLimit-* headers of the descriptor closest to its limit (the one over
+	// it, when one is) to every answer, as envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED.
+	Headers bool
+	// Observe, if set, is told every limit decided, by its metric key: its outcome, and the
+	// store's error when the decision came from OnError. For metrics and logs.
+	Observe func(key string, o Outcome, err error)
+	// Unknown, if set, is told every request for a domain no config file declares: all its
+	// descriptors pass, as there.
+	Unknown func(domain string)
+	// Now is the clock of duration_until_reset for a window nothing was counted in; default
+	// time.Now.
+	Now func() time.Time
+}
+
+// Outcome is what became of one descriptor.
+type Outcome = rules.Outcome
+
+// Service answers envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit. It is safe for
+// concurrent use; SetConfig swaps the descriptor config atomically.
+type Service struct {
+	pb.UnimplementedRateLimitServiceServer
+	o   Options
+	cfg atomic.Pointer[Config]
+}
+
+// New returns a service answering with cfg.
+func New(cfg *Config, o Options) *Service {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	s := &Service{o: o}
+	s.SetConfig(cfg)
+	return s
+}
+
+// SetConfig replaces the descriptor config; requests in flight finish with the one they started
+// with.
+func (s *Service) SetConfig(c *Config) {
+	if c == nil {
+		c = &Config{}
+	}
+	s.cfg.Store(c)
+}
+
+// Config returns the running descriptor config.
+func (s *Service) Config() *Config { return s.cfg.Load() }
+
+// checked is one descriptor of a request on its way through ShouldRateLimit.
+type checked struct {
+	m         match
+	unlimited bool
+	cost      int64
+	op        rules.Op
+}
+
+// ShouldRateLimit decides every descriptor of the request, each on its own as
+// envoyproxy/ratelimit does (a descriptor over its limit does not keep the others from
+// counting), in one call of the store (one round trip to Redis in cluster mode). The overall
+// code is OVER_LIMIT when any descriptor is.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	if req.GetDomain() == "" {
+		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	}
+	if len(req.Descriptors) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	if len(req.Descriptors) > MaxDescriptors {
+		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors: at most %d are accepted", len(req.Descriptors), MaxDescriptors)
+	}
+	cfg := s.cfg.Load()
+	known := cfg.domains[req.Domain] != nil
+	if !known && s.o.Unknown != nil {
+		s.o.Unknown(req.Domain)
+	}
+	ds := make([]checked, len(req.Descriptors))
+	var replaced map[string]bool // the names of the limits another matched limit replaces
+	for i, d := range req.Descriptors {
+		c := &ds[i]
+		c.cost = int64(max(1, req.HitsAddend))
+		if d.GetHitsAddend() != nil {
+			c.cost = int64(min(d.HitsAddend.Value, uint64(algos.MaxCount+1))) // 0 asks without counting
+		}
+		if n := descriptorLen(d); n > MaxDescriptorLen {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d]: %d bytes of keys, values and separators: at most %d are accepted", i, n, MaxDescriptorLen)
+		}
+		if d.GetLimit() != nil && known { // an unknown domain has no limits, overrides included, as there
+			l, err := override(req.Domain, d)
+			if err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d].limit: %v", i, err)
+			}
+			c.m = match{limit: l, metric: l.FullKey}
+		} else {
+			c.m, _ = cfg.lookup(req.Domain, d.Entries)
+		}
+		if l := c.m.limit; l != nil {
+			for _, r := range l.Replaces {
+				if replaced == nil {
+					replaced = map[string]bool{}
+				}
+				replaced[r] = true
+			}
+			if l.Unlimited {
+				c.unlimited, c.m.limit = true, nil
+			}
+		}
+	}
+	var ops []*rules.Op
+	for i := range ds {
+		c := &ds[i]
+		l := c.m.limit
+		if l != nil && l.Name != "" && replaced[l.Name] {
+			c.m.limit, l = nil, nil
+		}
+		if l == nil || l.Alg == nil {
+			continue
+		}
+		c.op = rules.Op{Key: storeKey(req.Domain, req.Descriptors[i].Entries, l, c.m.shared), Alg: l.Alg,
+			Req: algos.Request{Cost: c.cost}, OnError: s.o.OnError, Fallback: l.Fallback}
+		ops = append(ops, &c.op)
+	}
+	if len(ops) > 0 {
+		s.o.Store.Decide(ctx, ops)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
+	return s.response(ds), nil
+}
+
+// response builds the answer from the decided descriptors.
+func (s *Service) response(ds []checked) *pb.RateLimitResponse {
+	resp := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(ds))}
+	var closest *pb.RateLimitResponse_DescriptorStatus
+	for i := range ds {
+		c := &ds[i]
+		st := s.status(c)
+		resp.Statuses[i] = st
+		if st.CurrentLimit != nil && (closest == nil || st.LimitRemaining < closest.LimitRemaining) {
+			closest = st
+		}
+		if st.Code == pb.RateLimitResponse_OVER_LIMIT {
+			resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
+			closest = st // the last one over its limit, as there
+		}
+	}
+	if s.o.Headers && closest != nil {
+		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
+			{Key: HeaderLimit, Value: strconv.FormatUint(uint64(closest.CurrentLimit.RequestsPerUnit), 10)},
+			{Key: HeaderRemaining, Value: strconv.FormatUint(uint64(closest.LimitRemaining), 10)},
+			{Key: HeaderReset, Value: strconv.FormatInt(closest.DurationUntilReset.GetSeconds(), 10)},
+		}
+	}
+	return resp
+}
+
+// status is one descriptor's answer: OK without a limit when none applies; OK with
+// limit_remaining 2^32-1 when unlimited; else the limit, what remains of it and the time until
+// its window resets, OVER_LIMIT when over it (unless in shadow mode, which answers OK and
+// counts the denial).
+func (s *Service) status(c *checked) *pb.RateLimitResponse_DescriptorStatus {
+	l := c.m.limit
+	switch {
+	case c.unlimited:
+		return &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+	case l == nil:
+		return &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+	}
+	st := &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, CurrentLimit: l.proto}
+	var d algos.Decision
+	if l.Alg != nil {
+		d = c.op.Dec
+	} else {
+		d.Allowed = c.cost == 0 // requests_per_unit 0: every hit is over the limit
+	}
+	reset := (d.ResetAfter + algos.Second - 1) / algos.Second
+	if reset <= 0 {
+		// Nothing counted in this window (or no store asked): the window's end, as there.
+		u := unitSeconds(l.Unit)
+		reset = u - s.o.Now().Unix()%u
+	}
+	st.DurationUntilReset = &durationpb.Duration{Seconds: reset}
+	outcome := rules.Allowed
+	if d.Allowed {
+		st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
+	} else {
+		outcome = rules.Denied
+		st.Code = pb.RateLimitResponse_OVER_LIMIT
+		if l.Shadow {
+			outcome, st.Code = rules.ShadowDenied, pb.RateLimitResponse_OK
+		}
+	}
+	if s.o.Observe != nil {
+		s.o.Observe(c.m.metric, outcome, c.op.Err)
+	}
+	return st
+}
+
+// override is the limit a descriptor brings itself (Envoy's limit override): a fixed window of
+// its requests_per_unit per unit, counted under the descriptor's entries, never in shadow mode.
+func override(domain string, d *rlv3.RateLimitDescriptor) (*Limit, error) {
+	o := d.Limit
+	unit := pb.RateLimitResponse_RateLimit_Unit(o.Unit) // the same numbers, as there
+	secs := unitSeconds(unit)
+	if secs == 0 {
+		return nil, fmt.Errorf("unit %s: must be one of %s", o.Unit, unitNames())
+	}
+	var b strings.Builder
+	b.WriteString(domain)
+	for _, e := range d.Entries {
+		b.WriteString(".")
+		b.WriteString(e.Key)
+		if e.Value != "" {
+			b.WriteString("_" + e.Value)
+		}
+	}
+	l := &Limit{FullKey: b.String(), RequestsPerUnit: o.RequestsPerUnit, Unit: unit, Algorithm: "fixed_window"}
+	l.proto = &pb.RateLimitResponse_RateLimit{RequestsPerUnit: o.RequestsPerUnit, Unit: unit}
+	if o.RequestsPerUnit > 0 {
+		fw, err := algos.NewFixedWindow(int64(o.RequestsPerUnit), secs*algos.Second)
+		if err != nil {
+			return nil, err
+		}
+		l.Alg = fw
+	}
+	return l, nil
+}
+
+// storeKey is the identity a limit counts a descriptor under: the domain, the limit's window
+// and algorithm, and the entries (a share_threshold entry by its wildcard value), each part
+// escaped so that no two descriptors share a key. "rls:" cannot start a rule's key.
+func storeKey(domain string, entries []*rlv3.RateLimitDescriptor_Entry, l *Limit, shared []string) string {
+	var b strings.Builder
+	b.WriteString("rls:")
+	escape(&b, domain)
+	b.WriteString("|")
+	b.WriteString(strconv.FormatInt(unitSeconds(l.Unit), 10))
+	b.WriteString("|")
+	b.WriteString(l.Algorithm)
+	for i, e := range entries {
+		b.WriteString("|")
+		escape(&b, e.Key)
+		b.WriteString("=")
+		if i < len(shared) && shared[i] != "" {
+			escape(&b, shared[i])
+		} else {
+			escape(&b, e.Value)
+		}
+	}
+	return b.String()
+}
+
+// escape writes s with '\', '|' and '=' escaped by '\'.
+func escape(b *strings.Builder, s string) {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '\\', '|', '=':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+}
+
+// descriptorLen is the size of a descriptor's key: its keys and values, and two bytes of
+// separators per entry (so that a million empty entries count too).
+func descriptorLen(d *rlv3.RateLimitDescriptor) int {
+	n := 0
+	for _, e := range d.Entries {
+		n += len(e.Key) + len(e.Value) + 2
+	}
+	return n
+}
