@@ -122,9 +122,14 @@ func warnOnce(pluginID, msg string) {
 // the plugin process, and with it every Go plugin request of the node.
 func recovered(event string) {
 	if r := recover(); r != nil {
-		log.Printf("diana: panic in %s (request let through): %v\n%s", event, r, debug.Stack())
+		if ok, skipped := panicLog.Allow(); ok { // a panic on every request must not flood Kong's log
+			log.Printf("diana: panic in %s (request let through; %d more since the last line): %v\n%s", event, skipped, r, debug.Stack())
+		}
 	}
 }
+
+// panicLog limits the panic lines to one a second, counting those held back.
+var panicLog lograte.Limiter
 
 // Access decides the request. On the allowed path of a per-IP limit it makes two PDK calls:
 // Client.GetForwardedIp and one Response.SetHeaders (none with hide_client_headers). A denial
