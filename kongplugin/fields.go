@@ -95,8 +95,10 @@ func fieldTable() []field {
 			Desc: "With limit_by path: the path pattern the main limit applies to (/login exactly, * one segment, a final ** any rest), counted per path. Empty: every path, each counted on its own."},
 		{Name: "escaped_slashes", Type: "string", Default: "decode", OneOf: rules.EscapedSlashesNames[:],
 			Desc: "What %2F, %5C and a backslash in a request's path are to the limits: decode (they separate segments, as upstreams that decode before routing read them; the safe default), keep (part of their segment) or reject (answer 400). Paths are also merged, dot segments resolved and unreserved escapes decoded, so /api//login counts as /api/login."},
+		// Not the algorithms that learn from latency (adaptive): the plugin does not measure it.
 		{Name: "algorithm", Type: "string", From: "limit.schema.json#/properties/algorithm", Default: "sliding_window",
-			Desc: "The algorithm of every limit of this instance: sliding_window (limit per sliding window), fixed_window, sliding_log (exact, limit at most 10000), token_bucket and leaky_bucket (rate limit per window), warm_up, or concurrency (limit requests in flight)."},
+			OneOf: rules.AlgorithmsWhere(func(k rules.AlgorithmKind) bool { return !k.Latency }),
+			Desc:  "The algorithm of every limit of this instance: sliding_window (limit per sliding window), fixed_window, sliding_log (exact, limit at most 10000), token_bucket and leaky_bucket (rate limit per window), warm_up, or concurrency (limit requests in flight)."},
 		{Name: "limit", Type: "integer", From: "limit.schema.json#/properties/limit", Default: int64(60), Min: limMin, Max: limMax,
 			Desc: "The main limit: requests admitted per window (token_bucket, leaky_bucket, warm_up: the rate per window; concurrency: requests in flight)."},
 		{Name: "window", Type: "string", From: "limit.schema.json#/properties/window", Default: "1m", Match: windowMatch,

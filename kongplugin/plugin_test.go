@@ -75,6 +75,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"window beyond 10 years", map[string]any{"window": "3651d"}, "window: must be a duration above 0", ""},
 		{"empty header name", map[string]any{"limit_by": "header", "header_name": ""}, "header_name: cannot be empty", ""},
 		{"bad algorithm", map[string]any{"algorithm": "nope"}, "algorithm: must be one of", ""},
+		{"adaptive", map[string]any{"algorithm": "adaptive"}, "algorithm: must be one of concurrency,", ""}, // it needs latency, which the plugin does not measure
 		{"bad window", map[string]any{"window": "60"}, "window: ", ""},
 		{"zero window", map[string]any{"ip_limit": 1, "ip_window": "0s"}, "ip_window: ", ""},
 		{"bad limit", map[string]any{"limit": 0}, "limit: ", ""},

@@ -143,6 +143,10 @@ func limitSchema() ([]byte, error) {
 				{"description", "The algorithms that can hold a request (action delay)."},
 				{"enum", rules.AlgorithmsWhere(func(k rules.AlgorithmKind) bool { return k.Waits })},
 			}},
+			{"local_only", obj{
+				{"description", "The algorithms that learn from what one node sees (mode local only)."},
+				{"enum", rules.AlgorithmsWhere(func(k rules.AlgorithmKind) bool { return k.LocalOnly })},
+			}},
 		}},
 	}
 	b, err := json.Marshal(doc)
@@ -172,7 +176,11 @@ func paramSchema(p rules.Param, users []string, min, max int64) obj {
 			s = append(s, kv{"default", p.Default})
 		}
 	case rules.Duration:
-		s = append(s, kv{"$ref", RuleFile + "#/$defs/positive_duration"})
+		ref := "positive_duration"
+		if p.Min == 0 { // 0 turns the parameter off (adaptive's slo)
+			ref = "duration"
+		}
+		s = append(s, kv{"$ref", RuleFile + "#/$defs/" + ref})
 		if !p.Required {
 			s = append(s, kv{"default", conf.FormatDuration(p.Default)})
 		}

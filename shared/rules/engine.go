@@ -71,9 +71,10 @@ type Result struct {
 }
 
 type lease struct {
-	rule *Rule
-	key  string
-	id   int64
+	rule  *Rule
+	key   string
+	id    int64
+	units int64
 }
 
 // New returns an engine for rules. Every rule's mode needs its store.
@@ -262,7 +263,7 @@ func (e *Engine) verdict(s *scratch, final bool) Result {
 	if final {
 		for i := range s.ops {
 			if op := &s.ops[i]; op.Req.ID != 0 && !op.Req.DryRun && op.Dec.Granted > 0 {
-				res.leases = append(res.leases, lease{rule: op.rule, key: op.Key, id: op.Req.ID})
+				res.leases = append(res.leases, lease{rule: op.rule, key: op.Key, id: op.Req.ID, units: op.Dec.Granted})
 			}
 		}
 	}
@@ -283,7 +284,11 @@ func (r *Result) HasLeases() bool { return len(r.leases) > 0 }
 // Release gives back the concurrency leases a request took; call it when the request ends,
 // whatever the verdict (a request refused by a racing commit may hold leases of other rules).
 // It is a no-op for results without leases.
-func (e *Engine) Release(ctx context.Context, res *Result) {
+func (e *Engine) Release(ctx context.Context, res *Result) { e.Finish(ctx, res, 0) }
+
+// Finish is Release for a request whose upstream call took latency µs (0: not measured, as
+// when the request never reached the upstream): adaptive rules learn from it.
+func (e *Engine) Finish(ctx context.Context, res *Result, latency int64) {
 	if len(res.leases) == 0 {
 		return
 	}
@@ -291,7 +296,7 @@ func (e *Engine) Release(ctx context.Context, res *Result) {
 	defer e.scratch.Put(s)
 	s.ops, s.ptrs = s.ops[:0], s.ptrs[:0]
 	for _, l := range res.leases {
-		s.ops = append(s.ops, Op{Key: l.key, Alg: l.rule.Alg, Req: algos.Request{ID: l.id, Release: true},
+		s.ops = append(s.ops, Op{Key: l.key, Alg: l.rule.Alg, Req: algos.Request{ID: l.id, Cost: l.units, Release: true, Latency: latency},
 			OnError: l.rule.OnError, Fallback: l.rule.Fallback, rule: l.rule})
 	}
 	for i := range s.ops {

@@ -171,6 +171,9 @@ func (r *Rule) decodeLimit(o *conf.Obj) {
 		return
 	}
 	r.Leases = kind.Leases
+	if r.Mode == Cluster && kind.LocalOnly {
+		o.Fail("mode", r.Algorithm+" is local only: its limit is learned from the latencies this node sees; use mode local on each node")
+	}
 	if r.Action == Delay && !kind.Waits {
 		o.Fail("action", "delay needs an algorithm that can hold requests ("+strings.Join(AlgorithmsWhere(func(k AlgorithmKind) bool { return k.Waits }), ", ")+"); "+r.Algorithm+" cannot")
 	}
