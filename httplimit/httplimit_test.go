@@ -291,7 +291,7 @@ func TestHeaderStylesOverHTTP(t *testing.T) {
 // rule's limit (sent as RateLimit-Limit) grows while the upstream answers under the SLO and
 // falls when it slows past it.
 func TestAdaptiveLatency(t *testing.T) {
-	e := engine(t, `[{"name":"a","limit":{"algorithm":"adaptive","slo":"5ms","min_limit":1,"max_limit":8,
+	e := engine(t, `[{"name":"a","limit":{"algorithm":"adaptive","percentile":90,"slo":"5ms","min_limit":1,"max_limit":8,
 		"interval":"1ms","smoothing":100,"probe_every":"1h"}}]`, nil)
 	var slow atomic.Bool
 	srv := serve(t, httplimit.New(e, httplimit.Options{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

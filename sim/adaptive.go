@@ -20,6 +20,7 @@ import (
 type AdBackend struct {
 	Servers   int   // c
 	HalveAt   int64 // µs: at this time the servers halve (0: never)
+	SlowAt    int64 // µs: from this time every service takes twice as long (0: never)
 	ServiceUs int64 // the service time's constant part; the exponential part has the same mean
 }
 
@@ -77,7 +78,13 @@ func (e *events) Pop() any {
 // AdSimulate runs lim in front of b under load for durUs, with the generator seeded by seed.
 func AdSimulate(b AdBackend, load AdLoad, lim AdLimiter, durUs int64, seed uint64) AdRun {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	service := func() int64 { return b.ServiceUs + int64(rng.ExpFloat64()*float64(b.ServiceUs)) }
+	service := func(now int64) int64 {
+		d := b.ServiceUs + int64(rng.ExpFloat64()*float64(b.ServiceUs))
+		if b.SlowAt > 0 && now >= b.SlowAt {
+			d *= 2
+		}
+		return d
+	}
 	rate := func(now int64) float64 { // arrivals per µs
 		f := load.To
 		if now < load.RampUs {
@@ -107,7 +114,7 @@ func AdSimulate(b AdBackend, load AdLoad, lim AdLimiter, durUs int64, seed uint6
 			}
 			if busy < servers {
 				busy++
-				heap.Push(&q, event{at: now + service(), start: now})
+				heap.Push(&q, event{at: now + service(now), start: now})
 			} else {
 				waiting = append(waiting, now)
 			}
@@ -119,7 +126,7 @@ func AdSimulate(b AdBackend, load AdLoad, lim AdLimiter, durUs int64, seed uint6
 		busy--
 		for busy < servers && len(waiting) > 0 {
 			busy++
-			heap.Push(&q, event{at: now + service(), start: waiting[0]})
+			heap.Push(&q, event{at: now + service(now), start: waiting[0]})
 			waiting = waiting[1:]
 		}
 		if i := int(now / bucketUs); i < n {

@@ -82,7 +82,7 @@ func check(a algos.Algorithm) bool {
 // by releases, not by time) through rounds of 10 ms requests under an SLO of 5 ms, then 1 ms ones:
 // it must fall to min_limit, then grow.
 func checkAdaptive() bool {
-	a, err := algos.NewAdaptive(algos.AdaptiveConfig{Percentile: 99, SLO: 5 * algos.Millisecond, MinLimit: 2, MaxLimit: 64,
+	a, err := algos.NewAdaptive(algos.AdaptiveConfig{Percentile: 90, SLO: 5 * algos.Millisecond, MinLimit: 2, MaxLimit: 64,
 		Interval: 100 * algos.Millisecond, Smoothing: 100, ProbeEvery: algos.Minute, ProbeSamples: 10})
 	if err != nil {
 		println("tinygocheck: FAIL:", err.Error())

@@ -16,7 +16,7 @@ import (
 func main() {
 	out := flag.String("out", "docs", "the directory of adaptive.md (charts in its img/)")
 	flag.Parse()
-	s := sim.RunAdaptiveStudy()
+	s := sim.RunAdaptiveStudy(8)
 	files := map[string][]byte{
 		"adaptive.md":            []byte(s.Markdown()),
 		"img/adaptive-limit.svg": s.LimitSVG(),

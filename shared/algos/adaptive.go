@@ -17,12 +17,14 @@ const (
 const (
 	adaptiveBuckets = 4 * 25
 	// AdaptiveMinSamples is the fewest samples an interval needs before its percentile moves
-	// the limit; an interval with fewer goes on collecting.
+	// the limit, at least: a percentile p needs 100 / (100 − p) (P99: 100), so that a sample
+	// lies above it. An interval with fewer goes on collecting.
 	AdaptiveMinSamples = 10
-	// adaptiveOverStreak intervals in a row over the target make the limit re-measure its
-	// baseline at once: the backend may have slowed for good, and a stale baseline would
-	// otherwise hold the limit at min_limit until the next periodic probe.
-	adaptiveOverStreak = 5
+	// adaptiveOverStreak more intervals with the limit under 2 × min_limit and the percentile
+	// over the baseline than without make the limit re-measure its baseline at once: the
+	// backend has slowed for good (not merely lost capacity, which a lower limit answers), and
+	// a stale baseline would otherwise hold the limit down until the next periodic probe.
+	adaptiveOverStreak = 3
 	// adaptiveProbeIntervals is how long a probe may last (in intervals) once it has
 	// AdaptiveMinSamples samples, when fewer than probe_samples requests came.
 	adaptiveProbeIntervals = 10
@@ -55,14 +57,18 @@ const (
 // Target. With slo > 0, target = slo. Otherwise target = baseline × (100 + tolerance) / 100,
 // where baseline is the percentile of the latencies measured during a probe: the limit is held
 // at min_limit (requests over it denied) until the requests in flight before the probe have ended
-// and probe_samples requests admitted during it have ended (or, past 10 intervals, at least 10),
-// so that the baseline is the backend's latency without queueing. A sample counts for the probe
-// only if latency ≤ now − probe start (the request began inside the probe). A probe starts on the
-// first request, probe_every after the last one ended, and after 5 intervals in a row over the
-// target (the backend slowed down for good, say); never with an slo.
+// and max(probe_samples, n) requests admitted during it have ended (or, past 10 intervals, n),
+// where n = max(10, ⌈100 / (100 − percentile)⌉) (P99: 100, P90: 10), enough for a sample to lie
+// above the percentile, so that the baseline is the backend's latency without queueing. A sample
+// counts for the probe only if latency ≤ now − probe start (the request began inside the probe).
+// A probe starts on the
+// first request, probe_every after the last one ended, and when the intervals that ended with
+// the limit under 2 × min_limit and P over the baseline outnumber the others (since the last
+// probe, the count never going below 0) by 3: with so few requests in flight nothing should
+// queue, so the backend has slowed down for good. Never with an slo.
 //
 // Limit. Samples go into a histogram of 4 log-spaced buckets per power of two (1 µs to about 67
-// s). When an interval has lasted interval µs and holds at least 10 samples, P = its percentile
+// s). When an interval has lasted interval µs and holds at least n samples, P = its percentile
 // (the bucket at rank ⌈count × percentile / 100⌉, narrowed to the smallest and largest samples,
 // linear within it) and, in thousandths,
 //
@@ -93,6 +99,7 @@ type Adaptive struct {
 	minL, maxL               int64
 	interval, smoothing      int64
 	probeEvery, probeSamples int64
+	minSamples               int64 // max(AdaptiveMinSamples, ⌈100 / (100 − percentile)⌉)
 	script                   Script
 }
 
@@ -143,7 +150,9 @@ func NewAdaptive(c AdaptiveConfig) (*Adaptive, error) {
 		}
 	}
 	a := &Adaptive{pct: c.Percentile, tolerance: c.Tolerance, slo: c.SLO, minL: c.MinLimit, maxL: c.MaxLimit,
-		interval: c.Interval, smoothing: c.Smoothing, probeEvery: c.ProbeEvery, probeSamples: c.ProbeSamples}
+		interval: c.Interval, smoothing: c.Smoothing, probeEvery: c.ProbeEvery, probeSamples: c.ProbeSamples,
+		minSamples: max(AdaptiveMinSamples, ceilDiv(100, 100-c.Percentile))}
+	a.probeSamples = max(a.probeSamples, a.minSamples)
 	a.script = Script{Name: name, Args: []int64{c.MinLimit, c.MaxLimit}, Limit: c.MaxLimit, Log: true}
 	return a, nil
 }
@@ -270,14 +279,14 @@ func (a *Adaptive) tick(w []int64, now int64) {
 	elapsed := now - w[awStart]
 	if w[awProbing] == 1 {
 		if w[awCount] >= a.probeSamples ||
-			w[awCount] >= AdaptiveMinSamples && elapsed >= adaptiveProbeIntervals*a.interval {
+			w[awCount] >= a.minSamples && elapsed >= adaptiveProbeIntervals*a.interval {
 			w[awBaseline] = a.percentile(w)
 			w[awProbing], w[awOver], w[awLastProbe] = 0, 0, now
 			a.restart(w, now)
 		}
 		return
 	}
-	if elapsed >= a.interval && w[awCount] >= AdaptiveMinSamples {
+	if elapsed >= a.interval && w[awCount] >= a.minSamples {
 		p, t, l := a.percentile(w), a.target(w), w[awLimit]
 		q, _ := mulDiv(l, t, p)
 		q = min(max(q, l/2), 2*l)
@@ -286,10 +295,13 @@ func (a *Adaptive) tick(w []int64, now int64) {
 		}
 		l += (q - l) * a.smoothing / 100
 		w[awLimit] = min(max(l, a.minL*1000), a.maxL*1000)
-		if p > t {
+		// Under 2 × min_limit nothing should queue, so the percentile should be about the
+		// baseline: one above it there counts towards a re-measure, one below takes back.
+		switch {
+		case w[awLimit] < 2*a.minL*1000 && p > w[awBaseline]:
 			w[awOver]++
-		} else {
-			w[awOver] = 0
+		case w[awOver] > 0:
+			w[awOver]--
 		}
 		a.restart(w, now)
 	}

@@ -11,7 +11,7 @@ func init() {
 		Params: []Param{
 			{Name: "percentile", Type: Count, Default: 99, Min: 50, Max: 99,
 				Doc: "the percentile of the latencies held at the target, per interval (90: P90)"},
-			{Name: "tolerance", Type: Count, Default: 50, Min: 0, Max: 1000,
+			{Name: "tolerance", Type: Count, Default: 20, Min: 0, Max: 1000,
 				Doc: "how far over the baseline, in percent, the percentile may go: target = baseline × (100 + tolerance) / 100"},
 			{Name: "slo", Type: Duration, Default: 0, Min: 0, Max: algos.Minute, Excludes: "tolerance",
 				Doc: "an absolute target for the percentile instead of the baseline (no probes then)"},

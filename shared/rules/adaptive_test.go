@@ -13,7 +13,7 @@ import (
 // TestAdaptiveRule drives an adaptive rule through the engine: the latency given to Finish moves
 // its limit, which the decisions report.
 func TestAdaptiveRule(t *testing.T) {
-	doc := `{"rules": [{"name": "ad", "limit": {"algorithm": "adaptive", "slo": "5ms", "min_limit": 2, "max_limit": 50,
+	doc := `{"rules": [{"name": "ad", "limit": {"algorithm": "adaptive", "percentile": 90, "slo": "5ms", "min_limit": 2, "max_limit": 50,
 		"interval": "100ms", "smoothing": 100}},
 		{"name": "per_ip", "by": ["ip"], "limit": {"algorithm": "token_bucket", "rate": 1, "period": "1h"}}]}`
 	e := newEnv(t, doc)
