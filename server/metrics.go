@@ -22,6 +22,7 @@ type metrics struct {
 	breaker       prometheus.Gauge
 	reloads       *prometheus.CounterVec
 	info          *prometheus.GaugeVec
+	adaptive      *prometheus.GaugeVec
 }
 
 func newMetrics() *metrics {
@@ -52,8 +53,12 @@ func newMetrics() *metrics {
 			Name: "diana_config_info",
 			Help: "1 for the source of the running config (file, http, redis or embedded).",
 		}, []string{"source"}),
+		adaptive: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "diana_adaptive_limit",
+			Help: "The concurrency limit an adaptive rule has learned, as of its last decision (of the last identity it decided, for a rule counted by client).",
+		}, []string{"rule"}),
 	}
-	m.reg.MustRegister(m.decisions, m.backendErrors, m.redisDuration, m.breaker, m.reloads, m.info,
+	m.reg.MustRegister(m.decisions, m.backendErrors, m.redisDuration, m.breaker, m.reloads, m.info, m.adaptive,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -67,6 +72,11 @@ func (m *metrics) decision(rule string, o rules.Outcome) {
 }
 
 func (m *metrics) backendError(rule string) { m.backendErrors.WithLabelValues(rule).Inc() }
+
+// adaptiveLimit is the engine's Limit hook.
+func (m *metrics) adaptiveLimit(r *rules.Rule, limit int64) {
+	m.adaptive.WithLabelValues(r.Name).Set(float64(limit))
+}
 
 // observeRedis is failover's Observe hook.
 func (m *metrics) observeRedis(d time.Duration, _ error) { m.redisDuration.Observe(d.Seconds()) }

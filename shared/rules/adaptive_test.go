@@ -78,3 +78,18 @@ func TestAdaptiveConfig(t *testing.T) {
 	}
 	mustDecode(t, `{"rules": [{"name": "r", "limit": {"algorithm": "adaptive", "percentile": 90, "slo": "250ms"}}]}`)
 }
+
+// TestAdaptiveLimitHook: Options.Limit reports an adaptive rule's limit after its decisions and
+// releases, and never another rule's.
+func TestAdaptiveLimitHook(t *testing.T) {
+	doc := `{"rules": [{"name": "ad", "limit": {"algorithm": "adaptive", "percentile": 90, "slo": "5ms", "min_limit": 3}},
+		{"name": "tb", "limit": {"algorithm": "token_bucket", "rate": 100}}]}`
+	e := newEnv(t, doc)
+	var got []string
+	e.build(mustDecode(t, doc), rules.Options{Limit: func(r *rules.Rule, l int64) { got = append(got, r.Name+":"+strconv.FormatInt(l, 10)) }})
+	res := e.check(ip("10.0.0.1"))
+	e.eng.Finish(context.Background(), &res, algos.Millisecond)
+	if strings.Join(got, " ") != "ad:3 ad:3" {
+		t.Errorf("reported %v, want ad:3 twice (the decision and the release)", got)
+	}
+}

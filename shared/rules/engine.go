@@ -17,6 +17,7 @@ type Engine struct {
 	local   Store
 	cluster Store
 	observe func(*Rule, *Input, Outcome, error)
+	limit   func(*Rule, int64)
 	leaseID func() int64
 	slashes EscapedSlashes
 	scratch sync.Pool
@@ -32,6 +33,9 @@ type Options struct {
 	// store's error when the decision came from the rule's fail policy. in is the request, for
 	// the log lines that name its client; it must not be kept.
 	Observe func(r *Rule, in *Input, o Outcome, err error)
+	// Limit, if set, is called with the limit a rule that learns it (adaptive) has now, after
+	// each of its decisions that is not a dry run, for a gauge.
+	Limit func(r *Rule, limit int64)
 	// LeaseID returns the id of a new concurrency lease, unique among the leases in flight on
 	// every node, in [1, 2^53); default: random.
 	LeaseID func() int64
@@ -93,7 +97,7 @@ func New(rules []*Rule, o Options) (*Engine, error) {
 	if int(o.EscapedSlashes) >= len(EscapedSlashesNames) {
 		return nil, errors.New("rules: unknown EscapedSlashes " + strconv.Itoa(int(o.EscapedSlashes)))
 	}
-	e := &Engine{rules: rules, local: o.Local, cluster: o.Cluster, observe: o.Observe, leaseID: o.LeaseID, slashes: o.EscapedSlashes}
+	e := &Engine{rules: rules, local: o.Local, cluster: o.Cluster, observe: o.Observe, limit: o.Limit, leaseID: o.LeaseID, slashes: o.EscapedSlashes}
 	e.scratch.New = func() any { return new(scratch) }
 	return e, nil
 }
@@ -238,6 +242,9 @@ func (e *Engine) verdict(s *scratch, final bool) Result {
 		if final && e.observe != nil && (!op.Req.DryRun || outcome != Allowed) {
 			e.observe(r, s.in, outcome, op.Err)
 		}
+		if final && r.Learns && e.limit != nil && !op.Req.DryRun {
+			e.limit(r, op.Dec.Limit)
+		}
 		if r.Action == Shadow {
 			continue
 		}
@@ -303,5 +310,12 @@ func (e *Engine) Finish(ctx context.Context, res *Result, latency int64) {
 		s.ptrs = append(s.ptrs, &s.ops[i])
 	}
 	e.decide(ctx, s, s.ptrs)
+	if e.limit != nil {
+		for _, op := range s.ptrs {
+			if op.rule.Learns {
+				e.limit(op.rule, op.Dec.Limit)
+			}
+		}
+	}
 	res.leases = nil
 }

@@ -19,6 +19,7 @@ type Rule struct {
 	Algorithm string // a registered algorithm name
 	Alg       algos.Algorithm
 	Leases    bool // Alg holds units until the request ends (Engine.Release)
+	Learns    bool // Alg learns its limit from latency (Engine.Finish): Options.Limit reports it
 
 	// Window is the span the rule's limit counts over (its window or period, µs; 0 for a
 	// concurrency limit): the headers that name a window state it.
@@ -170,7 +171,7 @@ func (r *Rule) decodeLimit(o *conf.Obj) {
 		}
 		return
 	}
-	r.Leases = kind.Leases
+	r.Leases, r.Learns = kind.Leases, kind.Latency
 	if r.Mode == Cluster && kind.LocalOnly {
 		o.Fail("mode", r.Algorithm+" is local only: its limit is learned from the latencies this node sees; use mode local on each node")
 	}
