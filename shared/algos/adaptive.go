@@ -42,7 +42,8 @@ const (
 	awBaseline           // µs: the percentile measured in the last probe; 0 before the first
 	awProbing            // 1 while probing
 	awLastProbe          // µs: when the last probe ended (or the state was created)
-	awOver               // intervals in a row whose percentile was over the target
+	awOver               // intervals at a low limit over the baseline, less those not (see tick)
+	awHigh               // the highest limit since the last probe ended, in thousandths
 	awHist               // first histogram bucket
 	adaptiveWords = awHist + adaptiveBuckets
 )
@@ -65,7 +66,10 @@ const (
 // first request, probe_every after the last one ended, and when the intervals that ended with
 // the limit under 2 × min_limit and P over the baseline outnumber the others (since the last
 // probe, the count never going below 0) by 3: with so few requests in flight nothing should
-// queue, so the backend has slowed down for good. Never with an slo.
+// queue, so the backend has slowed down for good. Never with an slo. A probe that finds the
+// baseline over the target of the old one puts the limit back to the highest it reached since
+// the previous probe: it fell because of the stale baseline, and a backend that is slower but
+// as parallel as before holds as many requests (the usual updates cut it if it holds fewer).
 //
 // Limit. Samples go into a histogram of 4 log-spaced buckets per power of two (1 µs to about 67
 // s). When an interval has lasted interval µs and holds at least n samples, P = its percentile
@@ -280,7 +284,13 @@ func (a *Adaptive) tick(w []int64, now int64) {
 	if w[awProbing] == 1 {
 		if w[awCount] >= a.probeSamples ||
 			w[awCount] >= a.minSamples && elapsed >= adaptiveProbeIntervals*a.interval {
-			w[awBaseline] = a.percentile(w)
+			b, old := a.percentile(w), w[awBaseline]
+			if old > 0 && b*100 > old*(100+a.tolerance) {
+				// Slower for good: the limit fell because of the stale baseline, not because
+				// fewer requests fit; start again from where it was.
+				w[awLimit] = max(w[awLimit], w[awHigh])
+			}
+			w[awBaseline], w[awHigh] = b, w[awLimit]
 			w[awProbing], w[awOver], w[awLastProbe] = 0, 0, now
 			a.restart(w, now)
 		}
@@ -295,6 +305,7 @@ func (a *Adaptive) tick(w []int64, now int64) {
 		}
 		l += (q - l) * a.smoothing / 100
 		w[awLimit] = min(max(l, a.minL*1000), a.maxL*1000)
+		w[awHigh] = max(w[awHigh], w[awLimit])
 		// Under 2 × min_limit nothing should queue, so the percentile should be about the
 		// baseline: one above it there counts towards a re-measure, one below takes back.
 		switch {

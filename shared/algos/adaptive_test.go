@@ -197,13 +197,14 @@ func TestAdaptiveProbes(t *testing.T) {
 		}
 	}
 	run(5*Second, 10*ms)
-	if b := a.Baseline(&st); b != 10*ms {
-		t.Fatalf("baseline %d, want 10 ms", b)
+	if b, l := a.Baseline(&st), a.Limit(&st); b != 10*ms || l != 100 {
+		t.Fatalf("baseline %d, limit %d: want 10 ms, max_limit 100 (this backend never queues)", b, l)
 	}
-	// The backend slows to 40 ms for good: 5 intervals over 15 ms, then a probe measures 40 ms.
+	// The backend slows to 40 ms for good: the limit falls to min_limit, where 40 ms is still over
+	// the baseline; after 3 such intervals a probe measures 40 ms and puts the limit back to 100.
 	run(2*Second, 40*ms)
-	if b := a.Baseline(&st); b != 40*ms {
-		t.Fatalf("baseline %d after the slowdown, want 40 ms", b)
+	if b, l := a.Baseline(&st), a.Limit(&st); b != 40*ms || l != 100 {
+		t.Fatalf("baseline %d, limit %d after the slowdown, want 40 ms, 100", b, l)
 	}
 	// Back to 10 ms: the limit grows (10 ms is under 60 ms), and the probe 10 s after the last
 	// one brings the baseline down.
