@@ -172,7 +172,7 @@ func paramSchema(p rules.Param, users []string, min, max int64) obj {
 	switch p.Type {
 	case rules.Count:
 		s = append(s, kv{"type", "integer"}, kv{"minimum", min}, kv{"maximum", max})
-		if !p.Required && p.Same == "" && len(users) == 1 {
+		if !p.Required && p.Same == "" && p.AtMost == "" && len(users) == 1 {
 			s = append(s, kv{"default", p.Default})
 		}
 	case rules.Duration:
@@ -287,6 +287,8 @@ func paramList(k rules.AlgorithmKind) string {
 			notes = append(notes, "`"+conf.FormatDuration(p.Default)+"`")
 		case !p.Required && p.Type == rules.Flag:
 			notes = append(notes, "`"+strconv.FormatBool(p.Default == 1)+"`")
+		case !p.Required && p.AtMost != "":
+			notes = append(notes, "`"+strconv.FormatInt(p.Default, 10)+"`, at most `"+p.AtMost+"`")
 		case !p.Required:
 			notes = append(notes, "`"+strconv.FormatInt(p.Default, 10)+"`")
 		}

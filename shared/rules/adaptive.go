@@ -15,7 +15,7 @@ func init() {
 				Doc: "how far over the baseline, in percent, the percentile may go: target = baseline × (100 + tolerance) / 100"},
 			{Name: "slo", Type: Duration, Default: 0, Min: 0, Max: algos.Minute, Excludes: "tolerance",
 				Doc: "an absolute target for the percentile instead of the baseline (no probes then)"},
-			{Name: "min_limit", Type: Count, Default: 4, Min: 1, Max: algos.MaxAdaptiveLimit,
+			{Name: "min_limit", Type: Count, Default: 4, AtMost: "max_limit", Min: 1, Max: algos.MaxAdaptiveLimit, Example: 4,
 				Doc: "the lowest limit, and the limit while the baseline is measured; keep it under the backend's capacity"},
 			{Name: "max_limit", Type: Count, Role: Amount, Default: 1000, Min: 1, Max: algos.MaxAdaptiveLimit, Example: 1000,
 				Doc: "the highest limit; at least min_limit"},

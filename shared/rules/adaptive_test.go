@@ -77,6 +77,11 @@ func TestAdaptiveConfig(t *testing.T) {
 		}
 	}
 	mustDecode(t, `{"rules": [{"name": "r", "limit": {"algorithm": "adaptive", "percentile": 90, "slo": "250ms"}}]}`)
+	// min_limit's default (4) is at most max_limit.
+	rs := mustDecode(t, `{"rules": [{"name": "r", "limit": {"algorithm": "adaptive", "max_limit": 2}}]}`)
+	if l := rs[0].Alg.(*algos.Adaptive).Limit(&algos.State{}); l != 2 {
+		t.Errorf("max_limit 2: a fresh state's limit (min_limit) is %d, want 2", l)
+	}
 }
 
 // TestAdaptiveLimitHook: Options.Limit reports an adaptive rule's limit after its decisions and

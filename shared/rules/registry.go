@@ -55,6 +55,7 @@ type Param struct {
 	Required bool
 	Default  int64  // the value when absent and not Required (a duration in µs, a flag 0 or 1)
 	Same     string // when set, the default is this other parameter's value
+	AtMost   string // when set, the default is at most this other parameter's value
 	Min, Max int64
 	Excludes string // a parameter this one may not be given with
 	Example  int64  // a typical value, for schemas and docs

@@ -222,6 +222,9 @@ func decodeParams(kind AlgorithmKind, lo *conf.Obj) Params {
 		if d.Same != "" && !lo.Has(d.Name) {
 			p[d.Name] = p[d.Same]
 		}
+		if d.AtMost != "" && !lo.Has(d.Name) {
+			p[d.Name] = min(p[d.Name], p[d.AtMost])
+		}
 		// A flag excludes only when set: "nodelay: false" beside a delay is harmless.
 		if d.Excludes != "" && lo.Has(d.Name) && lo.Has(d.Excludes) && (d.Type != Flag || p[d.Name] == 1) {
 			lo.Fail(d.Name, "cannot be combined with "+d.Excludes)
