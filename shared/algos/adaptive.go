@@ -16,17 +16,17 @@ const (
 // MaxAdaptiveLatency, and the state keeps a few words before it.
 const (
 	adaptiveBuckets = 4 * 25
-	// AdaptiveMinSamples is the fewest samples an interval needs before its percentile moves
-	// the limit, at least: a percentile p needs 100 / (100 − p) (P99: 100), so that a sample
-	// lies above it. An interval with fewer goes on collecting.
+	// AdaptiveMinSamples is the fewest samples an interval (or a probe) needs before its
+	// percentile counts; a percentile p needs more, ⌈100 / (100 − p)⌉ (P99: 100), so that a
+	// sample lies above it. An interval with fewer goes on collecting.
 	AdaptiveMinSamples = 10
 	// adaptiveOverStreak more intervals with the limit under 2 × min_limit and the percentile
 	// over the baseline than without make the limit re-measure its baseline at once: the
 	// backend has slowed for good (not merely lost capacity, which a lower limit answers), and
 	// a stale baseline would otherwise hold the limit down until the next periodic probe.
 	adaptiveOverStreak = 3
-	// adaptiveProbeIntervals is how long a probe may last (in intervals) once it has
-	// AdaptiveMinSamples samples, when fewer than probe_samples requests came.
+	// adaptiveProbeIntervals is how long a probe may last (in intervals) once it has the
+	// samples an interval needs, when fewer than probe_samples requests came.
 	adaptiveProbeIntervals = 10
 )
 
@@ -62,14 +62,13 @@ const (
 // where n = max(10, ⌈100 / (100 − percentile)⌉) (P99: 100, P90: 10), enough for a sample to lie
 // above the percentile, so that the baseline is the backend's latency without queueing. A sample
 // counts for the probe only if latency ≤ now − probe start (the request began inside the probe).
-// A probe starts on the
-// first request, probe_every after the last one ended, and when the intervals that ended with
-// the limit under 2 × min_limit and P over the baseline outnumber the others (since the last
-// probe, the count never going below 0) by 3: with so few requests in flight nothing should
-// queue, so the backend has slowed down for good. Never with an slo. A probe that finds the
-// baseline over the target of the old one puts the limit back to the highest it reached since
-// the previous probe: it fell because of the stale baseline, and a backend that is slower but
-// as parallel as before holds as many requests (the usual updates cut it if it holds fewer).
+// A probe starts on the first request, probe_every after the last one ended, and when the
+// intervals that ended with the limit under 2 × min_limit and P over the baseline outnumber the
+// others (since the last probe, the count never going below 0) by 3: with so few requests in
+// flight nothing should queue, so the backend has slowed down for good. Never with an slo. A
+// probe that finds the baseline over the old target puts the limit back to the highest it
+// reached since the previous probe: it fell because of the stale baseline, and a backend that is
+// slower but as parallel as before holds as many requests (the updates cut it if it holds fewer).
 //
 // Limit. Samples go into a histogram of 4 log-spaced buckets per power of two (1 µs to about 67
 // s). When an interval has lasted interval µs and holds at least n samples, P = its percentile
@@ -95,7 +94,7 @@ const (
 //
 // A dry run decides on the state as it is, without closing an interval. A clock that goes
 // backwards closes nothing and counts no probe sample. Arithmetic: limit × 1000 ≤ 10^9 and a
-// target ≤ 1.1 × 2^26 × 11, so every product stays below 2^63 (mulDiv saturates beyond it).
+// target ≤ 11 × 2^26, so limit × target < 10^18 < 2^63 (and mulDiv saturates rather than wrap).
 //
 // State (Log, adaptiveWords words): the words aw* above, then the histogram.
 type Adaptive struct {
