@@ -269,6 +269,7 @@ func (a *Adaptive) sample(w []int64, now, latency int64) {
 	if w[awProbing] == 1 && latency > now-w[awStart] {
 		return
 	}
+	latency = min(latency, MaxAdaptiveLatency) // so every percentile, baseline and target is too
 	w[awHist+bucket(latency)]++
 	if w[awCount] == 0 || latency < w[awMinSample] {
 		w[awMinSample] = latency

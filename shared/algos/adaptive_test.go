@@ -333,7 +333,8 @@ func TestAdaptiveExtremes(t *testing.T) {
 			if r.DryRun && !slices.Equal(before, st.Log) {
 				t.Fatalf("config %d: a dry run changed the state", i)
 			}
-			if l := a.Limit(&st); l < c.MinLimit || l > c.MaxLimit || d.Remaining < 0 || st.Log[awInflight] < 0 {
+			if l := a.Limit(&st); l < c.MinLimit || l > c.MaxLimit || d.Remaining < 0 || st.Log[awInflight] < 0 ||
+				a.Baseline(&st) > MaxAdaptiveLatency {
 				t.Fatalf("config %d: limit %d, decision %+v, inflight %d", i, l, d, st.Log[awInflight])
 			}
 		}
