@@ -144,7 +144,6 @@ func TestDump(t *testing.T) {
 	if !reflect.DeepEqual(toStrings(fields["algorithm"]["one_of"]), rules.Algorithms()) {
 		t.Errorf("algorithm one_of %v, registered algorithms %v", fields["algorithm"]["one_of"], rules.Algorithms())
 	}
-
 	if got := fields["error_code"]; got["default"] != 429.0 || !reflect.DeepEqual(got["between"], []any{400.0, 599.0}) {
 		t.Errorf("error_code %v, want the rule schema's reply.status", got)
 	}
