@@ -1,7 +1,7 @@
 GO ?= go
 TINYGO_FLAGS = -scheduler=none -target=wasip1 -buildmode=wasi-legacy -no-debug
 
-.PHONY: test vet deps bench bench-redis-cpu tinygo tinygo-check wasm run fuzz report faults generate
+.PHONY: test vet deps bench bench-redis-cpu tinygo tinygo-check wasm run fuzz report report-adaptive faults generate
 
 ## test: every test with the race detector, and the algorithms built and run under TinyGo.
 ## Installs redis-server and deck (and TinyGo's Debian packages) when missing; builds diana.wasm.
@@ -68,6 +68,10 @@ fuzz:
 ## report: the accuracy report, docs/accuracy.md and its charts in docs/img (starts its own redis-server)
 report: deps
 	$(GO) run ./cmd/dianasim -out docs
+
+## report-adaptive: the adaptive-limit study, docs/adaptive.md and docs/img/adaptive-*.svg (virtual time, seconds)
+report-adaptive:
+	$(GO) run ./cmd/adaptivesim -out docs
 
 ## faults: the fault matrix (dianad and the Kong plugin × Redis killed, paused, slowed, restarted,
 ## failed over × on_error open, closed, local), as Markdown in bin/faults.md

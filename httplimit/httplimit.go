@@ -85,9 +85,17 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 		}
 		in := st.opts.Input(r)
 		res := st.engine.Check(r.Context(), &in)
+		var start time.Time // when the upstream call began; zero if it never did
 		if res.HasLeases() {
-			// Leases are given back whatever happens next, even if the client has gone.
-			defer st.engine.Release(context.WithoutCancel(r.Context()), &res)
+			// Leases are given back whatever happens next, even if the client has gone, with
+			// the upstream call's latency for the adaptive rules.
+			defer func() {
+				latency := int64(0)
+				if !start.IsZero() {
+					latency = max(time.Since(start).Microseconds(), 1)
+				}
+				st.engine.Finish(context.WithoutCancel(r.Context()), &res, latency)
+			}()
 		}
 		if !res.Allowed {
 			if st.opts.Denied != nil {
@@ -100,6 +108,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			return // the client went away while held; its reserved units stay spent
 		}
 		SetHeaders(w.Header(), &res)
+		start = time.Now()
 		next.ServeHTTP(w, r)
 	})
 }

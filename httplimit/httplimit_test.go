@@ -286,3 +286,39 @@ func TestHeaderStylesOverHTTP(t *testing.T) {
 		t.Errorf("structured style: %v", res.Header)
 	}
 }
+
+// TestAdaptiveLatency: the middleware measures the upstream call and reports it, so an adaptive
+// rule's limit (sent as RateLimit-Limit) grows while the upstream answers under the SLO and
+// falls when it slows past it.
+func TestAdaptiveLatency(t *testing.T) {
+	e := engine(t, `[{"name":"a","limit":{"algorithm":"adaptive","percentile":90,"slo":"5ms","min_limit":1,"max_limit":8,
+		"interval":"1ms","smoothing":100,"probe_every":"1h"}}]`, nil)
+	var slow atomic.Bool
+	srv := serve(t, httplimit.New(e, httplimit.Options{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if slow.Load() {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}))
+	limit := func() string {
+		res, _ := get(t, srv, "/", "")
+		if res.StatusCode != 200 {
+			t.Fatalf("sequential request: %d", res.StatusCode)
+		}
+		return res.Header.Get("RateLimit-Limit")
+	}
+	// One request at a time is at least half of limits 1 and 2: the limit grows to 4, no further.
+	var got string
+	for range 60 {
+		got = limit()
+	}
+	if got != "4" {
+		t.Fatalf("RateLimit-Limit %s after fast answers, want 4", got)
+	}
+	slow.Store(true)
+	for range 25 {
+		got = limit()
+	}
+	if got != "1" {
+		t.Errorf("RateLimit-Limit %s after 20 ms answers over an SLO of 5 ms, want 1", got)
+	}
+}

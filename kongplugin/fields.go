@@ -96,9 +96,9 @@ func fieldTable() []field {
 		{Name: "escaped_slashes", Type: "string", Default: "decode", OneOf: rules.EscapedSlashesNames[:],
 			Desc: "What %2F, %5C and a backslash in a request's path are to the limits: decode (they separate segments, as upstreams that decode before routing read them; the safe default), keep (part of their segment) or reject (answer 400). Paths are also merged, dot segments resolved and unreserved escapes decoded, so /api//login counts as /api/login."},
 		{Name: "algorithm", Type: "string", From: "limit.schema.json#/properties/algorithm", Default: "sliding_window",
-			Desc: "The algorithm of every limit of this instance: sliding_window (limit per sliding window), fixed_window, sliding_log (exact, limit at most 10000), token_bucket and leaky_bucket (rate limit per window), warm_up, or concurrency (limit requests in flight)."},
+			Desc: "The algorithm of every limit of this instance: sliding_window (limit per sliding window), fixed_window, sliding_log (exact, limit at most 10000), token_bucket and leaky_bucket (rate limit per window), warm_up, concurrency (limit requests in flight), or adaptive (requests in flight, the limit learned from the upstream's latency: limit is its highest, window is ignored)."},
 		{Name: "limit", Type: "integer", From: "limit.schema.json#/properties/limit", Default: int64(60), Min: limMin, Max: limMax,
-			Desc: "The main limit: requests admitted per window (token_bucket, leaky_bucket, warm_up: the rate per window; concurrency: requests in flight)."},
+			Desc: "The main limit: requests admitted per window (token_bucket, leaky_bucket, warm_up: the rate per window; concurrency: requests in flight; adaptive: the most requests in flight it may learn)."},
 		{Name: "window", Type: "string", From: "limit.schema.json#/properties/window", Default: "1m", Match: windowMatch,
 			Desc: "The window of the main limit (the period of a rate), a duration such as 1s, 1m, 1h or 1d; for concurrency, how long a slot stays taken if its request's end is never seen."},
 		{Name: "burst", Type: "integer", From: "limit.schema.json#/properties/burst", Default: int64(0), Min: zeroMin, Max: zeroMax, Applies: usedBy(rules.Burst),
@@ -201,13 +201,22 @@ func roleFields() map[string]rules.Role {
 }
 
 // checks are the entity checks of the schema: Kong runs them at its Admin API and decode runs
-// the same. Besides the two written here, one per count field and set of algorithms whose
-// parameter of that role has narrower bounds than the field (sliding_log and concurrency keep
-// an entry per unit: at most 10000), derived from the algorithms' registry.
+// the same. Besides the two written here, policy local for the local-only algorithms, and one
+// per count field and set of algorithms whose parameter of that role has narrower bounds than
+// the field (sliding_log and concurrency keep an entry per unit: at most 10000), derived from
+// the algorithms' registry.
 func checks(fs []field) []check {
 	cs := []check{
 		{If: cond{"limit_by", []any{"header"}}, Then: "header_name", Required: true},
 		{If: cond{"fail_closed", []any{true}}, Then: "fallback_nodes", Eq: int64(0)},
+	}
+	// The algorithms that learn from one node's latencies (adaptive) take policy local only.
+	var localOnly []any
+	for _, name := range rules.AlgorithmsWhere(func(k rules.AlgorithmKind) bool { return k.LocalOnly }) {
+		localOnly = append(localOnly, name)
+	}
+	if len(localOnly) > 0 {
+		cs = append(cs, check{If: cond{"algorithm", localOnly}, Then: "policy", Eq: "local"})
 	}
 	roles := roleFields()
 	for _, f := range fs {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/Kong/go-pdk"
 
@@ -161,7 +162,7 @@ func (c *Config) Access(kong *pdk.PDK) {
 	}
 	if res.HasLeases() {
 		id := strconv.FormatUint(leaseSeq.Add(1), 10)
-		leases.Store(id, held{c.engine, res})
+		leases.Store(id, held{c.engine, res, clock()})
 		if err := kong.Ctx.SetShared(leaseKey, id); err != nil {
 			leases.Delete(id)
 			c.engine.Release(context.Background(), &res)
@@ -208,8 +209,10 @@ func (c *Config) logUnlimited(kong *pdk.PDK, in *rules.Input, res *rules.Result)
 	}
 }
 
-// Log gives back the concurrency leases the request took. Instances without a concurrency
-// limit return at once, without a PDK call.
+// Log gives back the concurrency leases the request took, with the time from the end of its
+// access phase to its log phase as its latency (the upstream call and the response to the
+// client), which adaptive limits learn from: no PDK call measures it. Instances without a
+// concurrency or adaptive limit return at once, without a PDK call.
 func (c *Config) Log(kong *pdk.PDK) {
 	defer recovered("log")
 	if c.engine == nil || !c.s.needs.Leases {
@@ -221,7 +224,7 @@ func (c *Config) Log(kong *pdk.PDK) {
 	}
 	if v, ok := leases.LoadAndDelete(id); ok {
 		h := v.(held)
-		h.engine.Release(context.Background(), &h.res)
+		h.engine.Finish(context.Background(), &h.res, max(clock().Sub(h.start).Microseconds(), 1))
 	}
 }
 
@@ -236,7 +239,11 @@ const leaseKey = "diana_lease"
 type held struct {
 	engine *rules.Engine
 	res    rules.Result
+	start  time.Time // the end of the access phase
 }
+
+// clock is time.Now; tests set it to give requests the latency they need.
+var clock = time.Now
 
 // input asks Kong for what the rules count by, and nothing else.
 func (c *Config) input(kong *pdk.PDK) (rules.Input, bool) {

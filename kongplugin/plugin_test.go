@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/Kong/go-pdk"
 	"github.com/Kong/go-pdk/bridge"
@@ -75,6 +77,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"window beyond 10 years", map[string]any{"window": "3651d"}, "window: must be a duration above 0", ""},
 		{"empty header name", map[string]any{"limit_by": "header", "header_name": ""}, "header_name: cannot be empty", ""},
 		{"bad algorithm", map[string]any{"algorithm": "nope"}, "algorithm: must be one of", ""},
+		{"adaptive", map[string]any{"algorithm": "adaptive", "limit": 2}, "", ""}, // max_limit 2, min_limit 2
+		{"adaptive with redis", map[string]any{"algorithm": "adaptive", "policy": "redis"}, "policy: must be local when algorithm is adaptive", ""},
 		{"bad window", map[string]any{"window": "60"}, "window: ", ""},
 		{"zero window", map[string]any{"ip_limit": 1, "ip_window": "0s"}, "ip_window: ", ""},
 		{"bad limit", map[string]any{"limit": 0}, "limit: ", ""},
@@ -433,5 +437,53 @@ func TestBigLimits(t *testing.T) {
 				t.Errorf("%s, %d per %s: the first request was refused: %d %s", algorithm, c.limit, c.window, res.Status, res.Body)
 			}
 		}
+	}
+}
+
+// An adaptive limit learns from the time between a request's access and log phases: with the
+// clock giving every request 1 ms, the limit grows past min_limit 4; with 20 ms, far over the
+// baseline, it falls back. (Without latencies the first probe would never end: the limit would
+// stay at 4.)
+func TestAdaptiveLatencyFromLog(t *testing.T) {
+	base := time.Now()
+	var elapsed atomic.Int64 // µs on the plugin's clock
+	clock = func() time.Time { return base.Add(time.Duration(elapsed.Load()) * time.Microsecond) }
+	defer func() { clock = time.Now }()
+	c := newConfig(t, map[string]any{"algorithm": "adaptive", "limit": 1000})
+	mustValid(t, c)
+	// round takes as many requests as the limit admits, ends each latency µs later, and returns
+	// the limit the refusal reported.
+	round := func(latency int64) int {
+		var held []*kongReq
+		limit := 0
+		for {
+			r := &kongReq{IP: "10.0.0.1"}
+			res := event(t, c, "access", r)
+			if res.Exit {
+				limit, _ = strconv.Atoi(res.Headers["Ratelimit-Limit"][0])
+				break
+			}
+			held = append(held, r)
+		}
+		elapsed.Add(latency)
+		for _, r := range held {
+			event(t, c, "log", r)
+		}
+		return limit
+	}
+	until := func(latency int64, done func(int) bool) int {
+		var l int
+		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); {
+			if l = round(latency); done(l) {
+				break
+			}
+		}
+		return l
+	}
+	if l := until(1000, func(l int) bool { return l > 4 }); l <= 4 {
+		t.Fatalf("limit %d after 5 s of 1 ms requests, want above min_limit 4", l)
+	}
+	if l := until(20_000, func(l int) bool { return l == 4 }); l != 4 {
+		t.Errorf("limit %d after 5 s of 20 ms requests, want min_limit 4", l)
 	}
 }

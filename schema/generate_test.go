@@ -143,6 +143,10 @@ func limitSchema() ([]byte, error) {
 				{"description", "The algorithms that can hold a request (action delay)."},
 				{"enum", rules.AlgorithmsWhere(func(k rules.AlgorithmKind) bool { return k.Waits })},
 			}},
+			{"local_only", obj{
+				{"description", "The algorithms that learn from what one node sees (mode local only)."},
+				{"enum", rules.AlgorithmsWhere(func(k rules.AlgorithmKind) bool { return k.LocalOnly })},
+			}},
 		}},
 	}
 	b, err := json.Marshal(doc)
@@ -168,11 +172,15 @@ func paramSchema(p rules.Param, users []string, min, max int64) obj {
 	switch p.Type {
 	case rules.Count:
 		s = append(s, kv{"type", "integer"}, kv{"minimum", min}, kv{"maximum", max})
-		if !p.Required && p.Same == "" && len(users) == 1 {
+		if !p.Required && p.Same == "" && p.AtMost == "" && len(users) == 1 {
 			s = append(s, kv{"default", p.Default})
 		}
 	case rules.Duration:
-		s = append(s, kv{"$ref", RuleFile + "#/$defs/positive_duration"})
+		ref := "positive_duration"
+		if p.Min == 0 { // 0 turns the parameter off (adaptive's slo)
+			ref = "duration"
+		}
+		s = append(s, kv{"$ref", RuleFile + "#/$defs/" + ref})
 		if !p.Required {
 			s = append(s, kv{"default", conf.FormatDuration(p.Default)})
 		}
@@ -279,6 +287,8 @@ func paramList(k rules.AlgorithmKind) string {
 			notes = append(notes, "`"+conf.FormatDuration(p.Default)+"`")
 		case !p.Required && p.Type == rules.Flag:
 			notes = append(notes, "`"+strconv.FormatBool(p.Default == 1)+"`")
+		case !p.Required && p.AtMost != "":
+			notes = append(notes, "`"+strconv.FormatInt(p.Default, 10)+"`, at most `"+p.AtMost+"`")
 		case !p.Required:
 			notes = append(notes, "`"+strconv.FormatInt(p.Default, 10)+"`")
 		}

@@ -140,6 +140,7 @@ func minimalLimits() map[string]string {
 		"sliding_window": `{"algorithm": "sliding_window", "limit": 10, "window": "1s"}`,
 		"sliding_log":    `{"algorithm": "sliding_log", "limit": 10, "window": "1s"}`,
 		"concurrency":    `{"algorithm": "concurrency", "max": 10}`,
+		"adaptive":       `{"algorithm": "adaptive"}`,
 	}
 }
 
@@ -206,6 +207,12 @@ const fullServer = `
 // every field of the rule and of the server set, and the short forms (a string for a list).
 func validDocs() map[string]doc {
 	docs := map[string]doc{}
+	// adaptive is local only: every parameter, and the slo form.
+	adaptive := `"rules": [{"name": "a", "mode": "local", "limit": {"algorithm": "adaptive", "percentile": 90, "tolerance": 100, "min_limit": 2,
+		"max_limit": 500, "interval": "200ms", "smoothing": 30, "probe_every": "1m", "probe_samples": 100}},
+		{"name": "b", "limit": {"algorithm": "adaptive", "slo": "250ms"}}]}`
+	docs["dianad adaptive"] = doc{json: `{"version": 1,` + adaptive}
+	docs["remote adaptive"] = doc{json: `{"version": 1,` + adaptive, remote: true}
 	for alg, limit := range fullLimits() {
 		docs["dianad "+alg] = doc{json: `{"version": 1,` + fullServer + `"rules": [` + fullRule("r-"+alg, limit) + `]}`}
 		docs["remote "+alg] = doc{json: `{"version": 1, "rules": [` + fullRule("r-"+alg, limit) + `]}`, remote: true}
@@ -324,6 +331,7 @@ func TestInvalidDocuments(t *testing.T) {
 		{"batch without max", `{"version": 1, "rules": [{"name": "a", "mode": "cluster", "limit": {"algorithm": "fixed_window", "limit": 5, "window": "1s"}, "batch": {"min": 5}}]}`, true, "rules[0].batch.max"},
 		{"batch max 0", `{"version": 1, "rules": [{"name": "a", "mode": "cluster", "limit": {"algorithm": "fixed_window", "limit": 5, "window": "1s"}, "batch": {"max": 0}}]}`, true, "rules[0].batch.max"},
 		{"unknown batch field", `{"version": 1, "rules": [{"name": "a", "mode": "cluster", "limit": {"algorithm": "fixed_window", "limit": 5, "window": "1s"}, "batch": {"max": 5, "size": 2}}]}`, true, "rules[0].batch.size"},
+		{"adaptive in cluster mode", `{"version": 1, "rules": [{"name": "a", "mode": "cluster", "limit": {"algorithm": "adaptive"}}]}`, true, "rules[0].mode"},
 		{"batch of concurrency", `{"version": 1, "rules": [{"name": "a", "mode": "cluster", "limit": {"algorithm": "concurrency", "max": 5}, "batch": {"max": 5}}]}`, true, "rules[0].batch"},
 		{"batch of warm_up", `{"version": 1, "rules": [{"name": "a", "mode": "cluster", "limit": {"algorithm": "warm_up", "rate": 5, "warmup": "1s"}, "batch": {"max": 5}}]}`, true, "rules[0].batch"},
 		{"batch with delay", `{"version": 1, "rules": [{"name": "a", "mode": "cluster", "action": "delay", "max_delay": "1s", "limit": {"algorithm": "token_bucket", "rate": 5}, "batch": {"max": 5}}]}`, true, "rules[0].batch"},

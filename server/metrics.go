@@ -24,6 +24,7 @@ type metrics struct {
 	reloads       *prometheus.CounterVec
 	info          *prometheus.GaugeVec
 	rlsUnknown    prometheus.Counter
+	adaptive      *prometheus.GaugeVec
 }
 
 func newMetrics() *metrics {
@@ -62,8 +63,12 @@ func newMetrics() *metrics {
 			Name: "diana_rls_unknown_domain_total",
 			Help: "Rate limit service requests for a domain no descriptor config declares (their descriptors pass unlimited).",
 		}),
+		adaptive: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "diana_adaptive_limit",
+			Help: "The concurrency limit an adaptive rule has learned, as of its last decision (of the last identity it decided, for a rule counted by client).",
+		}, []string{"rule"}),
 	}
-	m.reg.MustRegister(m.decisions, m.backendErrors, m.redisDuration, m.breaker, m.starved, m.reloads, m.info, m.rlsUnknown,
+	m.reg.MustRegister(m.decisions, m.backendErrors, m.redisDuration, m.breaker, m.starved, m.reloads, m.info, m.rlsUnknown, m.adaptive,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -77,6 +82,11 @@ func (m *metrics) decision(rule string, o rules.Outcome) {
 }
 
 func (m *metrics) backendError(rule string) { m.backendErrors.WithLabelValues(rule).Inc() }
+
+// adaptiveLimit is the engine's Limit hook.
+func (m *metrics) adaptiveLimit(r *rules.Rule, limit int64) {
+	m.adaptive.WithLabelValues(r.Name).Set(float64(limit))
+}
 
 // observeRedis is failover's Observe hook.
 func (m *metrics) observeRedis(d time.Duration, _ error) { m.redisDuration.Observe(d.Seconds()) }

@@ -143,6 +143,13 @@ func decodeCluster(o *conf.Obj, consumer string) *clusterConfig {
 	return c
 }
 
+// needsLatency reports whether the algorithm learns from the latency reported when a request
+// ends (adaptive), which the filter does not measure.
+func needsLatency(name string) bool {
+	k, ok := rules.Algorithm(name)
+	return ok && k.Latency
+}
+
 // decodeRules reads o's "rules" and rejects what the filter cannot do: cluster-mode rules
 // (cluster mode goes through dianad), delays (the filter does not hold requests), the algorithms
 // whose state is a list per client, which does not fit a fixed-size slot entry, and counting by
@@ -156,6 +163,8 @@ func decodeRules(o *conf.Obj, consumer string) []*rules.Rule {
 			o.Fail(p+".mode", "must be local: the filter's cluster mode asks dianad (set cluster), which holds the cluster rules")
 		case r.Action == rules.Delay:
 			o.Fail(p+".action", "delay is not supported by the Envoy filter, which does not hold requests; use reject or shadow")
+		case needsLatency(r.Algorithm):
+			o.Fail(p+".limit.algorithm", r.Algorithm+" learns from the latency of each request, which the filter does not measure; use it in dianad")
 		case r.Leases:
 			o.Fail(p+".limit.algorithm", r.Algorithm+" holds a lease per request in flight, a list that the filter's fixed-size shared-data slots cannot hold; use it in dianad (cluster)")
 		case r.Alg != nil && r.Alg.Script().Log:

@@ -39,7 +39,7 @@ func main() {
 			failed = true
 		}
 	}
-	if !checkRules() {
+	if !checkRules() || !checkAdaptive() {
 		failed = true
 	}
 	if failed {
@@ -74,6 +74,44 @@ func check(a algos.Algorithm) bool {
 	ok := first.Allowed && allowed < burst && later.Allowed
 	if !ok {
 		println("tinygocheck: FAIL:", name)
+	}
+	return ok
+}
+
+// checkAdaptive runs the adaptive limit (which a burst check cannot: its slots are given back
+// by releases, not by time) through rounds of 10 ms requests under an SLO of 5 ms, then 1 ms ones:
+// it must fall to min_limit, then grow.
+func checkAdaptive() bool {
+	a, err := algos.NewAdaptive(algos.AdaptiveConfig{Percentile: 90, SLO: 5 * algos.Millisecond, MinLimit: 2, MaxLimit: 64,
+		Interval: 100 * algos.Millisecond, Smoothing: 100, ProbeEvery: algos.Minute, ProbeSamples: 10})
+	if err != nil {
+		println("tinygocheck: FAIL:", err.Error())
+		return false
+	}
+	var st algos.State
+	now := int64(0)
+	round := func(latency int64) {
+		n := a.Limit(&st)
+		for i := int64(0); i < n; i++ {
+			a.Decide(&st, algos.Request{Now: now, Cost: 1})
+		}
+		for i := int64(0); i < n; i++ {
+			a.Decide(&st, algos.Request{Now: now + latency, Cost: 1, Release: true, Latency: latency})
+		}
+		now += 25 * algos.Millisecond
+	}
+	for i := 0; i < 20; i++ {
+		round(10 * algos.Millisecond)
+	}
+	slow := a.Limit(&st)
+	for i := 0; i < 40; i++ {
+		round(algos.Millisecond)
+	}
+	fast := a.Limit(&st)
+	println("adaptive limit", slow, "at 10 ms,", fast, "at 1 ms")
+	ok := slow == 2 && fast == 64
+	if !ok {
+		println("tinygocheck: FAIL: adaptive")
 	}
 	return ok
 }

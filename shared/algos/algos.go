@@ -52,6 +52,9 @@ type Request struct {
 	Partial bool  // grant as many units as are available, up to Cost (batching)
 	ID      int64 // concurrency: the lease to take or to release
 	Release bool  // concurrency: give back lease ID instead of taking one
+	// Latency is what a released request took, µs, measured by the front end around the
+	// upstream call (adaptive); 0: not measured.
+	Latency int64
 	// DryRun asks for the decision the request would get, leaving the state as it was (no
 	// units taken, no ban started): rules check every limit of a request before committing any.
 	// Every algorithm honours it; a release is never a dry run.

@@ -19,6 +19,7 @@ type Engine struct {
 	local   Store
 	cluster Store
 	observe func(*Rule, *Input, Outcome, error)
+	limit   func(*Rule, int64)
 	leaseID func() int64
 	slashes EscapedSlashes
 	scratch sync.Pool
@@ -34,6 +35,9 @@ type Options struct {
 	// store's error when the decision came from the rule's fail policy. in is the request, for
 	// the log lines that name its client; it must not be kept.
 	Observe func(r *Rule, in *Input, o Outcome, err error)
+	// Limit, if set, is called with the limit a rule that learns it (adaptive) has now, after
+	// each of its decisions that is not a dry run, for a gauge.
+	Limit func(r *Rule, limit int64)
 	// LeaseID returns the id of a new concurrency lease, unique among the leases in flight on
 	// every node, in [1, 2^53); default: random.
 	LeaseID func() int64
@@ -76,9 +80,10 @@ type Result struct {
 }
 
 type lease struct {
-	rule *Rule
-	key  string
-	id   int64
+	rule  *Rule
+	key   string
+	id    int64
+	units int64
 }
 
 // New returns an engine for rules. Every rule's mode needs its store.
@@ -103,7 +108,7 @@ func New(rules []*Rule, o Options) (*Engine, error) {
 	if int(o.EscapedSlashes) >= len(EscapedSlashesNames) {
 		return nil, errors.New("rules: unknown EscapedSlashes " + strconv.Itoa(int(o.EscapedSlashes)))
 	}
-	e.local, e.cluster, e.observe, e.leaseID, e.slashes = o.Local, o.Cluster, o.Observe, o.LeaseID, o.EscapedSlashes
+	e.local, e.cluster, e.observe, e.limit, e.leaseID, e.slashes = o.Local, o.Cluster, o.Observe, o.Limit, o.LeaseID, o.EscapedSlashes
 	e.scratch.New = func() any { return new(scratch) }
 	return e, nil
 }
@@ -262,6 +267,9 @@ func (e *Engine) verdict(s *scratch, final bool) Result {
 		if final && e.observe != nil && (!op.Req.DryRun || outcome != Allowed) {
 			e.observe(r, s.in, outcome, op.Err)
 		}
+		if final && r.Learns && e.limit != nil && !op.Req.DryRun {
+			e.limit(r, op.Dec.Limit)
+		}
 		if r.Action == Shadow {
 			continue
 		}
@@ -287,7 +295,7 @@ func (e *Engine) verdict(s *scratch, final bool) Result {
 	if final {
 		for i := range s.ops {
 			if op := &s.ops[i]; op.Req.ID != 0 && !op.Req.DryRun && op.Dec.Granted > 0 {
-				res.leases = append(res.leases, lease{rule: op.rule, key: op.Key, id: op.Req.ID})
+				res.leases = append(res.leases, lease{rule: op.rule, key: op.Key, id: op.Req.ID, units: op.Dec.Granted})
 			}
 		}
 	}
@@ -308,7 +316,11 @@ func (r *Result) HasLeases() bool { return len(r.leases) > 0 }
 // Release gives back the concurrency leases a request took; call it when the request ends,
 // whatever the verdict (a request refused by a racing commit may hold leases of other rules).
 // It is a no-op for results without leases.
-func (e *Engine) Release(ctx context.Context, res *Result) {
+func (e *Engine) Release(ctx context.Context, res *Result) { e.Finish(ctx, res, 0) }
+
+// Finish is Release for a request whose upstream call took latency µs (0: not measured, as
+// when the request never reached the upstream): adaptive rules learn from it.
+func (e *Engine) Finish(ctx context.Context, res *Result, latency int64) {
 	if len(res.leases) == 0 {
 		return
 	}
@@ -316,12 +328,19 @@ func (e *Engine) Release(ctx context.Context, res *Result) {
 	defer e.scratch.Put(s)
 	s.ops, s.ptrs = s.ops[:0], s.ptrs[:0]
 	for _, l := range res.leases {
-		s.ops = append(s.ops, Op{Key: l.key, Alg: l.rule.Alg, Req: algos.Request{ID: l.id, Release: true},
+		s.ops = append(s.ops, Op{Key: l.key, Alg: l.rule.Alg, Req: algos.Request{ID: l.id, Cost: l.units, Release: true, Latency: latency},
 			OnError: l.rule.OnError, Fallback: l.rule.Fallback, rule: l.rule})
 	}
 	for i := range s.ops {
 		s.ptrs = append(s.ptrs, &s.ops[i])
 	}
 	e.decide(ctx, s, s.ptrs)
+	if e.limit != nil {
+		for _, op := range s.ptrs {
+			if op.rule.Learns {
+				e.limit(op.rule, op.Dec.Limit)
+			}
+		}
+	}
 	res.leases = nil
 }

@@ -843,7 +843,7 @@ func TestRegisteredKinds(t *testing.T) {
 		`{"name": "r", "by": ["tenant:a b"], "limit": {"algorithm": "per_minute", "limit": 1}}`: "test.json: rules[0].by[0]: is not a header name: a b",
 		`{"name": "r", "limit": {"algorithm": "per_minute"}}`:                                   "test.json: rules[0].limit.limit: is required",
 		`{"name": "r", "limit": {"algorithm": "per_minute", "limit": 1, "window": "1s"}}`:       "test.json: rules[0].limit.window: unknown field",
-		`{"name": "r", "limit": {"algorithm": "per_hour", "limit": 1}}`:                         "test.json: rules[0].limit.algorithm: must be one of concurrency, fixed_window, leaky_bucket, per_minute, sliding_log,",
+		`{"name": "r", "limit": {"algorithm": "per_hour", "limit": 1}}`:                         "test.json: rules[0].limit.algorithm: must be one of adaptive, concurrency, fixed_window, leaky_bucket, per_minute, sliding_log,",
 	} {
 		_, errs := decode(t, `{"rules": [`+rule+`]}`)
 		if errs.Err() == nil || !strings.HasPrefix(errs.Error(), want) || len(errs.List) != 1 {

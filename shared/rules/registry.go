@@ -28,6 +28,13 @@ type AlgorithmKind struct {
 	// Leases is true when an admitted request holds its units until it ends (concurrency): the
 	// front end must call Engine.Release when the request completes.
 	Leases bool
+	// Latency is true when the algorithm learns from the latency the front end measures around
+	// the upstream call and reports when the request ends (Engine.Finish): front ends that do
+	// not measure it refuse the algorithm.
+	Latency bool
+	// LocalOnly is true when the algorithm learns from what one node sees (adaptive): rules
+	// refuse it in cluster mode.
+	LocalOnly bool
 	// Waits is true when the algorithm can hold a request instead of denying it (Request.MaxWait),
 	// which the delay action needs.
 	Waits bool
@@ -48,6 +55,7 @@ type Param struct {
 	Required bool
 	Default  int64  // the value when absent and not Required (a duration in µs, a flag 0 or 1)
 	Same     string // when set, the default is this other parameter's value
+	AtMost   string // when set, the default is at most this other parameter's value
 	Min, Max int64
 	Excludes string // a parameter this one may not be given with
 	Example  int64  // a typical value, for schemas and docs

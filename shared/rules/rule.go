@@ -19,6 +19,7 @@ type Rule struct {
 	Algorithm string // a registered algorithm name
 	Alg       algos.Algorithm
 	Leases    bool // Alg holds units until the request ends (Engine.Release)
+	Learns    bool // Alg learns its limit from latency (Engine.Finish): Options.Limit reports it
 
 	// Window is the span the rule's limit counts over (its window or period, µs; 0 for a
 	// concurrency limit): the headers that name a window state it.
@@ -217,7 +218,10 @@ func (r *Rule) decodeLimit(o *conf.Obj) {
 		}
 		return
 	}
-	r.Leases = kind.Leases
+	r.Leases, r.Learns = kind.Leases, kind.Latency
+	if r.Mode == Cluster && kind.LocalOnly {
+		o.Fail("mode", r.Algorithm+" is local only: its limit is learned from the latencies this node sees; use mode local on each node")
+	}
 	if r.Action == Delay && !kind.Waits {
 		o.Fail("action", "delay needs an algorithm that can hold requests ("+strings.Join(AlgorithmsWhere(func(k AlgorithmKind) bool { return k.Waits }), ", ")+"); "+r.Algorithm+" cannot")
 	}
@@ -264,6 +268,9 @@ func decodeParams(kind AlgorithmKind, lo *conf.Obj) Params {
 	for _, d := range kind.Params {
 		if d.Same != "" && !lo.Has(d.Name) {
 			p[d.Name] = p[d.Same]
+		}
+		if d.AtMost != "" && !lo.Has(d.Name) {
+			p[d.Name] = min(p[d.Name], p[d.AtMost])
 		}
 		// A flag excludes only when set: "nodelay: false" beside a delay is harmless.
 		if d.Excludes != "" && lo.Has(d.Name) && lo.Has(d.Excludes) && (d.Type != Flag || p[d.Name] == 1) {
