@@ -6,6 +6,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -112,51 +113,31 @@ var memLimiters = []struct {
 	}},
 }
 
-// reportCPU reports the process's CPU time per operation since cpu: unlike ns/op, it does not
-// count the time the benchmark waited for a core that other processes held.
-func reportCPU(b *testing.B, cpu time.Duration) {
-	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
-}
-
 // BenchmarkMemory compares one decision in process memory, key lookup and clock included:
 // Diana's memory store (GCRA) against the per-key limiters of memLimiters, serially on one key
-// and in parallel over 10,000 keys. The anchor x/time/rate is also measured bare (one limiter, no
-// lookup). Each also reports the CPU time per decision, which moves less with the machine's load.
+// and from one goroutine per CPU over 10,000 keys. b.N decisions each, in alternating rounds of
+// 10,000, so that all see the same load of a shared machine. It reports each one's time per
+// decision (ns/op:NAME), this process's CPU per decision (cpu-ns/op:NAME), and how many times as
+// many decisions per second as each other one Diana made (x:NAME, above 1 when Diana is faster).
+// None allocates but ulule and throttled (see -benchmem on a run of one: go test -bench
+// 'Memory/serial' -benchmem).
 func BenchmarkMemory(b *testing.B) {
-	b.Run("serial/impl=x-time-rate-bare", func(b *testing.B) {
-		l := rate.NewLimiter(perSecond, burst)
-		b.ReportAllocs()
-		for b.Loop() {
-			l.Allow()
-		}
-	})
 	k := keys()
-	for _, l := range memLimiters {
-		b.Run("serial/impl="+l.name, func(b *testing.B) {
-			decide := l.new(b, k[:1])
-			b.ReportAllocs()
-			cpu := cpuTime()
-			for b.Loop() {
-				decide(k[0])
+	for _, mode := range []struct {
+		name string
+		g    int
+		keys []string
+	}{{"serial", 1, k[:1]}, {"parallel", runtime.GOMAXPROCS(0), k}} {
+		b.Run(mode.name, func(b *testing.B) {
+			sides := make([]side, len(memLimiters))
+			for i, l := range memLimiters {
+				decide := l.new(b, mode.keys)
+				sides[i] = side{name: l.name, run: func(from, n int) time.Duration {
+					return concurrently(mode.g, n, func(j int) { decide(mode.keys[(from+j)*7919%len(mode.keys)]) })
+				}}
 			}
-			reportCPU(b, cpu)
-		})
-	}
-	for _, l := range memLimiters {
-		b.Run("parallel/impl="+l.name, func(b *testing.B) {
-			decide := l.new(b, k)
-			var seq atomic.Int64
-			b.ReportAllocs()
-			b.ResetTimer()
-			cpu := cpuTime()
-			b.RunParallel(func(pb *testing.PB) {
-				i := int(seq.Add(7919))
-				for pb.Next() {
-					decide(k[i%nKeys])
-					i++
-				}
-			})
-			reportCPU(b, cpu)
+			inRounds(b, 100_000, sides, cpuTime)
+			report(b, sides, time.Nanosecond, "ns/op:", "cpu-ns/op:")
 		})
 	}
 }
@@ -255,26 +236,15 @@ func dianaRedis(c *redis.Client, alg algos.Algorithm) func(context.Context, stri
 }
 
 // BenchmarkRedis compares one decision in Redis on one redis-server, from 1, 16 and 64
-// goroutines over 10,000 keys: Diana against the limiters of redisLimiters. ns/op is the
-// inverse of the decisions per second; it also reports the Redis server's CPU and this
-// process's CPU per decision.
+// goroutines over 10,000 keys: Diana against the limiters of redisLimiters. b.N decisions each,
+// in alternating rounds of 1,000, so that all see the same load of a shared machine. It reports
+// each one's time per decision (µs/op:NAME, the inverse of its decisions per second), the Redis
+// server's CPU per decision (redis-µs/op:NAME), and how many times as many decisions per second
+// as each other one Diana's GCRA made (x:NAME, above 1 when Diana is faster).
 func BenchmarkRedis(b *testing.B) {
 	srv := redistest.Start(b)
 	c := srv.Client()
 	k := keys()
-	for _, g := range []int{1, 16, 64} {
-		for _, l := range redisLimiters {
-			b.Run(fmt.Sprintf("g=%d/impl=%s", g, l.name), func(b *testing.B) {
-				decide := l.new(b, c)
-				concurrently(b, srv, g, k, decide)
-			})
-		}
-	}
-}
-
-// concurrently makes b.N decisions from g goroutines, each going round the keys from its own
-// offset, and reports the CPU per decision of the redis-server and of this process.
-func concurrently(b *testing.B, srv *redistest.Server, g int, keys []string, decide func(context.Context, string) (bool, error)) {
 	ctx := context.Background()
 	redisCPU := func() time.Duration {
 		cpu, err := srv.CPU(ctx)
@@ -283,25 +253,83 @@ func concurrently(b *testing.B, srv *redistest.Server, g int, keys []string, dec
 		}
 		return cpu
 	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	rcpu := redisCPU()
+	for _, g := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("g=%d", g), func(b *testing.B) {
+			sides := make([]side, len(redisLimiters))
+			for i, l := range redisLimiters {
+				decide := l.new(b, c)
+				sides[i] = side{name: l.name, run: func(from, n int) time.Duration {
+					return concurrently(g, n, func(j int) {
+						if _, err := decide(ctx, k[(from+j)*7919%len(k)]); err != nil {
+							b.Error(err)
+						}
+					})
+				}}
+			}
+			inRounds(b, 1000, sides, redisCPU)
+			report(b, sides, time.Microsecond, "µs/op:", "redis-µs/op:")
+		})
+	}
+}
+
+// side is one limiter of a comparison: run makes n decisions, the first numbered from, and
+// returns the time they took; took and cpu add up its rounds.
+type side struct {
+	name      string
+	run       func(from, n int) time.Duration
+	took, cpu time.Duration
+}
+
+// inRounds makes b.N decisions on each side, in rounds of at most round decisions that go from
+// one side to the next, and adds up each side's time and the CPU time cpu counts meanwhile. A
+// garbage collection before each side's round keeps the garbage of a side that allocates from
+// being collected in the next one's time.
+func inRounds(b *testing.B, round int, sides []side, cpu func() time.Duration) {
 	b.ResetTimer()
-	cpu := cpuTime()
+	for from := 0; from < b.N; from += round {
+		for i := range sides {
+			runtime.GC()
+			c0 := cpu()
+			sides[i].took += sides[i].run(from, min(round, b.N-from))
+			sides[i].cpu += cpu() - c0
+		}
+	}
+	b.StopTimer()
+}
+
+// report reports each side's time and CPU per decision in unit, and the first side's decisions
+// per second over each other's.
+func report(b *testing.B, sides []side, unit time.Duration, took, cpu string) {
+	per := func(d time.Duration) float64 { return float64(d) / float64(unit) / float64(b.N) }
+	for i, s := range sides {
+		b.ReportMetric(per(s.took), took+s.name)
+		b.ReportMetric(per(s.cpu), cpu+s.name)
+		if i > 0 {
+			b.ReportMetric(float64(s.took)/float64(sides[0].took), "x:"+s.name)
+		}
+	}
+}
+
+// concurrently runs op(0) … op(n−1) from g goroutines, each taking its share in turn (on this
+// goroutine when g is 1), and returns the time they took.
+func concurrently(g, n int, op func(i int)) time.Duration {
+	start := time.Now()
+	if g == 1 {
+		for i := range n {
+			op(i)
+		}
+		return time.Since(start)
+	}
+	var wg sync.WaitGroup
 	for w := range g {
 		wg.Go(func() {
-			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
-				if _, err := decide(ctx, keys[(int(i)+w*7919)%len(keys)]); err != nil {
-					b.Error(err)
-					return
-				}
+			for i := w * n / g; i < (w+1)*n/g; i++ {
+				op(i)
 			}
 		})
 	}
 	wg.Wait()
-	b.StopTimer()
-	b.ReportMetric(float64(cpuTime()-cpu)/float64(time.Microsecond)/float64(b.N), "cpu-µs/op")
-	b.ReportMetric(float64(redisCPU()-rcpu)/float64(time.Microsecond)/float64(b.N), "redis-cpu-µs/op")
+	return time.Since(start)
 }
 
 // BenchmarkBatched compares one decision in cluster mode, one Redis call each, with batched mode

@@ -23,6 +23,8 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+	ulule "github.com/ulule/limiter/v3"
+	ululeredis "github.com/ulule/limiter/v3/drivers/store/redis"
 
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/store/redisstore"
@@ -111,8 +113,23 @@ func run(n int) error {
 func limiters(c *redis.Client) []limiter {
 	rr := redis_rate.NewLimiter(c)
 	rrLimit := redis_rate.Limit{Rate: 1_000_000, Burst: 1000, Period: time.Second}
+	ul, err := ululeredis.NewStoreWithOptions(c, ulule.StoreOptions{Prefix: "ulule"})
+	if err != nil {
+		panic(err)
+	}
+	ululeLimiter := ulule.New(ul, ulule.Rate{Period: time.Second, Limit: 1_000_000})
 	out := []limiter{{"go-redis/redis_rate v10 (GCRA)", func(ctx context.Context, key string) error {
 		_, err := rr.Allow(ctx, "rr:"+key, rrLimit)
+		return err
+	}}, {"ulule/limiter v3 (fixed window)", func(ctx context.Context, key string) error {
+		_, err := ululeLimiter.Get(ctx, key)
+		return err
+	}}, {"INCRBY + EXPIRE, pipelined (envoyproxy/ratelimit's fixed window)", func(ctx context.Context, key string) error {
+		k := "ie:" + key + ":" + strconv.FormatInt(time.Now().Unix(), 10)
+		p := c.Pipeline()
+		p.IncrBy(ctx, k, 1)
+		p.Expire(ctx, k, time.Second)
+		_, err := p.Exec(ctx)
 		return err
 	}}}
 	s := redisstore.New(c, redisstore.Options{})
