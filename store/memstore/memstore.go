@@ -80,7 +80,9 @@ func New(o Options) *Store {
 // A dry run (r.DryRun) returns the decision the same request would get: the algorithms leave the
 // state as it was (its expiry and any ban too), and a key not held is not added.
 func (s *Store) Decide(key string, alg algos.Algorithm, r algos.Request) algos.Decision {
-	r = r.Bounded()
+	if r.Cost < 0 || r.Cost > algos.MaxCount || r.MaxWait < 0 || r.MaxWait > algos.MaxWaitCap {
+		r = r.Bounded() // rare: a copy of r costs more than these tests
+	}
 	// Read the clock outside the lock, to keep the lock short. A request that then waits for the
 	// lock behind a later one decides with an earlier time: the algorithms treat that as a clock
 	// going back, which never adds capacity.
