@@ -118,9 +118,8 @@ var memLimiters = []struct {
 // and from one goroutine per CPU over 10,000 keys. b.N decisions each, in alternating rounds of
 // 10,000, so that all see the same load of a shared machine. It reports each one's time per
 // decision (ns/op:NAME), this process's CPU per decision (cpu-ns/op:NAME), and how many times as
-// many decisions per second as each other one Diana made (x:NAME, above 1 when Diana is faster).
-// None allocates but ulule and throttled (see -benchmem on a run of one: go test -bench
-// 'Memory/serial' -benchmem).
+// many decisions per second as each other one Diana made (x:NAME, above 1 when Diana is faster),
+// and each one's heap allocations per decision (allocs/op:NAME).
 func BenchmarkMemory(b *testing.B) {
 	k := keys()
 	for _, mode := range []struct {
@@ -278,32 +277,39 @@ type side struct {
 	name      string
 	run       func(from, n int) time.Duration
 	took, cpu time.Duration
+	allocs    uint64 // heap allocations of this process
 }
 
 // inRounds makes b.N decisions on each side, in rounds of at most round decisions that go from
-// one side to the next, and adds up each side's time and the CPU time cpu counts meanwhile. A
+// one side to the next, and adds up each side's time, allocations and the CPU time cpu counts
+// meanwhile. A
 // garbage collection before each side's round keeps the garbage of a side that allocates from
 // being collected in the next one's time.
 func inRounds(b *testing.B, round int, sides []side, cpu func() time.Duration) {
 	b.ResetTimer()
 	for from := 0; from < b.N; from += round {
 		for i := range sides {
+			var m runtime.MemStats
 			runtime.GC()
-			c0 := cpu()
+			runtime.ReadMemStats(&m)
+			a0, c0 := m.Mallocs, cpu()
 			sides[i].took += sides[i].run(from, min(round, b.N-from))
 			sides[i].cpu += cpu() - c0
+			runtime.ReadMemStats(&m)
+			sides[i].allocs += m.Mallocs - a0
 		}
 	}
 	b.StopTimer()
 }
 
-// report reports each side's time and CPU per decision in unit, and the first side's decisions
-// per second over each other's.
+// report reports each side's time and CPU per decision in unit, its allocations per decision,
+// and the first side's decisions per second over each other's.
 func report(b *testing.B, sides []side, unit time.Duration, took, cpu string) {
 	per := func(d time.Duration) float64 { return float64(d) / float64(unit) / float64(b.N) }
 	for i, s := range sides {
 		b.ReportMetric(per(s.took), took+s.name)
 		b.ReportMetric(per(s.cpu), cpu+s.name)
+		b.ReportMetric(float64(s.allocs)/float64(b.N), "allocs/op:"+s.name)
 		if i > 0 {
 			b.ReportMetric(float64(s.took)/float64(sides[0].took), "x:"+s.name)
 		}
