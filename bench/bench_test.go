@@ -234,7 +234,7 @@ func dianaRedis(c *redis.Client, alg algos.Algorithm) func(context.Context, stri
 	}
 }
 
-// BenchmarkRedis compares one decision in Redis on one redis-server, from 1, 16 and 64
+// BenchmarkRedis compares one decision in Redis on one redis-server, from 1, 4, 16 and 64
 // goroutines over 10,000 keys: Diana against the limiters of redisLimiters. b.N decisions each,
 // in alternating rounds of 1,000, so that all see the same load of a shared machine. It reports
 // each one's time per decision (µs/op:NAME, the inverse of its decisions per second), the Redis
@@ -252,7 +252,7 @@ func BenchmarkRedis(b *testing.B) {
 		}
 		return cpu
 	}
-	for _, g := range []int{1, 16, 64} {
+	for _, g := range []int{1, 4, 16, 64} {
 		b.Run(fmt.Sprintf("g=%d", g), func(b *testing.B) {
 			sides := make([]side, len(redisLimiters))
 			for i, l := range redisLimiters {
