@@ -4,11 +4,16 @@ go 1.25.0
 
 require (
 	github.com/redis/go-redis/v9 v9.22.0
+	github.com/sethvargo/go-limiter v1.1.0
+	github.com/throttled/throttled/v2 v2.15.0
+	github.com/ulule/limiter/v3 v3.11.2
 	google.golang.org/grpc v1.75.1
 	gopkg.in/yaml.v3 v3.0.1
 )
 
 require (
+	github.com/hashicorp/golang-lru v0.5.4 // indirect
+	github.com/pkg/errors v0.9.1 // indirect
 	github.com/rogpeppe/go-internal v1.12.0 // indirect
 	golang.org/x/net v0.42.0 // indirect
 )

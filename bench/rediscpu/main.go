@@ -5,12 +5,16 @@
 // It starts redis-server under callgrind on a free loopback port, and for each limiter makes
 // warm-up calls, zeroes the counters, makes N decisions over 1,000 keys, and dumps the counters.
 //
-//	go run ./bench/rediscpu [-n 2000]
+//	go run ./bench/rediscpu [-n 2000] [-parts]
+//
+// With -parts it measures instead the parts a script is made of (a bare EVALSHA, its reply, TIME,
+// GET, SET, ...), one small script each, to tell where a script's instructions go.
 package main
 
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -23,6 +27,8 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+	ulule "github.com/ulule/limiter/v3"
+	ululeredis "github.com/ulule/limiter/v3/drivers/store/redis"
 
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/store/redisstore"
@@ -30,8 +36,9 @@ import (
 
 func main() {
 	n := flag.Int("n", 2000, "decisions per limiter")
+	parts := flag.Bool("parts", false, "measure the parts of a script instead of the limiters")
 	flag.Parse()
-	if err := run(*n); err != nil {
+	if err := run(*n, *parts); err != nil {
 		fmt.Fprintln(os.Stderr, "rediscpu:", err)
 		os.Exit(1)
 	}
@@ -43,7 +50,7 @@ type limiter struct {
 	decide func(ctx context.Context, key string) error
 }
 
-func run(n int) error {
+func run(n int, parts bool) error {
 	for _, tool := range []string{"valgrind", "callgrind_control", "redis-server"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("%s is needed (Debian packages valgrind, redis-server): %w", tool, err)
@@ -84,7 +91,11 @@ func run(n int) error {
 
 	fmt.Printf("Redis CPU per decision, machine instructions (callgrind), %d decisions over 1,000 keys\n\n", n)
 	fmt.Printf("| limiter | instructions/decision |\n| --- | ---: |\n")
-	for _, lim := range limiters(c) {
+	list := limiters(c)
+	if parts {
+		list = scriptParts(c)
+	}
+	for _, lim := range list {
 		for i := range 100 {
 			if err := lim.decide(ctx, "warm"+strconv.Itoa(i)); err != nil {
 				return fmt.Errorf("%s: %w", lim.name, err)
@@ -111,8 +122,23 @@ func run(n int) error {
 func limiters(c *redis.Client) []limiter {
 	rr := redis_rate.NewLimiter(c)
 	rrLimit := redis_rate.Limit{Rate: 1_000_000, Burst: 1000, Period: time.Second}
+	ul, err := ululeredis.NewStoreWithOptions(c, ulule.StoreOptions{Prefix: "ulule"})
+	if err != nil {
+		panic(err)
+	}
+	ululeLimiter := ulule.New(ul, ulule.Rate{Period: time.Second, Limit: 1_000_000})
 	out := []limiter{{"go-redis/redis_rate v10 (GCRA)", func(ctx context.Context, key string) error {
 		_, err := rr.Allow(ctx, "rr:"+key, rrLimit)
+		return err
+	}}, {"ulule/limiter v3 (fixed window)", func(ctx context.Context, key string) error {
+		_, err := ululeLimiter.Get(ctx, key)
+		return err
+	}}, {"INCRBY + EXPIRE, pipelined (envoyproxy/ratelimit's fixed window)", func(ctx context.Context, key string) error {
+		k := "ie:" + key + ":" + strconv.FormatInt(time.Now().Unix(), 10)
+		p := c.Pipeline()
+		p.IncrBy(ctx, k, 1)
+		p.Expire(ctx, k, time.Second)
+		_, err := p.Exec(ctx)
 		return err
 	}}}
 	s := redisstore.New(c, redisstore.Options{})
@@ -138,6 +164,45 @@ func limiters(c *redis.Client) []limiter {
 			return err
 		}})
 	}
+	return out
+}
+
+// scriptParts are small scripts, each adding one part of what Diana's scripts do to the one
+// before or to a bare call, and two plain commands for comparison. Each key is its own.
+func scriptParts(c *redis.Client) []limiter {
+	table := " return {1, 2, 3, 4, 5, 6, 7}" // the size of every Diana script's reply
+	parts := []struct{ name, src string }{
+		{"EVALSHA returning 1", "return 1"},
+		{"EVALSHA returning a table of 7 integers", table},
+		{"+ TIME", "local t = redis.call('TIME')" + table},
+		{"+ TIME and two tonumber", "local t = redis.call('TIME') local now = tonumber(t[1]) * 1000000 + tonumber(t[2])" + table},
+		{"+ GET", "local s = redis.call('GET', KEYS[1])" + table},
+		{"+ GET and SET PX", "local s = redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], '1732204800123456 12345', 'PX', 60000)" + table},
+		{"+ cmsgpack.unpack of 10 integers", "local a, b, c, d, e, f, g, h, i, j = cmsgpack.unpack(ARGV[1])" + table},
+		{"+ two local functions", "local function f(x) return x end local function g(x) return f(x) end g(1)" + table},
+		{"+ string.format of two integers", "local s = string.format('%d %d', 1732204800123456, 12345)" + table},
+		{"+ string.match of two words", "local a, b, c, d = string.match('1732204800123456 12345', '^(%-?%d+) ?(%-?%d*) ?(%-?%d*) ?(%-?%d*)$')" + table},
+		{"+ INCRBY and PEXPIRE", "redis.call('INCRBY', KEYS[1], 1) redis.call('PEXPIRE', KEYS[1], 60000)" + table},
+	}
+	args := []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10} // ten MessagePack integers, as Diana's scripts get
+	var out []limiter
+	for _, p := range parts {
+		sc := redis.NewScript(p.src)
+		out = append(out, limiter{p.name, func(ctx context.Context, key string) error {
+			err := sc.Run(ctx, c, []string{p.name + ":" + key}, args).Err()
+			if errors.Is(err, redis.Nil) {
+				err = nil
+			}
+			return err
+		}})
+	}
+	out = append(out, limiter{"INCRBY and PEXPIRE, pipelined (no script)", func(ctx context.Context, key string) error {
+		p := c.Pipeline()
+		p.IncrBy(ctx, "plain:"+key, 1)
+		p.PExpire(ctx, "plain:"+key, time.Minute)
+		_, err := p.Exec(ctx)
+		return err
+	}})
 	return out
 }
 

@@ -311,6 +311,25 @@ func (s *Server) CommandStats(ctx context.Context) (map[string]CommandStat, erro
 	return out, nil
 }
 
+// CPU returns the CPU time the server has used, user and system (INFO cpu).
+func (s *Server) CPU(ctx context.Context) (time.Duration, error) {
+	c := redis.NewClient(s.Options())
+	defer c.Close()
+	info, err := c.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	for _, field := range []string{"used_cpu_sys", "used_cpu_user"} {
+		v, err := strconv.ParseFloat(infoField(info, field), 64)
+		if err != nil {
+			return 0, fmt.Errorf("INFO cpu %s: %w", field, err)
+		}
+		total += v
+	}
+	return time.Duration(total * float64(time.Second)), nil
+}
+
 // stop is an error of a check that waiting cannot cure.
 type stop struct{ error }
 

@@ -62,24 +62,30 @@ func (g *GCRA) Decide(st *State, r Request) Decision {
 	x := span{tat - now, frac} // TAT − now
 	d := Decision{Limit: g.burst, ResetAfter: x.ceil()}
 	d.TTL = d.ResetAfter
-	if !g.tau.less(x) {
-		d.Remaining = g.tau.sub(x, g.rate).units(g.period, g.rate)
-	}
-	if r.Partial && n > d.Remaining {
-		n = d.Remaining
-		if n == 0 {
-			d.RetryAfter = x.add(g.t, g.rate).ceilOver(g.tau) // until one unit fits
-			return d
+	// Remaining is worked out only where it is reported: each costs divisions.
+	if r.Partial {
+		if avail := g.remaining(x); n > avail {
+			n = avail
+			if n == 0 {
+				d.RetryAfter = x.add(g.t, g.rate).ceilOver(g.tau) // until one unit fits
+				return d
+			}
 		}
 	}
 	if n > g.burst {
+		d.Remaining = g.remaining(x)
 		d.RetryAfter = Never
 		return d
 	}
-	next := x.add(spanOf(n, g.period, g.rate), g.rate) // TAT' − now
+	cost := g.t // n·T; one unit, the usual request, needs no division
+	if n != 1 {
+		cost = spanOf(n, g.period, g.rate)
+	}
+	next := x.add(cost, g.rate) // TAT' − now
 	if g.tau.less(next) {
 		wait := next.ceilOver(g.tau)
 		if wait > r.MaxWait {
+			d.Remaining = g.remaining(x)
 			d.RetryAfter = wait
 			return d
 		}
@@ -87,14 +93,20 @@ func (g *GCRA) Decide(st *State, r Request) Decision {
 	}
 	d.Allowed = true
 	d.Granted = n
-	d.Remaining = 0
-	if !g.tau.less(next) {
-		d.Remaining = g.tau.sub(next, g.rate).units(g.period, g.rate)
-	}
+	d.Remaining = g.remaining(next)
 	d.ResetAfter = next.ceil()
 	d.TTL = d.ResetAfter
 	if n > 0 && !r.DryRun {
 		st.W[0], st.W[1] = now+next.us, next.frac
 	}
 	return d
+}
+
+// remaining returns the whole units the bucket holds when TAT − now is x: ⌊(τ − x)/T⌋, 0 when
+// x > τ.
+func (g *GCRA) remaining(x span) int64 {
+	if g.tau.less(x) {
+		return 0
+	}
+	return g.tau.sub(x, g.rate).units(g.period, g.rate)
 }

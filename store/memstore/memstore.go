@@ -34,7 +34,9 @@ type Options struct {
 // must not share keys.
 type Store struct {
 	seed   maphash.Seed
-	now    func() int64
+	clock  func() int64 // Options.Clock; nil: the monotonic clock below
+	start  time.Time    // the monotonic clock: base + time since start
+	base   int64
 	shards [shardCount]shard
 }
 
@@ -58,12 +60,8 @@ func New(o Options) *Store {
 	if o.MaxEntries <= 0 {
 		o.MaxEntries = 1_000_000
 	}
-	if o.Clock == nil {
-		start := time.Now()
-		base := start.UnixMicro()
-		o.Clock = func() int64 { return base + time.Since(start).Microseconds() }
-	}
-	s := &Store{seed: maphash.MakeSeed(), now: o.Clock}
+	start := time.Now()
+	s := &Store{seed: maphash.MakeSeed(), clock: o.Clock, start: start, base: start.UnixMicro()}
 	// The shares add up to MaxEntries exactly: the remainder goes one apiece to the first shards.
 	per, rest := o.MaxEntries/shardCount, o.MaxEntries%shardCount
 	for i := range s.shards {
@@ -82,7 +80,9 @@ func New(o Options) *Store {
 // A dry run (r.DryRun) returns the decision the same request would get: the algorithms leave the
 // state as it was (its expiry and any ban too), and a key not held is not added.
 func (s *Store) Decide(key string, alg algos.Algorithm, r algos.Request) algos.Decision {
-	r = r.Bounded()
+	if r.Cost < 0 || r.Cost > algos.MaxCount || r.MaxWait < 0 || r.MaxWait > algos.MaxWaitCap {
+		r = r.Bounded() // rare: a copy of r costs more than these tests
+	}
 	// Read the clock outside the lock, to keep the lock short. A request that then waits for the
 	// lock behind a later one decides with an earlier time: the algorithms treat that as a clock
 	// going back, which never adds capacity.
@@ -116,6 +116,15 @@ func (s *Store) Decide(key string, alg algos.Algorithm, r algos.Request) algos.D
 	e.expires = r.Now + d.TTL
 	sh.mu.Unlock()
 	return d
+}
+
+// now returns the time in µs. The default clock is read directly, not through a function value:
+// the clock is a quarter of a decision's time.
+func (s *Store) now() int64 {
+	if s.clock != nil {
+		return s.clock()
+	}
+	return s.base + time.Since(s.start).Microseconds()
 }
 
 // Len returns the number of entries held, expired ones included until they are dropped.

@@ -48,6 +48,8 @@ type Store struct {
 	c       redis.UniversalClient
 	o       Options
 	scripts map[string]*redis.Script
+	cluster bool // a Redis Cluster client: calls are not shared (see coalesce.go)
+	co      coalescer
 }
 
 // New returns a Store on c, which may be a standalone, Sentinel (failover) or Cluster client.
@@ -57,7 +59,8 @@ func New(c redis.UniversalClient, o Options) *Store {
 	if o.Prefix == "" {
 		o.Prefix = "diana:"
 	}
-	s := &Store{c: c, o: o, scripts: map[string]*redis.Script{}}
+	_, cluster := c.(*redis.ClusterClient)
+	s := &Store{c: c, o: o, scripts: map[string]*redis.Script{}, cluster: cluster}
 	for _, name := range scripts.Names() {
 		src, _ := scripts.Source(name)
 		s.scripts[name] = redis.NewScript(src)
@@ -90,16 +93,9 @@ func (s *Store) Keys(key string) (state, ban string) {
 // state, no TTL, no ban. A release cannot be a dry run: that request gets an error, with no round
 // trip (the memory store answers it, on a copy of the state; rules never ask for one).
 func (s *Store) Decide(ctx context.Context, key string, alg algos.Algorithm, r algos.Request) (algos.Decision, error) {
-	if s.o.WaitReplicas > 0 {
-		c := [1]Call{{Key: key, Alg: alg, Req: r}}
-		s.DecideAll(ctx, c[:])
-		return c[0].Dec, c[0].Err
-	}
-	e, err := s.eval(key, alg, r)
-	if err != nil {
-		return algos.Decision{}, err
-	}
-	return decision(e.name, key, e.script.Run(ctx, s.c, e.keys, e.args...), nil)
+	c := [1]Call{{Key: key, Alg: alg, Req: r}}
+	s.DecideAll(ctx, c[:])
+	return c[0].Dec, c[0].Err
 }
 
 // Call is one decision of a batch: Key, Alg and Req as Decide takes them; DecideAll sets Dec and
@@ -115,16 +111,20 @@ type Call struct {
 	Cached bool
 }
 
-// DecideAll decides every call in one round trip (a pipeline of EVALSHA; the calls are
-// independent: each is atomic on its own key, not all together). Each call's result or error
-// is set on it. On NOSCRIPT, the affected calls are retried once with EVAL in a second pipeline.
-//
-// Calls run in slice order on one Redis node, so calls on one key see each other as sequential
-// Decide calls would; on a Cluster client, go-redis sends one pipeline per node and keeps the
-// order within each; a call retried after NOSCRIPT runs after the calls that did not need it. A
-// call that cannot be sent (no script for its algorithm, a dry release) gets its error and the
-// others go ahead.
-func (s *Store) DecideAll(ctx context.Context, calls []Call) {
+// send decides calls in one round trip: one EVALSHA, or a pipeline of them, and EVAL for the
+// calls that met NOSCRIPT.
+func (s *Store) send(ctx context.Context, calls []Call) {
+	if len(calls) == 1 && s.o.WaitReplicas <= 0 { // no pipeline to fill and parse
+		c := &calls[0]
+		c.Dec, c.Err, c.Cached = algos.Decision{}, nil, false
+		e, err := s.eval(c.Key, c.Alg, c.Req)
+		if err != nil {
+			c.Err = err
+			return
+		}
+		c.Dec, c.Err = decision(e.name, c.Key, e.script.Run(ctx, s.c, e.keys, e.args...), nil)
+		return
+	}
 	evals := make([]eval, len(calls))
 	cmds := make([]*redis.Cmd, len(calls))
 	p := s.c.Pipeline()
