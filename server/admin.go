@@ -76,20 +76,7 @@ const (
 // servePeek is POST /v1/admin/peek with a /v1/check body: each applying rule's answer as a dry
 // run. Nothing is taken, no ban starts, no metric counts it.
 func (s *Server) servePeek(w http.ResponseWriter, r *http.Request) {
-	if !s.authorized(w, r, true) {
-		return
-	}
-	body, ok := readBody(w, r)
-	if !ok {
-		return
-	}
-	req, err := decodeStrict[CheckRequest](body)
-	if err != nil {
-		writeJSON(w, http.StatusBadRequest, errorBody{err.Error()})
-		return
-	}
-	l := s.live.Load()
-	in, ok := l.input(w, &req)
+	l, in, ok := s.checkInput(w, r, true)
 	if !ok {
 		return
 	}

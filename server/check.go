@@ -102,20 +102,7 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusMethodNotAllowed, errorBody{"method " + r.Method + " not allowed: use POST"})
 		return
 	}
-	if !s.authorized(w, r, false) {
-		return
-	}
-	body, ok := readBody(w, r)
-	if !ok {
-		return
-	}
-	req, err := decodeStrict[CheckRequest](body)
-	if err != nil {
-		writeJSON(w, http.StatusBadRequest, errorBody{err.Error()})
-		return
-	}
-	l := s.live.Load()
-	in, ok := l.input(w, &req)
+	l, in, ok := s.checkInput(w, r, false)
 	if !ok {
 		return
 	}
@@ -125,6 +112,26 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 		s.logDenial(&in, &res)
 	}
 	writeJSON(w, http.StatusOK, checkResponse(&res))
+}
+
+// checkInput reads the CheckRequest of a /v1/check or /v1/admin/peek call (admin: an admin
+// operation) into the engine's input, answering the call itself when it cannot (401, 403, 400).
+func (s *Server) checkInput(w http.ResponseWriter, r *http.Request, admin bool) (*live, rules.Input, bool) {
+	if !s.authorized(w, r, admin) {
+		return nil, rules.Input{}, false
+	}
+	body, ok := readBody(w, r)
+	if !ok {
+		return nil, rules.Input{}, false
+	}
+	req, err := decodeStrict[CheckRequest](body)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, errorBody{err.Error()})
+		return nil, rules.Input{}, false
+	}
+	l := s.live.Load()
+	in, ok := l.input(w, &req)
+	return l, in, ok
 }
 
 // authorized checks the bearer token of an admin request, answering 401 itself when it is
