@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"math"
 	"net"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"sync"
 	"testing"
 
-	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
@@ -23,10 +21,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-	"gopkg.in/yaml.v3"
 
+	"github.com/diana-gw/diana/internal/envoytest"
 	"github.com/diana-gw/diana/config"
 	"github.com/diana-gw/diana/internal/redistest"
 )
@@ -241,25 +238,7 @@ func TestRLSConfigErrors(t *testing.T) {
 // descriptors its routes send from examples/ratelimit, as the comments there say.
 func TestRLSExamples(t *testing.T) {
 	t.Chdir("..") // the example's config_dir is relative to the repository's root
-	data, err := os.ReadFile("examples/envoy-rls.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc any
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
-	js, err := json.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b bootstrapv3.Bootstrap
-	if err := protojson.Unmarshal(js, &b); err != nil {
-		t.Fatalf("bootstrap: %v", err)
-	}
-	if err := b.ValidateAll(); err != nil {
-		t.Fatalf("bootstrap: %v", err)
-	}
+	b := envoytest.Bootstrap(t, "examples/envoy-rls.yaml")
 	// ValidateAll does not look inside the typed configs: unpack and validate them.
 	var hcm hcmv3.HttpConnectionManager
 	if err := b.StaticResources.Listeners[0].FilterChains[0].Filters[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {

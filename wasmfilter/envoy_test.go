@@ -1,47 +1,26 @@
 package main
 
 import (
-	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 
-	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-	"gopkg.in/yaml.v3"
+
+	"github.com/diana-gw/diana/internal/envoytest"
 )
 
 // examples/envoy.yaml is a valid bootstrap, every nested typed config (the HTTP connection
 // manager, the filters, the per-route configs, the wasm PluginConfigs) is valid too, and each
 // diana filter's configuration is one this filter accepts.
 func TestEnvoyExample(t *testing.T) {
-	data, err := os.ReadFile("../examples/envoy.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc any
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
-	js, err := json.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b bootstrapv3.Bootstrap
-	if err := protojson.Unmarshal(js, &b); err != nil {
-		t.Fatalf("bootstrap: %v", err)
-	}
-	if err := b.ValidateAll(); err != nil {
-		t.Fatalf("bootstrap: %v", err)
-	}
+	b := envoytest.Bootstrap(t, "../examples/envoy.yaml")
 	clusters := map[string]bool{}
 	for _, c := range b.GetStaticResources().GetClusters() {
 		clusters[c.GetName()] = true
