@@ -23,8 +23,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/diana-gw/diana/internal/envoytest"
 	"github.com/diana-gw/diana/config"
+	"github.com/diana-gw/diana/internal/envoytest"
 	"github.com/diana-gw/diana/internal/redistest"
 )
 
