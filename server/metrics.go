@@ -22,6 +22,7 @@ type metrics struct {
 	breaker       prometheus.Gauge
 	reloads       *prometheus.CounterVec
 	info          *prometheus.GaugeVec
+	authProblems  *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -52,8 +53,15 @@ func newMetrics() *metrics {
 			Name: "diana_config_info",
 			Help: "1 for the source of the running config (file, http, redis or embedded).",
 		}, []string{"source"}),
+		authProblems: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "diana_forward_auth_problems_total",
+			Help: "Forward-auth requests (/v1/auth) refused (bad_request, unauthorized) or whose forwarded headers were not believed (untrusted_peer).",
+		}, []string{"problem"}),
 	}
-	m.reg.MustRegister(m.decisions, m.backendErrors, m.redisDuration, m.breaker, m.reloads, m.info,
+	for _, p := range []string{"bad_request", "unauthorized", "untrusted_peer"} {
+		m.authProblems.WithLabelValues(p) // shown as 0 from the start, for alerts
+	}
+	m.reg.MustRegister(m.decisions, m.backendErrors, m.redisDuration, m.breaker, m.reloads, m.info, m.authProblems,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -67,6 +75,8 @@ func (m *metrics) decision(rule string, o rules.Outcome) {
 }
 
 func (m *metrics) backendError(rule string) { m.backendErrors.WithLabelValues(rule).Inc() }
+
+func (m *metrics) authProblem(problem string) { m.authProblems.WithLabelValues(problem).Inc() }
 
 // observeRedis is failover's Observe hook.
 func (m *metrics) observeRedis(d time.Duration, _ error) { m.redisDuration.Observe(d.Seconds()) }

@@ -69,6 +69,7 @@ type Server struct {
 	shadowLog  lograte.Limiter // shadow denials (all counted in the metrics): likewise
 	denialLog  lograte.Limiter // denials (all counted in the metrics): likewise
 	proxyLog   lograte.Limiter // upstream errors: likewise
+	authLog    lograte.Limiter // forward-auth requests refused or not believed: likewise
 }
 
 // live is what a config reload replaces at once: requests in flight keep the one they started
