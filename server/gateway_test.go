@@ -61,32 +61,47 @@ func example(t *testing.T, name string, oldnew ...string) string {
 }
 
 // gatewaySetup starts dianad and the test upstream (which counts the requests it serves) and
-// returns dianad's admin address and the upstream's (host:port).
-func gatewaySetup(t *testing.T) (admin, upstream string, served *atomic.Int64) {
-	ts := startFile(t, header+gatewayRules)
+// returns dianad and the upstream's address (host:port).
+func gatewaySetup(t *testing.T) (ts *testServer, upstream string, served *atomic.Int64) {
+	ts = startFile(t, header+gatewayRules)
 	served = &atomic.Int64{}
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		served.Add(1)
 		io.WriteString(w, "upstream "+r.Method+" "+r.URL.Path)
 	}))
 	t.Cleanup(up.Close)
-	return strings.TrimPrefix(ts.admin, "http://"), strings.TrimPrefix(up.URL, "http://"), served
+	return ts, strings.TrimPrefix(up.URL, "http://"), served
 }
 
 func TestNginxExample(t *testing.T) {
-	admin, upstream, served := gatewaySetup(t)
+	ts, upstream, served := gatewaySetup(t)
 	port := gatewaytest.FreePort(t)
-	gatewaytest.Nginx(t, example(t, "nginx.conf",
-		"127.0.0.1:9090", admin, "127.0.0.1:8000", upstream, "listen 8080;", "listen 127.0.0.1:"+strconv.Itoa(port)+";"), port)
+	gatewaytest.Nginx(t, example(t, "nginx.conf", "127.0.0.1:9090", strings.TrimPrefix(ts.admin, "http://"),
+		"127.0.0.1:8000", upstream, "listen 8080;", "listen 127.0.0.1:"+strconv.Itoa(port)+";"), port)
 	gatewaySteps(t, "http://127.0.0.1:"+strconv.Itoa(port), served)
+	failsClosed(t, ts, "http://127.0.0.1:"+strconv.Itoa(port), served, http.StatusInternalServerError)
 }
 
 func TestCaddyExample(t *testing.T) {
-	admin, upstream, served := gatewaySetup(t)
+	ts, upstream, served := gatewaySetup(t)
 	port := gatewaytest.FreePort(t)
-	gatewaytest.Caddy(t, example(t, "Caddyfile",
-		"127.0.0.1:9090", admin, "127.0.0.1:8000", upstream, ":8080 {", "http://:"+strconv.Itoa(port)+" {\n\tbind 127.0.0.1"), port)
+	gatewaytest.Caddy(t, example(t, "Caddyfile", "127.0.0.1:9090", strings.TrimPrefix(ts.admin, "http://"),
+		"127.0.0.1:8000", upstream, ":8080 {", "http://:"+strconv.Itoa(port)+" {\n\tbind 127.0.0.1"), port)
 	gatewaySteps(t, "http://127.0.0.1:"+strconv.Itoa(port), served)
+	failsClosed(t, ts, "http://127.0.0.1:"+strconv.Itoa(port), served, http.StatusBadGateway)
+}
+
+// failsClosed stops dianad and checks that the gateway then refuses requests with status, and
+// sends none to the upstream.
+func failsClosed(t *testing.T, ts *testServer, base string, served *atomic.Int64, status int) {
+	if err := ts.stop(); err != nil {
+		t.Fatal(err)
+	}
+	before := served.Load()
+	r := send(t, clientFrom("127.0.0.4"), "GET", base+"/public", nil)
+	if r.status != status || served.Load() != before {
+		t.Errorf("dianad stopped: status %d, upstream served %d more; want %d and none", r.status, served.Load()-before, status)
+	}
 }
 
 // gatewaySteps sends requests through the gateway at base and checks what its clients see, and
