@@ -144,3 +144,48 @@ func TestForwardedPathsNormalised(t *testing.T) {
 		}
 	}
 }
+
+// FuzzForwardedInput: whatever the headers, ForwardedInput answers without panicking; from an
+// untrusted peer it decides the request as sent and believes none of the forwarded headers;
+// from a trusted one, the path it decides on is one the headers told, within the bound, or it
+// refuses.
+func FuzzForwardedInput(f *testing.F) {
+	f.Add(true, "/api//login?a=1", "", "POST", "", "example.com", "198.51.100.7")
+	f.Add(true, "/a", "/b", "", "", "", "")
+	f.Add(true, "", "/x", "GET", "PUT", "a", "6.6.6.6, 10.0.0.1")
+	f.Add(false, "/fresh", "/other", "POST", "GET /x", "evil", "1.2.3.4")
+	f.Add(true, strings.Repeat("/..", 6000), "", "\x7f", "", "", "not-an-ip")
+	f.Fuzz(func(t *testing.T, trusted bool, origURI, fwdURI, origMethod, fwdMethod, host, xff string) {
+		o := httplimit.Options{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, IPv6Prefix: 64}
+		r := httptest.NewRequest("GET", "/v1/auth", nil)
+		r.RemoteAddr = "203.0.113.9:1"
+		if trusted {
+			r.RemoteAddr = "10.0.0.1:1"
+		}
+		for name, v := range map[string]string{"X-Original-URI": origURI, "X-Forwarded-Uri": fwdURI,
+			"X-Original-Method": origMethod, "X-Forwarded-Method": fwdMethod, "X-Forwarded-Host": host, "X-Forwarded-For": xff} {
+			if v != "" {
+				r.Header.Set(name, v)
+			}
+		}
+		in, ignored, err := o.ForwardedInput(r)
+		if !trusted {
+			if err != nil || in.Path != "/v1/auth" || in.Method != "GET" || in.ClientIP != "203.0.113.9" {
+				t.Fatalf("untrusted peer: %+v, %v", in, err)
+			}
+			if ignored != (origURI != "" || fwdURI != "" || origMethod != "" || fwdMethod != "") {
+				t.Fatalf("ignored = %v", ignored)
+			}
+			return
+		}
+		if err != nil {
+			return
+		}
+		if in.Path != origURI && in.Path != fwdURI || in.Path == "" || len(in.Path) > httplimit.MaxForwardedURI {
+			t.Fatalf("path %q from X-Original-URI %q, X-Forwarded-Uri %q", in.Path, origURI, fwdURI)
+		}
+		if origURI != "" && fwdURI != "" && origURI != fwdURI {
+			t.Fatalf("disagreeing URIs %q and %q accepted", origURI, fwdURI)
+		}
+	})
+}
