@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/diana-gw/diana/internal/gatewaytest"
+	"github.com/diana-gw/diana/shared/rules"
 )
 
 // The shipped gateway examples, run in the real gateways (nginx, Caddy) in front of dianad's
@@ -23,6 +24,7 @@ import (
 // gatewayRules is dianad's config for the gateway tests. The gateways connect from 127.0.0.1,
 // the only trusted proxy; the test's clients connect from 127.0.0.2 and 127.0.0.3.
 const gatewayRules = `trusted_proxies: ["127.0.0.1"]
+escaped_slashes: reject
 rules:
   - name: login
     match: {paths: ["/api/login"]}
@@ -142,6 +144,8 @@ func gatewaySteps(t *testing.T, base string, served *atomic.Int64) {
 		{"the original host: denied", b, "GET", "/tenant", hdr{{"Host", "api.example.com"}}, 429, nil, ""},
 		{"another host does not count", b, "GET", "/tenant", hdr{{"Host", "www.example.com"}}, 200, map[string]string{"Ratelimit-Limit": ""}, ""},
 		{"the client's headers reach dianad", b, "GET", "/k", hdr{{"X-Api-Key", "k1"}}, 200, map[string]string{"Ratelimit-Limit": "1"}, ""},
+		{"an encoded slash refused (escaped_slashes: reject)", b, "GET", "/api%2Flogin", nil, 400,
+			map[string]string{"Retry-After": ""}, `{"message":"` + rules.BadPathMessage + `","retry_after":null}`},
 		{"the rule's status and message", b, "GET", "/k", hdr{{"X-Api-Key", "k1"}}, 503,
 			map[string]string{"Retry-After": "~3600"}, `{"message":"slow down","retry_after":3600}`},
 	}
