@@ -42,7 +42,7 @@ const MaxForwardedURI = 16 << 10
 // X-Forwarded-Uri).
 func (o *Options) ForwardedInput(r *http.Request) (in rules.Input, ignored bool, err error) {
 	in = o.Input(r)
-	if !isTrusted(parseAddr(r.RemoteAddr), o.TrustedProxies) {
+	if !o.TrustedPeer(r) {
 		for _, name := range [...]string{"X-Original-URI", "X-Forwarded-Uri", "X-Original-Method", "X-Forwarded-Method"} {
 			if len(r.Header.Values(name)) > 0 {
 				ignored = true
@@ -77,6 +77,11 @@ func (o *Options) ForwardedInput(r *http.Request) (in rules.Input, ignored bool,
 		in.Host = host
 	}
 	return in, false, nil
+}
+
+// TrustedPeer reports whether r comes from one of the trusted proxies.
+func (o *Options) TrustedPeer(r *http.Request) bool {
+	return isTrusted(parseAddr(r.RemoteAddr), o.TrustedProxies)
 }
 
 // single returns the one value the headers names give between them ("" when none does); two

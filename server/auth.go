@@ -18,6 +18,7 @@ import (
 type authQuery struct {
 	token      string // admin.token, when it is set: the client's Authorization header is forwarded as its own
 	denyStatus int    // 0, or the status to deny with instead of the rule's (nginx: 401 or 403)
+	route      string // the route dimension, as the gateway's config names the route; "" for none
 }
 
 // parseAuthQuery reads the query of a /v1/auth request; an unknown or repeated parameter, or a
@@ -35,13 +36,15 @@ func parseAuthQuery(raw string) (authQuery, string) {
 		switch k {
 		case "token":
 			q.token = v[0]
+		case "route":
+			q.route = v[0]
 		case "deny_status":
 			if v[0] != "401" && v[0] != "403" {
 				return q, "deny_status: must be 401 or 403 (the statuses nginx's auth_request passes on), got " + strconv.Quote(v[0])
 			}
 			q.denyStatus, _ = strconv.Atoi(v[0])
 		default:
-			return q, strconv.Quote(k) + ": unknown query parameter; the parameters are token and deny_status"
+			return q, strconv.Quote(k) + ": unknown query parameter; the parameters are token, deny_status and route"
 		}
 	}
 	return q, ""
@@ -49,7 +52,8 @@ func parseAuthQuery(raw string) (authQuery, string) {
 
 // serveAuth is /v1/auth, the forward-auth endpoint of nginx's auth_request, Traefik's
 // ForwardAuth and Caddy's forward_auth: any method; the original request is told by the
-// gateway's headers (httplimit.ForwardedInput: believed only from trusted_proxies). It decides
+// gateway's headers (httplimit.ForwardedInput: believed only from trusted_proxies), its route
+// by the query's route, believed likewise. It decides
 // the request against the running rules, exactly as /v1/check does, and answers:
 //
 //   - allowed: 200, no body, with the rule's rate-limit headers; a delayed request's answer is
@@ -81,9 +85,16 @@ func (s *Server) serveAuth(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, errorBody{err.Error()})
 		return
 	}
+	if q.route != "" {
+		if l.opts.TrustedPeer(r) {
+			in.Route = q.route
+		} else {
+			ignored = true
+		}
+	}
 	if ignored {
-		s.authProblem(r, "untrusted_peer", "a peer outside trusted_proxies told an original URI or method: not believed; "+
-			"decided as the request it sent (its own method, host and path) from its own address")
+		s.authProblem(r, "untrusted_peer", "a peer outside trusted_proxies told an original URI, method or route: not believed; "+
+			"decided as the request it sent (its own method, host and path, no route) from its own address")
 	}
 	res := l.engine.Check(r.Context(), &in)
 	l.engine.Release(context.WithoutCancel(r.Context()), &res)

@@ -58,6 +58,9 @@ rules:
     by: ["header:X-Api-Key"]
     limit: {algorithm: token_bucket, rate: 1, period: 1h}
     reply: {status: 503, message: "slow down"}
+  - name: per-route
+    by: [route]
+    limit: {algorithm: token_bucket, rate: 1, period: 1h}
 `)
 	gw, stranger := clientFrom("127.0.0.1"), clientFrom("127.0.0.2")
 	auth := ts.admin + "/v1/auth"
@@ -95,6 +98,14 @@ rules:
 		{"nginx: 503 told in X-Diana-Status", gw, "GET", auth + "?deny_status=401", hdr{{"X-Original-URI", "/"}, {"X-Api-Key", strings.Repeat("k", 100_000)}},
 			401, map[string]string{"X-Diana-Status": "503", "X-Diana-Body": `{"message":"slow down","retry_after":3600}`}, ""},
 
+		{"route named in the query", gw, "GET", auth + "?route=shop", hdr{{"X-Forwarded-Uri", "/"}}, 200,
+			map[string]string{"Ratelimit-Limit": "1", "Ratelimit-Remaining": "0"}, ""},
+		{"route: the second is denied", gw, "GET", auth + "?route=shop", hdr{{"X-Forwarded-Uri", "/"}}, 429, nil, ""},
+		{"another route has its own count", gw, "GET", auth + "?route=blog", hdr{{"X-Forwarded-Uri", "/"}}, 200,
+			map[string]string{"Ratelimit-Remaining": "0"}, ""},
+		{"an untrusted peer's route is not believed", stranger, "GET", auth + "?route=fresh", nil, 200,
+			map[string]string{"Ratelimit-Limit": ""}, ""},
+
 		// Refused: 400 naming the problem.
 		{"no original URI", gw, "GET", auth, hdr{{"X-Forwarded-For", client}}, 400, nil, `{"error":"neither X-Original-URI nor X-Forwarded-Uri tells the original URI: the gateway must send one"}`},
 		{"a client's X-Original-URI beside Traefik's X-Forwarded-Uri", gw, "GET", auth, hdr{{"X-Original-URI", "/fresh"}, {"X-Forwarded-Uri", "/api/login"}},
@@ -102,7 +113,7 @@ rules:
 		{"a URI over 16 KiB", gw, "GET", auth, hdr{{"X-Original-URI", "/" + strings.Repeat("a", 16<<10)}}, 400, nil,
 			`{"error":"the original URI is 16385 bytes long, above the bound of 16384"}`},
 		{"unknown query parameter", gw, "GET", auth + "?deny=403", hdr{{"X-Original-URI", "/"}}, 400, nil,
-			`{"error":"\"deny\": unknown query parameter; the parameters are token and deny_status"}`},
+			`{"error":"\"deny\": unknown query parameter; the parameters are token, deny_status and route"}`},
 		{"deny_status nginx would not pass on", gw, "GET", auth + "?deny_status=429", hdr{{"X-Original-URI", "/"}}, 400, nil,
 			`{"error":"deny_status: must be 401 or 403 (the statuses nginx's auth_request passes on), got \"429\""}`},
 		{"deny_status twice", gw, "GET", auth + "?deny_status=403&deny_status=401", hdr{{"X-Original-URI", "/"}}, 400, nil,
@@ -133,7 +144,7 @@ rules:
 			t.Errorf("%s: body %s, want %s", s.name, r.body, s.body)
 		}
 	}
-	for problem, want := range map[string]float64{"untrusted_peer": 1, "bad_request": 6, "unauthorized": 0} {
+	for problem, want := range map[string]float64{"untrusted_peer": 2, "bad_request": 6, "unauthorized": 0} {
 		if got := metric(t, ts, `diana_forward_auth_problems_total{problem="`+problem+`"}`); got != want {
 			t.Errorf("diana_forward_auth_problems_total{problem=%q} = %v, want %v", problem, got, want)
 		}

@@ -55,7 +55,7 @@ func newMetrics() *metrics {
 		}, []string{"source"}),
 		authProblems: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "diana_forward_auth_problems_total",
-			Help: "Forward-auth requests (/v1/auth) refused (bad_request, unauthorized) or whose forwarded headers were not believed (untrusted_peer).",
+			Help: "Forward-auth requests (/v1/auth) refused (bad_request, unauthorized) or whose forwarded headers or route were not believed (untrusted_peer).",
 		}, []string{"problem"}),
 	}
 	for _, p := range []string{"bad_request", "unauthorized", "untrusted_peer"} {
