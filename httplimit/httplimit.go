@@ -104,7 +104,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			Deny(w, &res)
 			return
 		}
-		if res.Delay > 0 && !wait(r.Context(), time.Duration(res.Delay)*time.Microsecond) {
+		if res.Delay > 0 && !Wait(r.Context(), time.Duration(res.Delay)*time.Microsecond) {
 			return // the client went away while held; its reserved units stay spent
 		}
 		SetHeaders(w.Header(), &res)
@@ -113,8 +113,8 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	})
 }
 
-// wait holds for d, or until ctx ends; it reports whether d passed.
-func wait(ctx context.Context, d time.Duration) bool {
+// Wait holds for d, or until ctx ends; it reports whether d passed.
+func Wait(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -61,11 +61,12 @@ type headerMap map[string]string
 
 func (h headerMap) Get(name string) string { return h[strings.ToLower(name)] }
 
-// adminHandler serves the decision API, the admin operations (admin.go), the metrics and the
+// adminHandler serves the decision API (/v1/check, and /v1/auth for forward auth: auth.go), the admin operations (admin.go), the metrics and the
 // health check.
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/check", s.serveCheck)
+	mux.HandleFunc("/v1/auth", s.serveAuth)
 	mux.HandleFunc("POST /v1/admin/peek", s.servePeek)
 	mux.HandleFunc("POST /v1/admin/reset", s.serveReset)
 	mux.HandleFunc("POST /v1/admin/unban", s.serveUnban)

@@ -25,6 +25,7 @@ type metrics struct {
 	info          *prometheus.GaugeVec
 	rlsUnknown    prometheus.Counter
 	adaptive      *prometheus.GaugeVec
+	authProblems  *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -67,8 +68,18 @@ func newMetrics() *metrics {
 			Name: "diana_adaptive_limit",
 			Help: "The concurrency limit an adaptive rule has learned, as of its last decision (of the last identity it decided, for a rule counted by client).",
 		}, []string{"rule"}),
+		authProblems: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "diana_forward_auth_problems_total",
+			Help: "Forward-auth requests (/v1/auth) refused (bad_request, unauthorized) or whose forwarded headers or route were not believed (untrusted_peer).",
+		}, []string{"problem"}),
 	}
-	m.reg.MustRegister(m.decisions, m.backendErrors, m.redisDuration, m.breaker, m.starved, m.reloads, m.info, m.rlsUnknown, m.adaptive,
+	for _, p := range []string{"bad_request", "unauthorized", "untrusted_peer"} {
+		m.authProblems.WithLabelValues(p) // shown as 0 from the start, for alerts
+	}
+	for _, p := range []string{"bad_request", "unauthorized", "untrusted_peer"} {
+		m.authProblems.WithLabelValues(p) // shown as 0 from the start, for alerts
+	}
+	m.reg.MustRegister(m.decisions, m.backendErrors, m.redisDuration, m.breaker, m.starved, m.reloads, m.info, m.rlsUnknown, m.adaptive, m.authProblems,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -87,6 +98,8 @@ func (m *metrics) backendError(rule string) { m.backendErrors.WithLabelValues(ru
 func (m *metrics) adaptiveLimit(r *rules.Rule, limit int64) {
 	m.adaptive.WithLabelValues(r.Name).Set(float64(limit))
 }
+
+func (m *metrics) authProblem(problem string) { m.authProblems.WithLabelValues(problem).Inc() }
 
 // observeRedis is failover's Observe hook.
 func (m *metrics) observeRedis(d time.Duration, _ error) { m.redisDuration.Observe(d.Seconds()) }

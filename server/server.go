@@ -72,6 +72,8 @@ type Server struct {
 	starveLog  lograte.Limiter // Redis timeouts of a starved process: likewise
 	unknownLog lograte.Limiter // rls requests for an unknown domain: likewise
 
+	authLog lograte.Limiter // forward-auth requests refused or not believed: likewise
+
 	rls *rlsState // nil without an rls section
 }
 
