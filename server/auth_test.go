@@ -59,6 +59,7 @@ rules:
     limit: {algorithm: token_bucket, rate: 1, period: 1h}
     reply: {status: 503, message: "slow down"}
   - name: per-route
+    match: {paths: ["/routed"]}
     by: [route]
     limit: {algorithm: token_bucket, rate: 1, period: 1h}
 `)
@@ -98,10 +99,10 @@ rules:
 		{"nginx: 503 told in X-Diana-Status", gw, "GET", auth + "?deny_status=401", hdr{{"X-Original-URI", "/"}, {"X-Api-Key", strings.Repeat("k", 100_000)}},
 			401, map[string]string{"X-Diana-Status": "503", "X-Diana-Body": `{"message":"slow down","retry_after":3600}`}, ""},
 
-		{"route named in the query", gw, "GET", auth + "?route=shop", hdr{{"X-Forwarded-Uri", "/"}}, 200,
+		{"route named in the query", gw, "GET", auth + "?route=shop", hdr{{"X-Forwarded-Uri", "/routed"}}, 200,
 			map[string]string{"Ratelimit-Limit": "1", "Ratelimit-Remaining": "0"}, ""},
-		{"route: the second is denied", gw, "GET", auth + "?route=shop", hdr{{"X-Forwarded-Uri", "/"}}, 429, nil, ""},
-		{"another route has its own count", gw, "GET", auth + "?route=blog", hdr{{"X-Forwarded-Uri", "/"}}, 200,
+		{"route: the second is denied", gw, "GET", auth + "?route=shop", hdr{{"X-Forwarded-Uri", "/routed"}}, 429, nil, ""},
+		{"another route has its own count", gw, "GET", auth + "?route=blog", hdr{{"X-Forwarded-Uri", "/routed"}}, 200,
 			map[string]string{"Ratelimit-Remaining": "0"}, ""},
 		{"an untrusted peer's route is not believed", stranger, "GET", auth + "?route=fresh", nil, 200,
 			map[string]string{"Ratelimit-Limit": ""}, ""},

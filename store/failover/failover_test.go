@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -69,6 +71,7 @@ func (r *rig) changes() []bool {
 // set, a round trip first waits for the gate to close, after telling entered.
 type counter struct {
 	n       atomic.Int64
+	yield   atomic.Bool // a round trip first gives its turn on the CPU to other goroutines
 	gate    atomic.Pointer[chan struct{}]
 	entered chan struct{}
 }
@@ -95,6 +98,9 @@ func (h *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 
 func (h *counter) enter(ctx context.Context) error {
 	h.n.Add(1)
+	if h.yield.Load() {
+		runtime.Gosched()
+	}
 	if g := h.gate.Load(); g != nil {
 		h.entered <- struct{}{}
 		select {
@@ -522,10 +528,20 @@ func TestCallerGone(t *testing.T) {
 	})
 }
 
-// TestStarvedProcess: a healthy Redis behind a process starved of CPU (one P, busy goroutines)
-// times calls out; those timeouts are the process's own, so they get the fail policy's decision
-// but do not open the breaker. Without the starvation check, two of them in a row opened it.
+// TestStarvedProcess: a healthy Redis behind a process starved of CPU times calls out; those
+// timeouts are the process's own, so they get the fail policy's decision but do not open the
+// breaker. Without the starvation check, two of them in a row opened it. The process runs in a
+// child with one P and no asynchronous preemption, so that busy goroutines hold the CPU for
+// 20 ms at a time whatever else runs on the machine, and each call yields to them first.
 func TestStarvedProcess(t *testing.T) {
+	if os.Getenv("DIANA_STARVED_CHILD") != "1" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestStarvedProcess$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "DIANA_STARVED_CHILD=1", "GODEBUG=asyncpreemptoff=1", "GOMAXPROCS=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("starved child: %v\n%s", err, out)
+		}
+		return
+	}
 	var starved atomic.Int64
 	r := newRig(t, Options{Timeout: 2 * time.Millisecond, Failures: 2, OpenFor: time.Minute,
 		OnStarved: func(time.Duration) { starved.Add(1) }}, redisstore.Options{})
@@ -537,17 +553,24 @@ func TestStarvedProcess(t *testing.T) {
 		t.Fatalf("healthy Redis: %v", calls[0].Err)
 	}
 
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	var stop atomic.Bool
 	var wg sync.WaitGroup
-	for range 20 { // each runs its full time slice before the runtime preempts it
+	for range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for x := 0; !stop.Load(); x++ {
+			for !stop.Load() {
+				busy(20 * time.Millisecond)
+				runtime.Gosched()
 			}
 		}()
 	}
+	// The runtime records a sample of the scheduling waits: let the spinners' own waits show
+	// first, as they do on a process that has been busy for a while. Then each round trip gives
+	// its turn to the spinners before it is sent, and comes back to the CPU past its deadline:
+	// the timeout is the process's doing, not Redis's.
+	time.Sleep(200 * time.Millisecond)
+	r.sent.yield.Store(true)
 	timeouts := 0
 	for deadline := time.Now().Add(wait); timeouts < 5 && !r.s.Open() && time.Now().Before(deadline); {
 		ops := r.decide(context.Background(), "k", g, nil, algos.Request{Cost: 1}, rules.FailOpen)
@@ -570,3 +593,36 @@ func TestStarvedProcess(t *testing.T) {
 		t.Errorf("OnStarved told of %d timeouts, want %d", starved.Load(), timeouts)
 	}
 }
+
+// busy holds the CPU for about d, with no function call the runtime could preempt it at (the
+// test's child runs without asynchronous preemption).
+func busy(d time.Duration) {
+	n := spinsPer(d)
+	x := 0
+	for i := 0; i < n; i++ {
+		x += i
+	}
+	sink.Store(int64(x))
+}
+
+var sink atomic.Int64
+
+// spinsPer measures once how many loop turns take about d (the d of its first call).
+func spinsPer(d time.Duration) int {
+	spinsOnce.Do(func() {
+		const n = 10_000_000
+		start := time.Now()
+		x := 0
+		for i := 0; i < n; i++ {
+			x += i
+		}
+		sink.Store(int64(x))
+		spins = int(int64(n) * int64(d) / int64(max(time.Since(start), 1)))
+	})
+	return spins
+}
+
+var (
+	spinsOnce sync.Once
+	spins     int
+)
