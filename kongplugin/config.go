@@ -50,7 +50,9 @@ type redisConf struct {
 	TLS        bool
 	SkipVerify bool
 	ServerName string
-	CAFile     string // read when the store is made (see clusterStore)
+	CAFile     string // read when the store is made (see clusterStore), as are CertFile and KeyFile
+	CertFile   string
+	KeyFile    string
 	Wait       int
 	TimeoutMS  int64
 	Prefix     string
@@ -143,6 +145,7 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 	rc.SkipVerify = boolean("redis_ssl_skip_verify")
 	rc.ServerName = str("redis_server_name")
 	rc.CAFile = str("redis_ssl_ca_file")
+	rc.CertFile, rc.KeyFile = str("redis_ssl_cert_file"), str("redis_ssl_key_file")
 	rc.Wait = int(integer("redis_wait_replicas"))
 	rc.TimeoutMS = integer("redis_timeout")
 	rc.Prefix = str("redis_prefix")

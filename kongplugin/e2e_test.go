@@ -311,6 +311,25 @@ func TestE2E(t *testing.T) {
 		if res := s.access(id, &kongReq{IP: "192.0.2.61"}); res.Exit || len(res.Logs) != 1 || !strings.Contains(res.Logs[0], "redis_ssl_ca_file") {
 			t.Fatalf("unreadable CA file: %+v, want let through (fail open) with an error naming redis_ssl_ca_file", res)
 		}
+		// A Redis that asks for client certificates: the pair from redis_ssl_cert_file and
+		// redis_ssl_key_file is presented; without it, Redis refuses, and the request is logged.
+		m := redistest.StartWith(t, redistest.Options{TLS: true, ClientAuth: true})
+		mhost, mport, _ := net.SplitHostPort(m.Addr)
+		mp, _ := strconv.Atoi(mport)
+		mtls := map[string]any{"redis_host": mhost, "redis_port": mp, "redis_ssl_ca_file": m.CAFile,
+			"redis_ssl_cert_file": m.ClientCertFile, "redis_ssl_key_file": m.ClientKeyFile}
+		id = s.start(cfg(mtls), "e2e-mtls")
+		for i, want := range []bool{false, false, true} {
+			if res := s.access(id, &kongReq{IP: "192.0.2.63"}); res.Exit != want || len(res.Logs) != 0 {
+				t.Fatalf("mutual TLS, request %d: exit %v logs %q, want exit %v from Redis", i+1, res.Exit, res.Logs, want)
+			}
+		}
+		delete(mtls, "redis_ssl_cert_file")
+		delete(mtls, "redis_ssl_key_file")
+		id = s.start(cfg(mtls), "e2e-mtls-nocert")
+		if res := s.access(id, &kongReq{IP: "192.0.2.64"}); res.Exit || len(res.Logs) != 1 {
+			t.Fatalf("no client certificate: %+v, want let through (fail open), logged", res)
+		}
 		// No replica answers WAIT: with fail_closed, every decision is refused.
 		id = s.start(cfg(map[string]any{"redis_wait_replicas": 1, "fail_closed": true, "redis_timeout": 100}), "e2e-wait")
 		if res := s.access(id, &kongReq{IP: "192.0.2.62"}); !res.Exit || len(res.Logs) != 1 {

@@ -40,9 +40,10 @@ func starved(wait time.Duration) {
 
 // clusterStore returns the shared cluster store of a Redis connection, built by store/stack as
 // dianad's is, making it on first use. Clients are never closed: configs on the same connection
-// reuse them, and there are as many as distinct connections configured. A CA file that cannot
-// be read makes a store whose every decision fails with that error (the fail policy applies,
-// logged), and is not kept, so that the next config change tries again.
+// reuse them, and there are as many as distinct connections configured. A CA, certificate or
+// key file that cannot be read, or a certificate and key that are not a pair, make a store whose
+// every decision fails with that error (the fail policy applies, logged), and is not kept, so
+// that the next config change tries again.
 func clusterStore(rc *redisConf) rules.Store {
 	if rc == nil {
 		return nil
@@ -60,15 +61,20 @@ func clusterStore(rc *redisConf) rules.Store {
 		Prefix: rc.Prefix, WaitReplicas: rc.Wait, Timeout: timeout, OnStarved: starved,
 	}
 	var err error
-	if rc.CAFile != "" {
-		if o.Conn.CACert, err = config.ReadRegular(rc.CAFile, maxCA); err != nil {
-			err = fmt.Errorf("redis_ssl_ca_file: %w", err)
+	for _, f := range []struct {
+		field, path string
+		into        *[]byte
+	}{{"redis_ssl_ca_file", rc.CAFile, &o.Conn.CACert}, {"redis_ssl_cert_file", rc.CertFile, &o.Conn.ClientCert}, {"redis_ssl_key_file", rc.KeyFile, &o.Conn.ClientKey}} {
+		if f.path != "" && err == nil {
+			if *f.into, err = config.ReadRegular(f.path, maxCA); err != nil {
+				err = fmt.Errorf("%s: %w", f.field, err)
+			}
 		}
 	}
 	var st *stack.Stack
 	if err == nil {
 		if st, err = stack.New(o); err != nil {
-			err = fmt.Errorf("redis_ssl_ca_file: %w", err)
+			err = fmt.Errorf("redis_ssl_ca_file, redis_ssl_cert_file or redis_ssl_key_file: %w", err)
 		}
 	}
 	if err != nil {
