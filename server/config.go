@@ -344,11 +344,11 @@ func decodeRLS(o *conf.Obj, redis bool) *RLS {
 	if o.Has("config_dir") && r.ConfigDir == "" {
 		o.Fail("config_dir", "cannot be empty")
 	}
-	r.Mode = rules.Mode(enumIndex(o, "mode", rules.ModeNames[:]...))
+	r.Mode = rules.Mode(o.EnumIndex("mode", rules.ModeNames[:]...))
 	if r.Mode == rules.Cluster && !redis {
 		o.Fail("mode", "cluster mode needs the redis section")
 	}
-	r.OnError = rules.FailPolicy(enumIndex(o, "on_error", rules.FailPolicyNames[:]...))
+	r.OnError = rules.FailPolicy(o.EnumIndex("on_error", rules.FailPolicyNames[:]...))
 	r.Nodes = o.Int("nodes", 1, 1, 10000)
 	if r.Mode == rules.Local && o.Has("on_error") {
 		o.Fail("on_error", "applies only to mode cluster")
@@ -359,17 +359,6 @@ func decodeRLS(o *conf.Obj, redis bool) *RLS {
 	r.Headers = o.Bool("response_headers", false)
 	o.Done()
 	return r
-}
-
-// enumIndex reads a field that must be one of allowed (the first is the default) as its index.
-func enumIndex(o *conf.Obj, key string, allowed ...string) int {
-	v := o.Enum(key, allowed[0], allowed...)
-	for i, a := range allowed {
-		if a == v {
-			return i
-		}
-	}
-	return 0
 }
 
 func quote(s string) string { return strconv.Quote(s) }

@@ -155,6 +155,18 @@ func (o *Obj) Enum(key, def string, allowed ...string) string {
 	return def
 }
 
+// EnumIndex reads an enum field, as Enum with allowed[0] for its default, and returns the index
+// of its value in allowed.
+func (o *Obj) EnumIndex(key string, allowed ...string) int {
+	v := o.Enum(key, allowed[0], allowed...)
+	for i, a := range allowed {
+		if a == v {
+			return i
+		}
+	}
+	return 0
+}
+
 // Bool reads a boolean.
 func (o *Obj) Bool(key string, def bool) bool {
 	v, ok := o.get(key)

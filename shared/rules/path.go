@@ -54,7 +54,7 @@ var EscapedSlashesNames = [...]string{DecodeSlashes: "decode", KeepSlashes: "kee
 // DecodeEscapedSlashes reads the escaped_slashes field of a front end's config: decode (the
 // default), keep or reject.
 func DecodeEscapedSlashes(o *conf.Obj) EscapedSlashes {
-	return EscapedSlashes(enumIndex(o, "escaped_slashes", EscapedSlashesNames[:]...))
+	return EscapedSlashes(o.EnumIndex("escaped_slashes", EscapedSlashesNames[:]...))
 }
 
 // NormalPath returns the normal form of the request path raw (see above); ok is false when the

@@ -42,7 +42,7 @@ func decodeHeaderStyle(o *conf.Obj) HeaderStyle {
 		}
 		return NoHeaders
 	}
-	return HeaderStyle(enumIndex(o, "headers", HeaderStyleNames[:]...))
+	return HeaderStyle(o.EnumIndex("headers", HeaderStyleNames[:]...))
 }
 
 // kongWindows are the words Kong's rate-limiting puts in X-RateLimit-Limit-<Window>, by the

@@ -139,14 +139,14 @@ func DecodeRule(o *conf.Obj) *Rule {
 	}
 	r.Cost = o.Int("cost", 1, 0, algos.MaxCount)
 
-	r.Mode = Mode(enumIndex(o, "mode", ModeNames[:]...))
-	r.Action = Action(enumIndex(o, "action", ActionNames[:]...))
+	r.Mode = Mode(o.EnumIndex("mode", ModeNames[:]...))
+	r.Action = Action(o.EnumIndex("action", ActionNames[:]...))
 	r.MaxDelay = o.Duration("max_delay", 0, 0, algos.MaxSpan)
 	if r.Action == Delay && r.MaxDelay == 0 && !failed(o, "max_delay") {
 		o.Fail("max_delay", "is required (above 0) when action is delay")
 	}
 	r.Ban = o.Duration("ban", 0, 0, algos.MaxSpan)
-	r.OnError = FailPolicy(enumIndex(o, "on_error", FailPolicyNames[:]...))
+	r.OnError = FailPolicy(o.EnumIndex("on_error", FailPolicyNames[:]...))
 	r.Nodes = o.Int("nodes", 1, 1, 10000)
 
 	rep := o.Obj("reply")
@@ -296,17 +296,6 @@ func failParam(lo *conf.Obj, err error) {
 		return
 	}
 	lo.Fail("algorithm", err.Error())
-}
-
-// enumIndex reads an enum field and returns the index of its value (0, the default, if absent).
-func enumIndex(o *conf.Obj, key string, allowed ...string) int {
-	v := o.Enum(key, allowed[0], allowed...)
-	for i, a := range allowed {
-		if a == v {
-			return i
-		}
-	}
-	return 0
 }
 
 // maxName bounds rule names, which start every key.
