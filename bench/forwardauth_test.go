@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/diana-gw/diana/internal/gatewaytest"
+	"github.com/diana-gw/diana/internal/redistest"
 	"github.com/diana-gw/diana/server"
 )
 
@@ -64,7 +65,7 @@ func BenchmarkForwardAuth(b *testing.B) {
 		b.Fatal(err)
 	}
 	nginx := func(auth bool) string {
-		port := gatewaytest.FreePort(b)
+		port := redistest.FreePort(b)
 		c := strings.NewReplacer("127.0.0.1:9090", s.AdminAddr(), "127.0.0.1:8000", strings.TrimPrefix(up.URL, "http://"),
 			"listen 8080;", "listen 127.0.0.1:"+strconv.Itoa(port)+";").Replace(string(conf))
 		if !auth {

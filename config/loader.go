@@ -13,8 +13,14 @@ import (
 	"github.com/diana-gw/diana/shared/conf"
 )
 
-// MaxSize is the largest document accepted from any source, in bytes.
-const MaxSize = 4 << 20
+// MaxSize is the largest document accepted from any source, in bytes. MaxSecret and MaxCA bound
+// the files a config names (ReadRegular): a secret is a password or a token, a PEM file (CAs, a
+// client certificate or its key) a few hundred certificates at most.
+const (
+	MaxSize   = 4 << 20
+	MaxSecret = 64 << 10
+	MaxCA     = 4 << 20
+)
 
 // DefaultInterval is how often sources are checked when Options.Interval is zero.
 const DefaultInterval = 5 * time.Second

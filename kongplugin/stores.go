@@ -66,7 +66,7 @@ func clusterStore(rc *redisConf) rules.Store {
 		into        *[]byte
 	}{{"redis_ssl_ca_file", rc.CAFile, &o.Conn.CACert}, {"redis_ssl_cert_file", rc.CertFile, &o.Conn.ClientCert}, {"redis_ssl_key_file", rc.KeyFile, &o.Conn.ClientKey}} {
 		if f.path != "" && err == nil {
-			if *f.into, err = config.ReadRegular(f.path, maxCA); err != nil {
+			if *f.into, err = config.ReadRegular(f.path, config.MaxCA); err != nil {
 				err = fmt.Errorf("%s: %w", f.field, err)
 			}
 		}
@@ -83,9 +83,6 @@ func clusterStore(rc *redisConf) rules.Store {
 	clusters[*rc] = st.Store
 	return st.Store
 }
-
-// maxCA bounds a CA file, a few hundred certificates.
-const maxCA = 4 << 20
 
 // failing is a backend whose every call fails with err: the store of a connection that cannot
 // be made.

@@ -214,13 +214,6 @@ func (c *Config) decodeServer(o *conf.Obj) {
 // (the convention of Docker and Kubernetes secrets; a final newline is dropped), read again at
 // every reload; or, when neither is set, in the environment variable env. Its value never
 // appears in an error or a log line.
-// maxSecret and maxCA bound the files a config names: a secret is a password or a token, a CA
-// bundle a few hundred certificates.
-const (
-	maxSecret = 64 << 10
-	maxCA     = 4 << 20
-)
-
 func secret(o *conf.Obj, field, fileField, env string) string {
 	v := o.String(field, "")
 	file := o.String(fileField, "")
@@ -228,7 +221,7 @@ func secret(o *conf.Obj, field, fileField, env string) string {
 	case v != "" && file != "":
 		o.Fail(fileField, "cannot be set with "+field+": give the secret one way")
 	case file != "":
-		b, err := config.ReadRegular(file, maxSecret)
+		b, err := config.ReadRegular(file, config.MaxSecret)
 		switch {
 		case err != nil:
 			o.Fail(fileField, "cannot be read: "+err.Error())
@@ -266,7 +259,7 @@ func decodeRedis(o *conf.Obj) *Redis {
 	r.SkipVerify = o.Bool("tls_skip_verify", false)
 	if ca := o.String("tls_ca_file", ""); ca != "" {
 		var err error
-		if r.CACert, err = config.ReadRegular(ca, maxCA); err != nil {
+		if r.CACert, err = config.ReadRegular(ca, config.MaxCA); err != nil {
 			o.Fail("tls_ca_file", "cannot be read: "+err.Error())
 		} else if _, err := (redisstore.Conn{TLS: true, CACert: r.CACert}).TLSConfig(); err != nil {
 			o.Fail("tls_ca_file", "holds no PEM certificate (want -----BEGIN CERTIFICATE----- blocks)")
@@ -275,7 +268,7 @@ func decodeRedis(o *conf.Obj) *Redis {
 	r.ClientCert = readPEM(o, "tls_cert_file")
 	r.ClientKey = readPEM(o, "tls_key_file")
 	switch {
-	case (r.ClientCert == nil) != (r.ClientKey == nil) && !failed(o, "tls_cert_file", "tls_key_file"):
+	case (r.ClientCert == nil) != (r.ClientKey == nil) && !o.Failed("tls_cert_file", "tls_key_file"):
 		o.Fail("tls_key_file", "tls_cert_file and tls_key_file go together: the client certificate and its key")
 	case r.ClientCert != nil && r.ClientKey != nil:
 		if _, err := tls.X509KeyPair(r.ClientCert, r.ClientKey); err != nil {
@@ -312,24 +305,12 @@ func readPEM(o *conf.Obj, field string) []byte {
 	if name == "" {
 		return nil
 	}
-	b, err := config.ReadRegular(name, maxCA)
+	b, err := config.ReadRegular(name, config.MaxCA)
 	if err != nil {
 		o.Fail(field, "cannot be read: "+err.Error())
 		return nil
 	}
 	return b
-}
-
-// failed reports whether o has an error on one of fields already.
-func failed(o *conf.Obj, fields ...string) bool {
-	for _, e := range o.Errors().List {
-		for _, f := range fields {
-			if e.Path == o.Path(f) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 func decodeRLS(o *conf.Obj, redis bool) *RLS {

@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/diana-gw/diana/internal/gatewaytest"
+	"github.com/diana-gw/diana/internal/redistest"
 	"github.com/diana-gw/diana/shared/rules"
 )
 
@@ -77,7 +78,7 @@ func gatewaySetup(t *testing.T) (ts *testServer, upstream string, served *atomic
 
 func TestNginxExample(t *testing.T) {
 	ts, upstream, served := gatewaySetup(t)
-	port := gatewaytest.FreePort(t)
+	port := redistest.FreePort(t)
 	gatewaytest.Nginx(t, example(t, "nginx.conf", "127.0.0.1:9090", strings.TrimPrefix(ts.admin, "http://"),
 		"127.0.0.1:8000", upstream, "listen 8080;", "listen 127.0.0.1:"+strconv.Itoa(port)+";"), port)
 	gatewaySteps(t, "http://127.0.0.1:"+strconv.Itoa(port), served)
@@ -86,7 +87,7 @@ func TestNginxExample(t *testing.T) {
 
 func TestCaddyExample(t *testing.T) {
 	ts, upstream, served := gatewaySetup(t)
-	port := gatewaytest.FreePort(t)
+	port := redistest.FreePort(t)
 	gatewaytest.Caddy(t, example(t, "Caddyfile", "127.0.0.1:9090", strings.TrimPrefix(ts.admin, "http://"),
 		"127.0.0.1:8000", upstream, ":8080 {", "http://:"+strconv.Itoa(port)+" {\n\tbind 127.0.0.1"), port)
 	gatewaySteps(t, "http://127.0.0.1:"+strconv.Itoa(port), served)

@@ -21,17 +21,6 @@ import (
 // startTimeout bounds the wait for a gateway to listen.
 const startTimeout = 20 * time.Second
 
-// FreePort returns a loopback port that was free a moment ago.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // Nginx runs nginx with conf, a whole nginx.conf whose server listens on 127.0.0.1:port, and
 // returns once the port accepts connections. The process runs in the foreground in a directory
 // of its own: its pid file, temporary files and logs (error.log, access.log) are there, and the

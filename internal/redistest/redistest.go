@@ -148,7 +148,7 @@ func StartCluster(t testing.TB) *Server {
 func clusterArgs(t testing.TB, dir string) []string {
 	return []string{"--cluster-enabled", "yes",
 		"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
-		"--cluster-port", strconv.Itoa(freePort(t)),
+		"--cluster-port", strconv.Itoa(FreePort(t)),
 		"--cluster-node-timeout", strconv.Itoa(int(ClusterNodeTimeout / time.Millisecond))}
 }
 
@@ -160,7 +160,7 @@ func newServer(t testing.TB, bin string) *Server {
 		t.Fatalf("%s is needed by this test and is not on PATH (make test installs it): %v", bin, err)
 	}
 	s := &Server{t: t, dir: t.TempDir(), bin: bin}
-	s.port = freePort(t)
+	s.port = FreePort(t)
 	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 	t.Cleanup(s.Stop)
 	return s
@@ -378,7 +378,9 @@ func clusterOK(ctx context.Context, c *redis.Client) error {
 	return nil
 }
 
-func freePort(t testing.TB) int {
+// FreePort returns a loopback port that was free a moment ago, for a server a test starts.
+func FreePort(t testing.TB) int {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("find a free port: %v", err)

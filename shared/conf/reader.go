@@ -317,6 +317,19 @@ func (o *Obj) Objs(key string) []*Obj {
 	return o.List(key)
 }
 
+// Failed reports whether an error is recorded on one of keys of o already (to say nothing more
+// of a field whose value was wrong).
+func (o *Obj) Failed(keys ...string) bool {
+	for _, e := range o.errs.List {
+		for _, k := range keys {
+			if e.Path == o.Path(k) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Refuse records reason on key if the object holds it (not null): for a field that another
 // field's value rules out. Done then says nothing more of it.
 func (o *Obj) Refuse(key, reason string) {

@@ -27,7 +27,7 @@ func (r *Rule) decodeBatch(o *conf.Obj) {
 		return
 	}
 	bo := o.Obj("batch")
-	if failed(o, "batch") {
+	if o.Failed("batch") {
 		return
 	}
 	bo.Require("max")
@@ -36,7 +36,7 @@ func (r *Rule) decodeBatch(o *conf.Obj) {
 	age := bo.Duration("max_age", 0, 0, algos.MaxSpan)
 	bo.Done()
 	switch {
-	case lo > hi && !failed(bo, "min") && !failed(bo, "max"):
+	case lo > hi && !bo.Failed("min") && !bo.Failed("max"):
 		bo.Fail("min", "must be at most max ("+strconv.FormatInt(hi, 10)+"), got "+strconv.FormatInt(lo, 10))
 	case r.Mode != Cluster:
 		o.Fail("batch", "applies only to cluster mode: a local rule already decides in this process")

@@ -108,7 +108,7 @@ func DecodeRule(o *conf.Obj) *Rule {
 		o.Require("name", "limit")
 	}
 	r.Name = o.String("name", "")
-	if o.Has("name") && !failed(o, "name") { // else it is missing, null or not a string, and said so
+	if o.Has("name") && !o.Failed("name") { // else it is missing, null or not a string, and said so
 		switch {
 		case r.Name == "":
 			o.Fail("name", "cannot be empty")
@@ -142,7 +142,7 @@ func DecodeRule(o *conf.Obj) *Rule {
 	r.Mode = Mode(o.EnumIndex("mode", ModeNames[:]...))
 	r.Action = Action(o.EnumIndex("action", ActionNames[:]...))
 	r.MaxDelay = o.Duration("max_delay", 0, 0, algos.MaxSpan)
-	if r.Action == Delay && r.MaxDelay == 0 && !failed(o, "max_delay") {
+	if r.Action == Delay && r.MaxDelay == 0 && !o.Failed("max_delay") {
 		o.Fail("max_delay", "is required (above 0) when action is delay")
 	}
 	r.Ban = o.Duration("ban", 0, 0, algos.MaxSpan)
@@ -194,7 +194,7 @@ var unlimitedRefuses = []string{"by", "cost", "limit", "mode", "action", "max_de
 
 // decodeUnlimited checks the rest of an unlimited rule: a match, and no field that counts.
 func (r *Rule) decodeUnlimited(o *conf.Obj) {
-	if r.Match.IsEmpty() && !failed(o, "match") {
+	if r.Match.IsEmpty() && !o.Failed("match") {
 		o.Fail("match", "an unlimited rule exempts the requests it matches from every rule: without a match nothing would be limited")
 	}
 	for _, k := range unlimitedRefuses {
@@ -206,14 +206,14 @@ func (r *Rule) decodeUnlimited(o *conf.Obj) {
 // decodeLimit reads the limit object and builds the algorithm (and its per-node share).
 func (r *Rule) decodeLimit(o *conf.Obj) {
 	lo := o.Obj("limit")
-	if !o.Has("limit") || failed(o, "limit") { // missing, null or not an object: said so already
+	if !o.Has("limit") || o.Failed("limit") { // missing, null or not an object: said so already
 		return
 	}
 	lo.Require("algorithm")
 	r.Algorithm = lo.String("algorithm", "")
 	kind, ok := algorithms[r.Algorithm]
 	if !ok {
-		if lo.Has("algorithm") && !failed(lo, "algorithm") { // else missing or not a string: said so
+		if lo.Has("algorithm") && !lo.Failed("algorithm") { // else missing or not a string: said so
 			lo.Fail("algorithm", "must be one of "+strings.Join(Algorithms(), ", ")+", got "+quote(r.Algorithm))
 		}
 		return
@@ -309,17 +309,6 @@ func validName(s string) bool {
 		}
 	}
 	return s != "" && len(s) <= maxName
-}
-
-// failed reports whether an error is already recorded on field key of o.
-func failed(o *conf.Obj, key string) bool {
-	p := o.Path(key)
-	for _, e := range o.Errors().List {
-		if e.Path == p {
-			return true
-		}
-	}
-	return false
 }
 
 func quote(s string) string { return strconv.Quote(s) }
