@@ -108,7 +108,9 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			return // the client went away while held; its reserved units stay spent
 		}
 		SetHeaders(w.Header(), &res)
-		start = time.Now()
+		if res.HasLeases() { // only lease holders report a latency: no clock read otherwise
+			start = time.Now()
+		}
 		next.ServeHTTP(w, r)
 	})
 }
