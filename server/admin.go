@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/conf"
 	"github.com/diana-gw/diana/shared/rules"
 )
 
@@ -135,7 +136,10 @@ func (s *Server) serveKey(w http.ResponseWriter, r *http.Request, name string, o
 	if !ok {
 		return
 	}
-	req, err := decodeStrict[KeyRequest](body)
+	var req KeyRequest
+	err := conf.DecodeObject(body, "rule, key", func(o *conf.Obj) {
+		req.Rule, req.Key = o.String("rule", ""), o.String("key", "")
+	})
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, errorBody{err.Error()})
 		return

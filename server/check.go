@@ -1,60 +1,21 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/netip"
-	"reflect"
 	"strings"
 
-	"github.com/diana-gw/diana/httplimit"
 	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/check"
 	"github.com/diana-gw/diana/shared/rules"
 )
 
 // maxCheckBody bounds the body of a /v1/check request.
 const maxCheckBody = 64 << 10
-
-// CheckRequest is the body of POST /v1/check: the request to decide, as the gateway sees it.
-// Every field is optional; an unknown field is refused (400, naming it): a misspelt field would
-// otherwise leave a rule without the value it counts by, and the request allowed.
-type CheckRequest struct {
-	Method   string `json:"method"`
-	Host     string `json:"host"`
-	Path     string `json:"path"` // the URL path, without the query
-	ClientIP string `json:"client_ip"`
-	Consumer string `json:"consumer"`
-	Route    string `json:"route"`
-	// Headers are the request headers that rules may match or count by; names are matched
-	// without regard to case.
-	Headers map[string]string `json:"headers"`
-}
-
-// CheckResponse is the reply of POST /v1/check (status 200).
-type CheckResponse struct {
-	Allowed bool   `json:"allowed"`
-	Rule    string `json:"rule"`   // the rule the numbers are from ("" when no rule applied)
-	Status  int    `json:"status"` // the status to answer a denied request with; 200 when allowed
-	// Limit, Remaining, Reset (seconds, rounded up) and RetryAfter (seconds, null when the
-	// request can never pass) are the rule's numbers.
-	Limit      int64  `json:"limit"`
-	Remaining  int64  `json:"remaining"`
-	Reset      int64  `json:"reset"`
-	RetryAfter *int64 `json:"retry_after"`
-	DelayMS    int64  `json:"delay_ms"` // hold an allowed request this long before forwarding it
-	// Headers are the rate-limit headers the reverse proxy would add to the response (on a
-	// denial and on an allowed request alike), already formatted.
-	Headers map[string]string `json:"headers"`
-	Body    string            `json:"body"` // the JSON body of a denial; "" when allowed
-	// Unlimited names the unlimited rule that exempted the request from every rule, if one did.
-	Unlimited string `json:"unlimited,omitempty"`
-}
 
 // headerMap is a request's headers by lower-case name; it implements rules.Headers.
 type headerMap map[string]string
@@ -89,8 +50,8 @@ func (s *Server) adminHandler() http.Handler {
 // the reverse proxy would, and returns the verdict, the headers and the denial body. The
 // request counts: an allowed check takes its units.
 //
-// Statuses: 200 with a CheckResponse; 400 {"error"} for a body that is not a JSON object of
-// CheckRequest's fields (an unknown field or null included), is over 64 KiB, or holds a
+// Statuses: 200 with a check.Response; 400 {"error"} for a body that is not a JSON object of
+// check.Request's fields (an unknown field or null included), is over 64 KiB, or holds a
 // client_ip that is not an IP address; 401
 // {"error"} when admin.token is set and the request lacks "Authorization: Bearer TOKEN";
 // 405 {"error"} for any method but POST.
@@ -112,10 +73,11 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 	if !res.Allowed {
 		s.logDenial(&in, &res)
 	}
-	writeJSON(w, http.StatusOK, checkResponse(&res))
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Write(append(checkResponse(&res).AppendJSON(make([]byte, 0, 512)), '\n'))
 }
 
-// checkInput reads the CheckRequest of a /v1/check or /v1/admin/peek call (admin: an admin
+// checkInput reads the check.Request of a /v1/check or /v1/admin/peek call (admin: an admin
 // operation) into the engine's input, answering the call itself when it cannot (401, 403, 400).
 func (s *Server) checkInput(w http.ResponseWriter, r *http.Request, admin bool) (*live, rules.Input, bool) {
 	if !s.authorized(w, r, admin) {
@@ -125,7 +87,7 @@ func (s *Server) checkInput(w http.ResponseWriter, r *http.Request, admin bool) 
 	if !ok {
 		return nil, rules.Input{}, false
 	}
-	req, err := decodeStrict[CheckRequest](body)
+	req, err := check.ParseRequest(body)
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, errorBody{err.Error()})
 		return nil, rules.Input{}, false
@@ -172,9 +134,9 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	return body, true
 }
 
-// input turns a CheckRequest into the engine's input, answering 400 itself for a client_ip
+// input turns a check.Request into the engine's input, answering 400 itself for a client_ip
 // that is not an IP address.
-func (l *live) input(w http.ResponseWriter, req *CheckRequest) (rules.Input, bool) {
+func (l *live) input(w http.ResponseWriter, req *check.Request) (rules.Input, bool) {
 	in := rules.Input{Method: req.Method, Host: req.Host, Path: req.Path, Consumer: req.Consumer, Route: req.Route}
 	if req.ClientIP != "" {
 		ip, err := netip.ParseAddr(req.ClientIP)
@@ -185,79 +147,27 @@ func (l *live) input(w http.ResponseWriter, req *CheckRequest) (rules.Input, boo
 		in.SetClient(ip, l.opts.IPv6Prefix)
 	}
 	h := make(headerMap, len(req.Headers))
-	for k, v := range req.Headers {
-		h[strings.ToLower(k)] = v
+	for _, kv := range req.Headers {
+		h[strings.ToLower(kv[0])] = kv[1]
 	}
 	in.Headers = h
 	return in, true
 }
 
-// decodeStrict reads a T from one JSON object of its fields, nothing else: an unknown field,
-// null, an empty body or a second object is an error that says so.
-func decodeStrict[T any](body []byte) (T, error) {
-	var v T
-	fields := jsonFields[T]()
-	if t := bytes.TrimSpace(body); len(t) == 0 || t[0] != '{' {
-		what := "nothing"
-		if len(t) > 0 {
-			what = string(t[:min(len(t), 20)])
-		}
-		return v, fmt.Errorf("the body must be a JSON object of the fields %s, got %s", fields, what)
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&v); err != nil {
-		if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			return v, fmt.Errorf("%s: unknown field; the fields are %s", strings.Trim(name, `"`), fields)
-		}
-		return v, errors.New(checkJSONError(err))
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return v, errors.New("the body holds more than one JSON object")
-	}
-	return v, nil
-}
-
-// jsonFields lists a struct's fields by their JSON names, for errors.
-func jsonFields[T any]() string {
-	t := reflect.TypeFor[T]()
-	names := make([]string, t.NumField())
-	for i := range names {
-		names[i], _, _ = strings.Cut(t.Field(i).Tag.Get("json"), ",")
-	}
-	return strings.Join(names, ", ")
-}
-
-// checkJSONError words a JSON decoding error for the caller, naming the field when it can.
-func checkJSONError(err error) string {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		switch {
-		case te.Field == "headers" || strings.HasPrefix(te.Field, "headers."):
-			return "headers: must be an object whose values are strings, got " + te.Value
-		case te.Field != "":
-			return te.Field + ": must be a string, got " + te.Value
-		}
-		return "the body must be a JSON object, got " + te.Value
-	}
-	return "the body is not valid JSON: " + err.Error()
-}
-
 // checkResponse builds the reply to a decided check.
-func checkResponse(res *rules.Result) *CheckResponse {
+func checkResponse(res *rules.Result) *check.Response {
 	d := &res.Decision
-	out := &CheckResponse{
-		Allowed:   res.Allowed,
-		Status:    http.StatusOK,
-		Limit:     d.Limit,
-		Remaining: d.Remaining,
-		Reset:     rules.Seconds(d.ResetAfter),
-		DelayMS:   (res.Delay + algos.Millisecond - 1) / algos.Millisecond,
-		Headers:   map[string]string{},
+	out := &check.Response{
+		Allowed:    res.Allowed,
+		Status:     http.StatusOK,
+		Limit:      d.Limit,
+		Remaining:  d.Remaining,
+		Reset:      rules.Seconds(d.ResetAfter),
+		RetryAfter: -1,
+		DelayMS:    (res.Delay + algos.Millisecond - 1) / algos.Millisecond,
 	}
 	if d.RetryAfter != algos.Never {
-		ra := rules.Seconds(d.RetryAfter)
-		out.RetryAfter = &ra
+		out.RetryAfter = rules.Seconds(d.RetryAfter)
 	}
 	if res.Rule != nil {
 		out.Rule = res.Rule.Name
@@ -265,10 +175,9 @@ func checkResponse(res *rules.Result) *CheckResponse {
 	if res.Unlimited != nil {
 		out.Unlimited = res.Unlimited.Name
 	}
-	h := http.Header{}
-	httplimit.SetHeaders(h, res)
-	for k, v := range h {
-		out.Headers[k] = strings.Join(v, ", ")
+	var buf [6]rules.Header
+	for _, x := range res.AppendHeaders(buf[:0]) {
+		out.Headers = append(out.Headers, [2]string{x.Name, x.Value})
 	}
 	if !res.Allowed {
 		status, body := res.Denial()

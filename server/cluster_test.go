@@ -160,15 +160,15 @@ func TestClusterMode(t *testing.T) {
 	}
 
 	// The decision API counts in the same place: a is spent, b has its own 5.
-	if _, res := check(t, ts, `{"client_ip":"`+a+`"}`, ""); res == nil || res.Allowed || res.Status != 429 || res.Limit != 5 || res.Remaining != 0 {
+	if _, res := postCheck(t, ts, `{"client_ip":"`+a+`"}`, ""); res == nil || res.Allowed || res.Status != 429 || res.Limit != 5 || res.Remaining != 0 {
 		t.Errorf("/v1/check for %s: %+v, want a 429 denial with limit 5", a, res)
 	}
 	for i := 1; i <= 5; i++ {
-		if _, res := check(t, ts, `{"client_ip":"`+b+`"}`, ""); res == nil || !res.Allowed || res.Rule != "per-ip" || res.Remaining != int64(5-i) {
+		if _, res := postCheck(t, ts, `{"client_ip":"`+b+`"}`, ""); res == nil || !res.Allowed || res.Rule != "per-ip" || res.Remaining != int64(5-i) {
 			t.Fatalf("/v1/check %d for %s: %+v, want allowed with remaining %d", i, b, res, 5-i)
 		}
 	}
-	if _, res := check(t, ts, `{"client_ip":"`+b+`"}`, ""); res == nil || res.Allowed || res.RetryAfter == nil || *res.RetryAfter < 1 {
+	if _, res := postCheck(t, ts, `{"client_ip":"`+b+`"}`, ""); res == nil || res.Allowed || res.RetryAfter == nil || *res.RetryAfter < 1 {
 		t.Errorf("/v1/check 6 for %s: %+v, want denied with a retry_after", b, res)
 	}
 	if r := get(t, ts.proxy+"/", b); r.status != 429 {
@@ -416,7 +416,7 @@ func TestClusterTopology(t *testing.T) {
 	if r := get(t, ts.proxy+"/", y); r.status != 200 || r.header.Get("RateLimit-Remaining") != "2" {
 		t.Fatalf("another client: status %d, RateLimit-Remaining %q", r.status, r.header.Get("RateLimit-Remaining"))
 	}
-	if _, res := check(t, ts, `{"client_ip":"`+y+`"}`, ""); res == nil || !res.Allowed || res.Remaining != 1 {
+	if _, res := postCheck(t, ts, `{"client_ip":"`+y+`"}`, ""); res == nil || !res.Allowed || res.Remaining != 1 {
 		t.Fatalf("/v1/check: %+v, want allowed with remaining 1", res)
 	}
 	for _, rule := range []string{"global", "per-ip"} {

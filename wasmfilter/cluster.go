@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/diana-gw/diana/shared/conf"
+	"github.com/diana-gw/diana/shared/check"
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -37,55 +37,25 @@ func (h *httpContext) callout(in *rules.Input) types.Action {
 	return types.ActionPause
 }
 
-// checkBody is the JSON of dianad's CheckRequest (see docs/api.md).
+// checkBody is the body of dianad's POST /v1/check (shared/check, docs/api.md).
 func (h *httpContext) checkBody(in *rules.Input, c *clusterConfig) []byte {
-	b := make([]byte, 0, 512)
-	b = append(b, `{"method":`...)
-	b = conf.AppendJSONString(b, in.Method)
-	b = append(b, `,"host":`...)
-	b = conf.AppendJSONString(b, in.Host)
-	b = append(b, `,"path":`...)
-	b = conf.AppendJSONString(b, in.Path)
-	if h.addr != "" {
-		b = append(b, `,"client_ip":`...)
-		b = conf.AppendJSONString(b, h.addr)
-	}
-	if in.Consumer != "" {
-		b = append(b, `,"consumer":`...)
-		b = conf.AppendJSONString(b, in.Consumer)
-	}
-	if in.Route != "" {
-		b = append(b, `,"route":`...)
-		b = conf.AppendJSONString(b, in.Route)
-	}
-	b = append(b, `,"headers":{`...)
-	n := 0
-	add := func(k, v string) {
-		if len(b)+len(k)+len(v)+16 > maxCheckBody {
-			return
-		}
-		if n > 0 {
-			b = append(b, ',')
-		}
-		n++
-		b = conf.AppendJSONString(b, k)
-		b = append(b, ':')
-		b = conf.AppendJSONString(b, v)
-	}
+	req := check.Request{Method: in.Method, Host: in.Host, Path: in.Path, ClientIP: h.addr,
+		Consumer: in.Consumer, Route: in.Route}
 	if c.headers != nil {
 		for _, k := range c.headers {
 			if v, err := proxywasm.GetHttpRequestHeader(k); err == nil {
-				add(k, v)
+				req.Headers = append(req.Headers, [2]string{k, v})
 			}
 		}
 	} else if all, err := proxywasm.GetHttpRequestHeaders(); err == nil {
+		req.Headers = all[:0]
 		for _, kv := range all {
 			if k := strings.ToLower(kv[0]); k != "" && k[0] != ':' && !sensitive(k) {
-				add(k, kv[1])
+				req.Headers = append(req.Headers, [2]string{k, kv[1]})
 			}
 		}
 	}
-	return append(b, "}}"...)
+	return req.AppendJSON(make([]byte, 0, 512), maxCheckBody)
 }
 
 // onCheck handles dianad's answer (or its absence: 0 headers on a reset, 504 on a timeout).
@@ -116,17 +86,20 @@ func (h *httpContext) onCheck(numHeaders, bodySize, _ int) {
 			return
 		}
 	}
-	ans, reason := parseCheck(body)
-	if reason != "" {
-		h.failed("dianad's answer is unreadable: "+reason, true)
+	ans, err := check.ParseResponse(body)
+	if err != nil {
+		h.failed("dianad's answer is unreadable: "+err.Error(), true)
 		return
 	}
-	if !ans.allowed {
-		h.reply(ans.status, append(ans.headers, ratelimited), []byte(ans.body))
+	for i := range ans.Headers { // Envoy keeps header names in lower case
+		ans.Headers[i][0] = strings.ToLower(ans.Headers[i][0])
+	}
+	if !ans.Allowed {
+		h.reply(ans.Status, append(ans.Headers, ratelimited), []byte(ans.Body))
 		return
 	}
-	if len(ans.headers) > 0 {
-		h.hdrs = ans.headers
+	if len(ans.Headers) > 0 {
+		h.hdrs = ans.Headers
 	}
 	h.resume()
 }
@@ -137,40 +110,6 @@ func (h *httpContext) resume() {
 	if err := proxywasm.ResumeHttpRequest(); err != nil {
 		proxywasm.LogWarn("diana.wasm: resuming the request: " + err.Error())
 	}
-}
-
-// checkAnswer is what the filter uses of dianad's CheckResponse.
-type checkAnswer struct {
-	allowed bool
-	status  int
-	headers [][2]string
-	body    string
-}
-
-// parseCheck reads dianad's answer; unknown fields are ignored (a newer dianad may add some).
-func parseCheck(body []byte) (checkAnswer, string) {
-	var a checkAnswer
-	v, err := conf.ParseJSON(body)
-	if err != nil {
-		return a, err.Error()
-	}
-	errs := &conf.Errors{}
-	o := conf.Read(v, errs)
-	o.Require("allowed")
-	a.allowed = o.Bool("allowed", false)
-	a.status = int(o.Int("status", 429, 100, 599))
-	names, vals := o.StringMap("headers")
-	for i, n := range names {
-		a.headers = append(a.headers, [2]string{strings.ToLower(n), vals[i]})
-	}
-	a.body = o.String("body", "")
-	if err := errs.Err(); err != nil {
-		return a, err.Error()
-	}
-	if !a.allowed && a.status < 400 {
-		return a, "status: a denial needs a status of 400 or more, got " + strconv.Itoa(a.status)
-	}
-	return a, ""
 }
 
 // failed applies cluster.on_failure to a request dianad could not decide; paused tells

@@ -296,14 +296,6 @@ func TestOddInput(t *testing.T) {
 			e.request("", h...)
 		}
 	}
-	for _, body := range []string{"", "{", "[]", `{"allowed": "yes"}`, `{"allowed": false, "status": 200}`, `{"allowed": false, "status": 1e400}`, `{"allowed": true, "headers": {"a": 1}}`} {
-		if _, reason := parseCheck([]byte(body)); reason == "" {
-			t.Errorf("parseCheck(%q) accepted", body)
-		}
-	}
-	if a, reason := parseCheck([]byte(`{"allowed": true, "status": 200, "future": [1, {}]}`)); reason != "" || !a.allowed {
-		t.Errorf("unknown fields: %v %q", a, reason)
-	}
 }
 
 // Every spelling of /api/login counts against a rule on /api/login, in Go and in the compiled

@@ -1,7 +1,9 @@
 package conf
 
 import (
+	"errors"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -39,7 +41,9 @@ func (e *SyntaxError) Error() string {
 //
 // Every error is a *SyntaxError.
 func ParseJSON(data []byte) (Value, error) {
-	p := &jsonParser{data: data}
+	// One copy of the document backs every string without escapes: one allocation, not one
+	// per string.
+	p := &jsonParser{data: data, src: string(data)}
 	p.skipSpace()
 	if p.pos == len(data) {
 		return nil, p.errAt(p.pos, "empty document (expected a value)")
@@ -57,6 +61,7 @@ func ParseJSON(data []byte) (Value, error) {
 
 type jsonParser struct {
 	data []byte
+	src  string // data as a string
 	pos  int
 	buf  []byte // scratch space for strings with escapes, reused from one string to the next
 }
@@ -289,7 +294,7 @@ func (p *jsonParser) str() (string, error) {
 		switch {
 		case c == '"':
 			p.pos = i + 1
-			return string(d[start+1 : i]), nil
+			return p.src[start+1 : i], nil
 		case c == '\\':
 			return p.strEscaped(start, i)
 		case c < 0x20:
@@ -513,4 +518,55 @@ func skipDigits(d []byte, i int) int {
 func isWordByte(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || isDigit(c) ||
 		c == '_' || c == '.' || c == '+' || c == '-'
+}
+
+// DecodeObject reads body, which must be one JSON object, with read, then refuses the fields
+// read did not ask for. It returns the first error, naming its field: enough for a caller of
+// an API to fix the request. fields lists the object's fields for the errors, e.g. "rule, key".
+//
+// Unlike ParseJSON, it reads each byte of invalid UTF-8 as U+FFFD (as AppendJSONString writes it
+// and encoding/json reads it): a gateway may pass on a client's bytes as they came, and a
+// hostile client must not make the call unreadable.
+func DecodeObject(body []byte, fields string, read func(o *Obj)) error {
+	if !utf8.Valid(body) {
+		body = AppendValidUTF8(nil, body)
+	}
+	if t := strings.TrimSpace(string(body)); t == "" || t[0] != '{' {
+		what := "nothing"
+		if t != "" {
+			what = t[:min(len(t), 20)]
+		}
+		return errors.New("the body must be a JSON object of the fields " + fields + ", got " + what)
+	}
+	v, err := ParseJSON(body)
+	if err != nil {
+		return errors.New("the body is not valid JSON: " + err.Error())
+	}
+	errs := &Errors{}
+	o := Read(v, errs)
+	read(o)
+	o.Done()
+	if len(errs.List) == 0 {
+		return nil
+	}
+	e := errs.List[0]
+	msg := e.Path + ": " + e.Reason
+	if e.Reason == "unknown field" {
+		msg += "; the fields are " + fields
+	}
+	return errors.New(msg)
+}
+
+// AppendValidUTF8 appends b with each byte of invalid UTF-8 replaced by U+FFFD.
+func AppendValidUTF8(dst, b []byte) []byte {
+	for len(b) > 0 {
+		r, size := utf8.DecodeRune(b)
+		if r == utf8.RuneError && size == 1 {
+			dst = utf8.AppendRune(dst, utf8.RuneError)
+		} else {
+			dst = append(dst, b[:size]...)
+		}
+		b = b[size:]
+	}
+	return dst
 }

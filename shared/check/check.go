@@ -1,0 +1,189 @@
+// Package check is the wire format of dianad's decision API, POST /v1/check (docs/api.md): the
+// request a gateway sends and the answer it gets back. dianad reads requests and writes answers
+// with it, the Envoy filter writes requests and reads answers with it, so the two cannot
+// disagree on a field's name or type.
+//
+// It uses no reflection and compiles under TinyGo (the JSON goes through shared/conf).
+package check
+
+import (
+	"errors"
+	"strconv"
+
+	"github.com/diana-gw/diana/shared/conf"
+)
+
+// Request is the body of POST /v1/check: the request to decide, as the gateway sees it. Every
+// field is optional.
+type Request struct {
+	Method   string
+	Host     string
+	Path     string // the URL path, without the query
+	ClientIP string
+	Consumer string
+	Route    string
+	// Headers are the request headers that rules may match or count by, in order; dianad
+	// matches their names without regard to case.
+	Headers [][2]string
+}
+
+// requestFields are Request's fields by their JSON names, in order, for errors.
+const requestFields = "method, host, path, client_ip, consumer, route, headers"
+
+// AppendJSON appends r as JSON. Headers that would take b past max bytes are left out (dianad
+// refuses bodies over 64 KiB), as a request must still be decided without them.
+func (r *Request) AppendJSON(b []byte, max int) []byte {
+	b = appendField(b, '{', "method", r.Method)
+	b = appendField(b, ',', "host", r.Host)
+	b = appendField(b, ',', "path", r.Path)
+	for _, f := range [...]struct{ name, v string }{{"client_ip", r.ClientIP}, {"consumer", r.Consumer}, {"route", r.Route}} {
+		if f.v != "" {
+			b = appendField(b, ',', f.name, f.v)
+		}
+	}
+	b = append(b, `,"headers":{`...)
+	sep := false
+	for _, kv := range r.Headers {
+		if len(b)+len(kv[0])+len(kv[1])+16 > max { // 16: quotes, colon, comma and the closing "}}"
+			continue
+		}
+		if sep {
+			b = append(b, ',')
+		}
+		sep = true
+		b = conf.AppendJSONString(b, kv[0])
+		b = append(b, ':')
+		b = conf.AppendJSONString(b, kv[1])
+	}
+	return append(b, "}}"...)
+}
+
+// ParseRequest reads a Request from one JSON object of its fields, nothing else: an unknown
+// field (a misspelt client_ip would leave a per-IP rule without its address), a value that is
+// not a string, null, or anything but one object is an error that names the field.
+func ParseRequest(body []byte) (Request, error) {
+	var r Request
+	err := conf.DecodeObject(body, requestFields, func(o *conf.Obj) {
+		r.Method = o.String("method", "")
+		r.Host = o.String("host", "")
+		r.Path = o.String("path", "")
+		r.ClientIP = o.String("client_ip", "")
+		r.Consumer = o.String("consumer", "")
+		r.Route = o.String("route", "")
+		names, vals := o.StringMap("headers")
+		if len(names) > 0 {
+			r.Headers = make([][2]string, len(names))
+			for i, n := range names {
+				r.Headers[i] = [2]string{n, vals[i]}
+			}
+		}
+	})
+	return r, err
+}
+
+// Response is the answer of POST /v1/check (status 200).
+type Response struct {
+	Allowed bool
+	Rule    string // the rule the numbers are from ("" when no rule applied)
+	Status  int    // the status to answer a denied request with; 200 when allowed
+	// Limit, Remaining and Reset (seconds, rounded up) are the rule's numbers.
+	Limit     int64
+	Remaining int64
+	Reset     int64
+	// RetryAfter is in seconds, rounded up; negative (null on the wire) when the request can
+	// never pass.
+	RetryAfter int64
+	DelayMS    int64 // hold an allowed request this long before forwarding it
+	// Headers are the rate-limit headers to set on the response (on a denial and on an allowed
+	// request alike), already formatted, in order.
+	Headers [][2]string
+	Body    string // the JSON body of a denial; "" when allowed
+	// Unlimited names the unlimited rule that exempted the request from every rule, if one did
+	// (left out of the JSON when "").
+	Unlimited string
+}
+
+// AppendJSON appends r as JSON.
+func (r *Response) AppendJSON(b []byte) []byte {
+	b = append(b, `{"allowed":`...)
+	b = strconv.AppendBool(b, r.Allowed)
+	b = appendField(b, ',', "rule", r.Rule)
+	b = appendInt(b, "status", int64(r.Status))
+	b = appendInt(b, "limit", r.Limit)
+	b = appendInt(b, "remaining", r.Remaining)
+	b = appendInt(b, "reset", r.Reset)
+	if r.RetryAfter < 0 {
+		b = append(b, `,"retry_after":null`...)
+	} else {
+		b = appendInt(b, "retry_after", r.RetryAfter)
+	}
+	b = appendInt(b, "delay_ms", r.DelayMS)
+	b = append(b, `,"headers":{`...)
+	for i, kv := range r.Headers {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = conf.AppendJSONString(b, kv[0])
+		b = append(b, ':')
+		b = conf.AppendJSONString(b, kv[1])
+	}
+	b = append(b, '}')
+	b = appendField(b, ',', "body", r.Body)
+	if r.Unlimited != "" {
+		b = appendField(b, ',', "unlimited", r.Unlimited)
+	}
+	return append(b, '}')
+}
+
+// ParseResponse reads a Response. Unknown fields are ignored (a newer dianad may add some);
+// "allowed" is required, and a denial must carry a status of 400 or more.
+func ParseResponse(body []byte) (Response, error) {
+	var r Response
+	v, err := conf.ParseJSON(body)
+	if err != nil {
+		return r, err
+	}
+	errs := &conf.Errors{}
+	o := conf.Read(v, errs)
+	o.Require("allowed")
+	r.Allowed = o.Bool("allowed", false)
+	r.Rule = o.String("rule", "")
+	r.Status = int(o.Int("status", 429, 100, 599))
+	r.Limit = o.Int("limit", 0, 0, maxInt)
+	r.Remaining = o.Int("remaining", 0, 0, maxInt)
+	r.Reset = o.Int("reset", 0, 0, maxInt)
+	r.RetryAfter = -1
+	if o.Has("retry_after") {
+		r.RetryAfter = o.Int("retry_after", -1, 0, maxInt) // null reads as absent: never
+	}
+	r.DelayMS = o.Int("delay_ms", 0, 0, maxInt)
+	names, vals := o.StringMap("headers")
+	for i, n := range names {
+		r.Headers = append(r.Headers, [2]string{n, vals[i]})
+	}
+	r.Body = o.String("body", "")
+	r.Unlimited = o.String("unlimited", "")
+	if err := errs.Err(); err != nil {
+		return r, err
+	}
+	if !r.Allowed && r.Status < 400 {
+		return r, errors.New("status: a denial needs a status of 400 or more, got " + strconv.Itoa(r.Status))
+	}
+	return r, nil
+}
+
+const maxInt = 1<<63 - 1
+
+func appendField(b []byte, sep byte, name, v string) []byte {
+	b = append(b, sep, '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return conf.AppendJSONString(b, v)
+}
+
+func appendInt(b []byte, name string, v int64) []byte {
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return strconv.AppendInt(b, v, 10)
+}
