@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/netip"
 	"runtime/debug"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -245,18 +247,12 @@ type held struct {
 // clock is time.Now; tests set it to give requests the latency they need.
 var clock = time.Now
 
-// input asks Kong for what the rules count by, and nothing else.
+// input asks Kong for what the rules count by, and nothing else. The client address comes last,
+// and only when a rule reads it: it counts by ip, or a value it counts by is missing (a request
+// without a consumer counts by its address).
 func (c *Config) input(kong *pdk.PDK) (rules.Input, bool) {
 	n := &c.s.needs
 	in := rules.Input{}
-	if n.IP {
-		ip, err := kong.Client.GetForwardedIp()
-		if err != nil {
-			return in, false
-		}
-		a, _ := netip.ParseAddr(ip)
-		in.SetClient(a, 64)
-	}
 	if n.Consumer {
 		if cons, err := kong.Client.GetConsumer(); err == nil {
 			in.Consumer = cons.Id
@@ -284,23 +280,38 @@ func (c *Config) input(kong *pdk.PDK) (rules.Input, bool) {
 		}
 		in.Headers = h
 	}
+	if n.IP && slices.ContainsFunc(c.s.Rules, func(r *rules.Rule) bool { return r.ReadsAddr(&in) }) {
+		ip, err := kong.Client.GetForwardedIp()
+		if err != nil {
+			return in, false
+		}
+		a, _ := netip.ParseAddr(ip)
+		in.SetClient(a, 64)
+	}
 	return in, true
 }
 
-// pdkHeaders gives the rules the request headers they read, one PDK call each, and the
-// credential id under credentialHeader.
+// pdkHeaders gives the rules the request headers they read, one PDK call per header however
+// often it is read, and the credential id under credentialHeader.
 type pdkHeaders struct {
 	kong       *pdk.PDK
 	credential string
+	read       [][2]string // the headers asked for so far, name and value
 }
 
 func (h *pdkHeaders) Get(name string) string {
 	if name == credentialHeader {
 		return h.credential
 	}
+	for _, kv := range h.read {
+		if strings.EqualFold(kv[0], name) {
+			return kv[1]
+		}
+	}
 	v, err := h.kong.Request.GetHeader(name)
 	if err != nil {
-		return ""
+		v = ""
 	}
+	h.read = append(h.read, [2]string{name, v})
 	return v
 }

@@ -2,6 +2,8 @@ package rules
 
 import (
 	"net/http"
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -145,5 +147,51 @@ func TestKeyReusesBuffer(t *testing.T) {
 	k = r.key(k, &Input{ClientIP: "5.6.7.8"})
 	if string(k) != "r|5.6.7.8" {
 		t.Errorf("second key = %q", k)
+	}
+}
+
+// ReadsAddr is false only where the address cannot change the key: over every combination of
+// dimensions and of values present or missing, a rule that does not read the address gives the
+// same key with and without one.
+func TestReadsAddr(t *testing.T) {
+	dims := []string{`"ip"`, `"consumer"`, `"route"`, `"path"`, `"header:X-Api-Key"`, `"device"`, `"global"`}
+	for mask := 1; mask < 1<<len(dims); mask++ {
+		var by []string
+		for i, d := range dims {
+			if mask&(1<<i) != 0 {
+				by = append(by, d)
+			}
+		}
+		r := ruleBy(t, "["+strings.Join(by, ",")+"]")
+		for present := 0; present < 16; present++ {
+			in := Input{Path: "/p"}
+			if present&1 != 0 {
+				in.Consumer = "c"
+			}
+			if present&2 != 0 {
+				in.Route = "r"
+			}
+			h := http.Header{}
+			if present&4 != 0 {
+				h.Set("X-Api-Key", "k")
+			}
+			if present&8 != 0 {
+				h.Set("X-Device-Id", "d")
+			}
+			in.Headers = h
+			reads := r.ReadsAddr(&in)
+			without := keyOf(r, &in)
+			in.SetClient(netip.MustParseAddr("192.0.2.1"), 64)
+			if with := keyOf(r, &in); !reads && with != without {
+				t.Errorf("by %v, %+v: ReadsAddr false, but the key is %q with the address, %q without", by, in, with, without)
+			}
+			if !reads && slices.Contains(by, `"ip"`) {
+				t.Errorf("by %v: ReadsAddr false for a rule counting by ip", by)
+			}
+		}
+	}
+	m := ruleBy(t, `["global"], "match": {"clients": ["10.0.0.0/8"]}`)
+	if !m.ReadsAddr(&Input{}) {
+		t.Error("a rule matching clients does not read the address")
 	}
 }

@@ -106,6 +106,27 @@ func (r *Rule) key(dst []byte, in *Input) []byte {
 	return dst
 }
 
+// ReadsAddr reports whether deciding in under r reads the client address: r matches by
+// clients, counts by ip, or one of its dimensions has no value in in (see key). A front end where
+// asking for the address costs a call (Kong) asks only then; in must hold everything else r
+// reads.
+func (r *Rule) ReadsAddr(in *Input) bool {
+	if len(r.Match.Clients) > 0 {
+		return true
+	}
+	for i := range r.Match.Not {
+		if len(r.Match.Not[i].Clients) > 0 {
+			return true
+		}
+	}
+	for _, d := range r.dims {
+		if _, ok := d.Value(in); !ok || isIP(d) {
+			return true
+		}
+	}
+	return false
+}
+
 func isIP(d Dimension) bool {
 	_, ok := d.(ipField)
 	return ok
