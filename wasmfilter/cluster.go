@@ -32,8 +32,9 @@ func (h *httpContext) callout(in *rules.Input) types.Action {
 		hdrs = append(hdrs, [2]string{"authorization", "Bearer " + c.token})
 	}
 	if _, err := proxywasm.DispatchHttpCall(c.name, hdrs, body, nil, c.timeoutMS, h.onCheck); err != nil {
-		return h.failed("dispatching to cluster "+c.name+": "+err.Error(), false)
+		return h.failed("dispatching to cluster "+c.name+": "+err.Error())
 	}
+	h.paused = true
 	return types.ActionPause
 }
 
@@ -61,12 +62,12 @@ func (h *httpContext) checkBody(in *rules.Input, c *clusterConfig) []byte {
 // onCheck handles dianad's answer (or its absence: 0 headers on a reset, 504 on a timeout).
 func (h *httpContext) onCheck(numHeaders, bodySize, _ int) {
 	if numHeaders == 0 {
-		h.failed("no answer from cluster "+h.p.cfg.cluster.name+" (connection failed or reset)", true)
+		h.failed("no answer from cluster "+h.p.cfg.cluster.name+" (connection failed or reset)")
 		return
 	}
 	hdrs, err := proxywasm.GetHttpCallResponseHeaders()
 	if err != nil {
-		h.failed("reading dianad's answer: "+err.Error(), true)
+		h.failed("reading dianad's answer: "+err.Error())
 		return
 	}
 	status := ""
@@ -76,25 +77,25 @@ func (h *httpContext) onCheck(numHeaders, bodySize, _ int) {
 		}
 	}
 	if len(status) != 3 || status[0] != '2' {
-		h.failed("dianad answered with status "+strconv.Quote(status), true)
+		h.failed("dianad answered with status "+strconv.Quote(status))
 		return
 	}
 	var body []byte
 	if bodySize > 0 {
 		if body, err = proxywasm.GetHttpCallResponseBody(0, bodySize); err != nil {
-			h.failed("reading dianad's answer: "+err.Error(), true)
+			h.failed("reading dianad's answer: "+err.Error())
 			return
 		}
 	}
 	ans, err := check.ParseResponse(body)
 	if err != nil {
-		h.failed("dianad's answer is unreadable: "+err.Error(), true)
+		h.failed("dianad's answer is unreadable: "+err.Error())
 		return
 	}
 	for i := range ans.Headers { // Envoy keeps header names in lower case
 		ans.Headers[i][0] = strings.ToLower(ans.Headers[i][0])
 	}
-	if !ans.Allowed {
+	if !ans.Allowed && h.enforced("dianad's "+strconv.Quote(ans.Rule)) {
 		h.reply(ans.Status, append(ans.Headers, ratelimited), []byte(ans.Body))
 		return
 	}
@@ -112,16 +113,18 @@ func (h *httpContext) resume() {
 	}
 }
 
-// failed applies cluster.on_failure to a request dianad could not decide; paused tells
-// whether the request waits for the callout (it must then be resumed or answered).
-func (h *httpContext) failed(reason string, paused bool) types.Action {
+// failed applies cluster.on_failure to a request dianad could not decide; if it waits for the
+// callout (h.paused), it is resumed or answered.
+func (h *httpContext) failed(reason string) types.Action {
 	p := h.p
 	p.m.backendErrors.Increment(1)
 	p.callouts.add(reason + "; on_failure " + p.cfg.cluster.onFailure.String() + ", client " + h.client())
 	switch p.cfg.cluster.onFailure {
 	case rules.FailClosed:
 		h.hdrs = nil
-		return h.reply(p.cfg.cluster.status, nil, rules.DenialBody("rate limit service unavailable", -1))
+		if h.enforced("(on_failure: closed)") {
+			return h.reply(p.cfg.cluster.status, nil, rules.DenialBody("rate limit service unavailable", -1))
+		}
 	case rules.FailLocal:
 		in := h.input()
 		res := h.check(p.fallback, &in)
@@ -130,10 +133,5 @@ func (h *httpContext) failed(reason string, paused bool) types.Action {
 		}
 		h.hdrs = appendHeaders(h.hdrs[:0], &res)
 	}
-	if paused {
-		h.resume()
-		return types.ActionPause // ignored: the callback's return
-	}
-	h.allow()
-	return types.ActionContinue
+	return h.pass()
 }

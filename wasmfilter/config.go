@@ -25,6 +25,11 @@ type config struct {
 	slotEntries int // identities one slot holds before it evicts
 	casRetries  int // attempts of get → decide → set before giving up
 
+	// enabled and enforced are local_ratelimit's filter_enabled and filter_enforced, in parts
+	// per million: the requests the filter decides at all, and of those, the ones whose denial
+	// it answers (the others pass, counted and logged as a shadow rule's would-be denials).
+	enabled, enforced int64
+
 	cluster *clusterConfig // nil: local mode only
 }
 
@@ -68,6 +73,8 @@ func parseConfig(data []byte) (*config, error) {
 	c.slots = int(o.Int("slots", 512, 1, maxSlots))
 	c.slotEntries = int(o.Int("slot_entries", 16, 1, maxSlotEntries))
 	c.casRetries = int(o.Int("cas_retries", 8, 1, maxCASRetries))
+	c.enabled = decodeFraction(o, "filter_enabled")
+	c.enforced = decodeFraction(o, "filter_enforced")
 	if o.Has("cluster") {
 		c.cluster = decodeCluster(o.Obj("cluster"), c.consumer)
 		for _, r := range c.cluster.rules { // one name, one state: they would share slots

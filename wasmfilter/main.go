@@ -15,6 +15,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"runtime"
 	"strconv"
@@ -64,6 +65,8 @@ const (
 	metricOverflow     = "diana.slot_overflows"        // decisions on a slot's overflow state: its entries were all live
 	metricDataErrors   = "diana.shared_data_errors"    // requests a rule let through because shared data failed
 	metricHeap         = "diana.heap_bytes"            // gauge: this VM's heap, updated every tick
+	metricNotEnabled   = "diana.not_enabled"           // requests filter_enabled left out: let through undecided (counted in allowed too)
+	metricNotEnforced  = "diana.not_enforced"          // denials filter_enforced did not answer (counted in shadow_denied too)
 )
 
 // tickMS is how often each VM updates its heap gauge and rereads the hash key.
@@ -71,6 +74,7 @@ const tickMS = 10_000
 
 type metrics struct {
 	allowed, denied, shadowDenied, unlimited, backendErrors, casExhausted, overflow, dataErrors proxywasm.MetricCounter
+	notEnabled, notEnforced                                                                     proxywasm.MetricCounter
 	heap                                                                                        proxywasm.MetricGauge
 }
 
@@ -88,8 +92,9 @@ type pluginContext struct {
 	heap     int64 // the heap gauge's value
 
 	// Logs of events that a flood could repeat: failed callouts, local replies the host
-	// refused, shadow denials, shared-data failures.
-	callouts, replies, shadows, dataLog summary
+	// refused, shadow denials, shared-data failures, requests filter_enabled left out.
+	callouts, replies, shadows, dataLog, notEnabled summary
+	sample                                          sampler // filter_enabled and filter_enforced
 }
 
 // OnPluginStart parses and validates the configuration; a bad one fails the start (Envoy then
@@ -121,6 +126,8 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		overflow:      proxywasm.DefineCounterMetric(metricOverflow),
 		dataErrors:    proxywasm.DefineCounterMetric(metricDataErrors),
 		heap:          proxywasm.DefineGaugeMetric(metricHeap),
+		notEnabled:    proxywasm.DefineCounterMetric(metricNotEnabled),
+		notEnforced:   proxywasm.DefineCounterMetric(metricNotEnforced),
 	}
 	if err := proxywasm.SetTickPeriodMilliSeconds(tickMS); err != nil {
 		proxywasm.LogWarn("diana.wasm: no ticks, the heap gauge stays 0: " + err.Error())
@@ -138,6 +145,17 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	p.replies.what = "a local reply was refused by the host, the request went on"
 	p.shadows.what = "shadow rule would have denied"
 	p.dataLog.what = "shared data failed, the rule let the request through"
+	p.notEnabled.what = "filter_enabled is " + percent(cfg.enabled) + ": a request was let through undecided"
+	var seed [8]byte
+	if err := readRandom(seed[:]); err != nil {
+		proxywasm.LogCritical("diana.wasm: no randomness for filter_enabled and filter_enforced: " + err.Error())
+		return types.OnPluginStartStatusFailed
+	}
+	p.sample.x = binary.LittleEndian.Uint64(seed[:]) | 1 // xorshift needs a state other than 0
+	if cfg.enabled < million || cfg.enforced < million {
+		proxywasm.LogWarn("diana.wasm: filter_enabled " + percent(cfg.enabled) + ", filter_enforced " + percent(cfg.enforced) +
+			": the other requests pass undecided (diana.not_enabled) or undenied (diana.not_enforced, logged as shadow denials)")
+	}
 	if len(cfg.rules) > 0 {
 		if p.local, err = rules.New(cfg.rules, rules.Options{Local: store, EscapedSlashes: cfg.slashes}); err != nil {
 			proxywasm.LogCritical("diana.wasm configuration: " + err.Error())
@@ -162,6 +180,7 @@ func (p *pluginContext) OnTick() {
 	p.replies.tick(tickMS)
 	p.shadows.tick(tickMS)
 	p.dataLog.tick(tickMS)
+	p.notEnabled.tick(tickMS)
 	if key, err := slotstore.LoadKey(p.data, readRandom); err == nil {
 		p.store.Key = key
 	}
@@ -181,6 +200,8 @@ type httpContext struct {
 	hdrs    [][2]string // rate-limit headers to add to the response
 	replied bool        // a local reply was sent: its headers are already set
 	shadow  string      // the shadow rule that would have denied the request
+	paused  bool        // the request waits for the callout to dianad
+	enforce bool        // a denial is answered (filter_enforced drew this request)
 }
 
 // reqHeaders reads request headers from the host, only those the rules ask for.
@@ -239,6 +260,13 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	if p.cfg == nil { // not started; Envoy does not create contexts then
 		return types.ActionContinue
 	}
+	if !p.sample.take(p.cfg.enabled) {
+		p.m.notEnabled.Increment(1)
+		p.m.allowed.Increment(1)
+		p.notEnabled.add("path " + strconv.Quote(header(":path")))
+		return types.ActionContinue
+	}
+	h.enforce = p.sample.take(p.cfg.enforced)
 	in := h.input()
 	// The engines normalise the path too; doing it first sends dianad the same path.
 	path, ok := rules.NormalPath(in.Path, p.cfg.slashes)
@@ -308,12 +336,47 @@ var ratelimited = [2]string{"x-envoy-ratelimited", "true"}
 
 // deny answers a request the local rules refused.
 func (h *httpContext) deny(res *rules.Result) types.Action {
+	if !res.BadPath && !h.enforced(ruleName(res.Rule)) {
+		h.hdrs = appendHeaders(h.hdrs[:0], res)
+		return h.pass()
+	}
 	status, body := res.Denial()
 	hdrs := appendHeaders(make([][2]string, 0, 8), res)
 	if !res.BadPath {
 		hdrs = append(hdrs, ratelimited)
 	}
 	return h.reply(status, hdrs, body)
+}
+
+// enforced reports whether a denial by the named rule is answered. When filter_enforced did not
+// draw the request, it is not: it is counted and logged as a shadow rule's would-be denial, and
+// the caller lets the request pass.
+func (h *httpContext) enforced(rule string) bool {
+	if h.enforce {
+		return true
+	}
+	h.p.m.notEnforced.Increment(1)
+	if h.shadow == "" {
+		h.shadow = rule + " (not enforced: filter_enforced " + percent(h.p.cfg.enforced) + ")"
+	}
+	return false
+}
+
+func ruleName(r *rules.Rule) string {
+	if r == nil {
+		return "(none)"
+	}
+	return r.Name
+}
+
+// pass lets a request go on: at once, or by resuming it when it waits for the callout.
+func (h *httpContext) pass() types.Action {
+	if h.paused {
+		h.resume()
+		return types.ActionPause // ignored: the callback's return
+	}
+	h.allow()
+	return types.ActionContinue
 }
 
 // reply sends a local reply with a JSON body. Should the host refuse it, the request goes on.
