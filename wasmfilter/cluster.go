@@ -32,7 +32,7 @@ func (h *httpContext) callout(in *rules.Input) types.Action {
 		hdrs = append(hdrs, [2]string{"authorization", "Bearer " + c.token})
 	}
 	if _, err := proxywasm.DispatchHttpCall(c.name, hdrs, body, nil, c.timeoutMS, h.onCheck); err != nil {
-		return h.failed("dispatching to cluster "+c.name+": "+err.Error())
+		return h.failed("dispatching to cluster " + c.name + ": " + err.Error())
 	}
 	h.paused = true
 	return types.ActionPause
@@ -62,12 +62,12 @@ func (h *httpContext) checkBody(in *rules.Input, c *clusterConfig) []byte {
 // onCheck handles dianad's answer (or its absence: 0 headers on a reset, 504 on a timeout).
 func (h *httpContext) onCheck(numHeaders, bodySize, _ int) {
 	if numHeaders == 0 {
-		h.failed("no answer from cluster "+h.p.cfg.cluster.name+" (connection failed or reset)")
+		h.failed("no answer from cluster " + h.p.cfg.cluster.name + " (connection failed or reset)")
 		return
 	}
 	hdrs, err := proxywasm.GetHttpCallResponseHeaders()
 	if err != nil {
-		h.failed("reading dianad's answer: "+err.Error())
+		h.failed("reading dianad's answer: " + err.Error())
 		return
 	}
 	status := ""
@@ -77,19 +77,19 @@ func (h *httpContext) onCheck(numHeaders, bodySize, _ int) {
 		}
 	}
 	if len(status) != 3 || status[0] != '2' {
-		h.failed("dianad answered with status "+strconv.Quote(status))
+		h.failed("dianad answered with status " + strconv.Quote(status))
 		return
 	}
 	var body []byte
 	if bodySize > 0 {
 		if body, err = proxywasm.GetHttpCallResponseBody(0, bodySize); err != nil {
-			h.failed("reading dianad's answer: "+err.Error())
+			h.failed("reading dianad's answer: " + err.Error())
 			return
 		}
 	}
 	ans, err := check.ParseResponse(body)
 	if err != nil {
-		h.failed("dianad's answer is unreadable: "+err.Error())
+		h.failed("dianad's answer is unreadable: " + err.Error())
 		return
 	}
 	for i := range ans.Headers { // Envoy keeps header names in lower case
