@@ -49,8 +49,15 @@ func (r *Report) TimelineSVG(ti int) []byte {
 		g.line(x, 58, x+26, 58, l.stroke, l.width, l.dash)
 		g.text(x+32, 62, "start", 12, "", 0, l.label)
 	}
-	g.text(12, 80, "start", 11, "", 0, fmt.Sprintf("x: time, 0 to %s; y: requests in the last %s, the same scale in every panel. Where admitted follows the dashed contract, the mode is exact.",
-		duration(t.End-t.Start), duration(r.Limit.Window)))
+	note := fmt.Sprintf("x: time, 0 to %s; y: requests in the last %s, the same scale in every panel. Where admitted follows the dashed contract, the mode is exact.",
+		duration(t.End-t.Start), duration(r.Limit.Window))
+	for _, m := range r.Modes {
+		if m.Outage != nil {
+			note += " Shaded: Redis unreachable."
+			break
+		}
+	}
+	g.text(12, 80, "start", 11, "", 0, note)
 
 	ymax := float64(r.Limit.Units)
 	for _, v := range s.Offered {
@@ -72,6 +79,9 @@ func (r *Report) TimelineSVG(ti int) []byte {
 				for _, v := range ticks(0, ymax, 2) {
 					g.text(ox-4, py(v)+4, "end", 10, "", 0, fmtTick(v))
 				}
+			}
+			if o := r.Modes[mi].Outage; o != nil { // shade the outage
+				g.rectAlpha(ox+o[0]*pw, oy, (o[1]-o[0])*pw, ph, "#f2c4c4", 0.8)
 			}
 			g.frame(ox, oy, pw, ph, "#999999")
 			counts := s.Admitted[ai][mi]

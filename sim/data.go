@@ -83,6 +83,8 @@ type AlgoData struct {
 type ModeData struct {
 	Name  string `json:"name"`
 	About string `json:"about"`
+	// Outage is when Redis cannot be reached, in fractions of each trace's span (Mode.Outage).
+	Outage *[2]float64 `json:"outage,omitempty"`
 }
 
 // TraceData describes a trace.
@@ -114,7 +116,7 @@ func (r *Report) Section() Section {
 		s.Algorithms = append(s.Algorithms, AlgoData{Name: a.Name, About: a.About, Estimate: a.Estimate, InFlight: a.InFlight})
 	}
 	for _, m := range r.Modes {
-		s.Modes = append(s.Modes, ModeData{Name: m.Name, About: m.About})
+		s.Modes = append(s.Modes, ModeData{Name: m.Name, About: m.About, Outage: m.Outage})
 	}
 	info := func(t *Trace) TraceData {
 		return TraceData{Name: t.Name, About: t.About, Requests: int64(len(t.Events)), Clients: t.Keys, Nodes: t.Nodes, Micros: t.End - t.Start}

@@ -31,6 +31,9 @@ type Mode struct {
 	Fallback bool
 	// Redis marks a mode whose stores keep state in Redis, whose keys expire on Redis's clock.
 	Redis bool
+	// Outage, if set, is when Redis cannot be reached: from Outage[0] to Outage[1] of each
+	// trace's span (fractions).
+	Outage *[2]float64
 	// Wrap, if set, turns the algorithm a node decides with into what the mode's stores take
 	// (batched mode: a rules.Batched).
 	Wrap func(algos.Algorithm) (algos.Algorithm, error)
@@ -126,7 +129,7 @@ func Batched(c redis.UniversalClient, o BatchOptions) Mode {
 // during the outage fails at once) and the round-trip timeout is a minute, so that which
 // requests fall back depends on virtual time only, not on the machine's speed.
 func Failover(c redis.UniversalClient, outage [2]float64) Mode {
-	return Mode{Name: "failover", Redis: true, Fallback: true,
+	return Mode{Name: "failover", Redis: true, Fallback: true, Outage: &outage,
 		About: fmt.Sprintf("cluster mode, but Redis is unreachable from %.0f%% to %.0f%% of the trace; meanwhile each node decides alone with limit / nodes (on_error: local)",
 			100*outage[0], 100*outage[1]),
 		Stores: func(run string, t *Trace, now func() int64, calls *Calls) ([]rules.Store, error) {

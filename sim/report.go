@@ -275,8 +275,14 @@ func (d *Data) findings() []string {
 	}
 	if x, ok := s.worst("failover", exactOnes, over); ok {
 		y, _ := s.worst("failover", exactOnes, under)
-		line := fmt.Sprintf("**failover** (Redis unreachable for a third of each trace, each node falling back to limit / nodes) is off over the whole trace by up to "+
-			"+%.1f%% (%s) and −%.1f%% (%s) for the exact algorithms: a node that falls back knows nothing of what Redis counted", x.OverPct(), at(x), y.UnderPct(), at(y))
+		when := "for part of each trace"
+		for _, mo := range s.Modes {
+			if mo.Name == "failover" && mo.Outage != nil {
+				when = fmt.Sprintf("from %.0f%% to %.0f%% of each trace", 100*mo.Outage[0], 100*mo.Outage[1])
+			}
+		}
+		line := fmt.Sprintf("**failover** (Redis unreachable %s, each node falling back to limit / nodes) is off over the whole trace by up to "+
+			"+%.1f%% (%s) and −%.1f%% (%s) for the exact algorithms: a node that falls back knows nothing of what Redis counted", when, x.OverPct(), at(x), y.UnderPct(), at(y))
 		for _, tr := range []string{traceHeavy, traceEven} {
 			var parts []string
 			for _, al := range s.Algorithms {
