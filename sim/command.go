@@ -36,10 +36,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	from := fs.String("render", "", "run nothing: render DIR/accuracy.md (and the -readme quotes) again from the accuracy.json `FILE`, after a change of the prose")
 	readme := fs.String("readme", "", "also rewrite the report's quotes in the README `FILE` (between its <!-- make report: NAME --> and <!-- end: NAME --> lines)")
 	seed := fs.Uint64("seed", 1, "the `seed` the traces are generated from")
-	quick := fs.Bool("quick", false, "shorter traces and fewer clients: a smaller run in a few seconds")
+	quick := fs.Bool("quick", false, "shorter traces and fewer clients: a smaller, faster run")
 	clients := fs.Int("pareto-clients", 10_000, "clients of the pareto-clients trace (estimates only)")
 	nodes := fs.Int("nodes", 4, "gateway `nodes` the requests are spread over")
-	parallel := fs.Int("parallel", 2, "runs at once")
+	parallel := fs.Int("parallel", 4, "runs at once (the results do not depend on it: each run has its own keys and clock)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
