@@ -65,9 +65,10 @@ generate:
 fuzz:
 	@build/fuzz.sh
 
-## report: the accuracy report, docs/accuracy.md and its charts in docs/img (starts its own redis-server)
+## report: the accuracy report: docs/accuracy.json, docs/accuracy.md rendered from it, its charts in docs/img
+## and its quotes in README.md (virtual time; starts its own redis-server)
 report: deps
-	$(GO) run ./cmd/dianasim -out docs
+	$(GO) run ./cmd/dianasim -out docs -readme README.md
 
 ## report-adaptive: the adaptive-limit study, docs/adaptive.md and docs/img/adaptive-*.svg (virtual time, seconds)
 report-adaptive:

@@ -25,6 +25,10 @@ type Algo struct {
 	Aligned bool
 	// InFlight marks the concurrency limit: it limits requests in flight, not a rate.
 	InFlight bool
+	// Estimate marks an algorithm that approximates its contract, the exact sliding log of
+	// the same limit (the weighted sliding window): the report counts its wrong decisions
+	// against the log and does not expect it to be exact in cluster mode.
+	Estimate bool
 }
 
 // Batchable reports whether batched mode runs the algorithm: whether it implements algos.Batcher.
@@ -64,16 +68,18 @@ func Algorithms(l Limit, hold int64) []Algo {
 	per := fmt.Sprintf("%d per %s", u, duration(w))
 	algs := []Algo{
 		{About: per + ", aligned windows", New: fixed, Contract: same(fixed), Window: w, Aligned: true},
-		{About: per + ", weighted estimate (judged against the exact sliding log)", New: sliding, Contract: same(log), Window: w},
+		{About: per + ", weighted estimate (judged against the exact sliding log)", New: sliding, Contract: same(log), Window: w, Estimate: true},
 		{About: per + ", exact", New: log, Contract: same(log), Window: w},
 		{About: fmt.Sprintf("GCRA, %s, burst %d", per, u), New: gcra, Contract: same(gcra), Window: w},
 		{About: fmt.Sprintf("%s stable, warm-up %s, cold factor 3", per, duration(w)), New: warm, Contract: same(warm), Window: w},
 		{About: fmt.Sprintf("nginx limit_req, %s, burst %d, nodelay", per, u/2), New: leaky, Contract: same(leaky), Window: w},
 		{About: fmt.Sprintf("%d in flight, each request held %s", inflight, duration(hold)), New: conc, Contract: same(conc), Window: w, InFlight: true},
 	}
+	// One line per algorithm: a variant (another estimate of the sliding log, say) is one more
+	// entry, named below from its script; give it a distinct Name if it shares a script.
 	// Each is named as configs name it (algos' Script().Name, the registry's name).
 	for i := range algs {
-		if a, err := algs[i].New(1); err == nil {
+		if a, err := algs[i].New(1); err == nil && algs[i].Name == "" {
 			algs[i].Name = a.Script().Name
 		}
 	}

@@ -12,80 +12,94 @@ func colour(i int) string {
 	return p[i%len(p)]
 }
 
-// TimelineSVG draws, for trace ti, the busiest client's offered and admitted requests in the
-// preceding window over time: one panel per mode, one line per algorithm, the offered traffic
-// in grey and the limit as a dashed line.
+// TimelineSVG draws, for trace ti, the busiest client's requests in the preceding window over
+// time as small multiples: one panel per algorithm (rows) and mode (columns), each with only
+// the offered traffic (grey), what the contract admits (black, dashed), what the nodes admitted
+// (the mode's colour) and the limit (dotted), so that no line hides another's.
 func (r *Report) TimelineSVG(ti int) []byte {
 	t, s := r.Traces[ti], r.Series[ti]
 	const (
-		cols          = 2
-		pw, ph        = 500, 250 // panel
-		left, right   = 60, 20
-		top, bottom   = 34, 44
-		headH         = 86 // title and legend
-		legendPerLine = 5
+		pw, ph      = 190, 84 // panel
+		gapX, gapY  = 14, 14
+		left, right = 140, 16
+		top, bottom = 112, 46
 	)
-	rows := (len(r.Modes) + cols - 1) / cols
-	W, H := cols*(left+pw+right), headH+rows*(top+ph+bottom)
+	nm, na := len(r.Modes), len(r.Algos)
+	W, H := left+nm*(pw+gapX)-gapX+right, top+na*(ph+gapY)-gapY+bottom
 	g := newSVG(W, H)
 	who := "the client"
 	if t.Keys > 1 {
 		who = fmt.Sprintf("the busiest client (c%d)", s.Key)
 	}
-	g.text(12, 22, "start", 16, "bold", 0, fmt.Sprintf("Trace %s: requests of %s in the last %s, offered and admitted, by mode", t.Name, who, duration(r.Limit.Window)))
+	g.text(12, 22, "start", 16, "bold", 0, fmt.Sprintf("Trace %s: requests of %s in the last %s, by algorithm (rows) and mode (columns)", t.Name, who, duration(r.Limit.Window)))
 	g.text(12, 40, "start", 12, "", 0, t.About)
 
-	// Legend: offered, limit, then the algorithms.
-	lx, ly := 12.0, 62.0
-	item := func(i int, label, stroke string, width float64, dash string) {
-		x := lx + float64(i%legendPerLine)*190
-		y := ly + float64(i/legendPerLine)*18
-		g.line(x, y-4, x+26, y-4, stroke, width, dash)
-		g.text(x+32, y, "start", 12, "", 0, label)
+	legend := []struct {
+		label, stroke string
+		width         float64
+		dash          string
+	}{
+		{"offered", "#bbbbbb", 3, ""},
+		{"contract (ideal)", "#000000", 1.4, "5 3"},
+		{"admitted (colour of the mode)", colour(0), 1.8, ""},
+		{fmt.Sprintf("limit (%d per %s)", r.Limit.Units, duration(r.Limit.Window)), "#777777", 1, "1 3"},
 	}
-	item(0, "offered", "#999999", 3, "")
-	item(1, fmt.Sprintf("limit (%d per %s)", r.Limit.Units, duration(r.Limit.Window)), "#000000", 1.2, "6 4")
-	for ai, a := range r.Algos {
-		item(ai+2, a.Name, colour(ai), 1.6, "")
+	for i, l := range legend {
+		x := 12 + float64(i)*230
+		g.line(x, 58, x+26, 58, l.stroke, l.width, l.dash)
+		g.text(x+32, 62, "start", 12, "", 0, l.label)
 	}
+	note := fmt.Sprintf("x: time, 0 to %s; y: requests in the last %s, the same scale in every panel. Where admitted follows the dashed contract, the mode is exact.",
+		duration(t.End-t.Start), duration(r.Limit.Window))
+	for _, m := range r.Modes {
+		if m.Outage != nil {
+			note += " Shaded: Redis unreachable."
+			break
+		}
+	}
+	g.text(12, 80, "start", 11, "", 0, note)
 
 	ymax := float64(r.Limit.Units)
 	for _, v := range s.Offered {
 		ymax = max(ymax, float64(v))
 	}
-	ymax = niceMax(ymax*1.05, 5)
-	minutes := float64(t.End-t.Start) / float64(r.Limit.Window)
+	ymax = niceMax(ymax*1.05, 3)
 	for mi, m := range r.Modes {
-		ox := float64(mi%cols*(left+pw+right) + left)
-		oy := float64(headH + mi/cols*(top+ph+bottom) + top)
-		px := func(at float64) float64 { return ox + at/float64(t.End-t.Start)*pw }
-		py := func(v float64) float64 { return oy + ph - v/ymax*ph }
-		g.text(ox, oy-10, "start", 13, "bold", 0, m.Name+": "+m.About)
-		for _, v := range ticks(0, ymax, 5) {
-			g.line(ox, py(v), ox+pw, py(v), "#e6e6e6", 1, "")
-			g.text(ox-6, py(v)+4, "end", 11, "", 0, fmtTick(v))
-		}
-		for _, v := range ticks(0, minutes, 8) {
-			x := ox + v/minutes*pw
-			g.line(x, oy+ph, x, oy+ph+4, "#666666", 1, "")
-			g.text(x, oy+ph+16, "middle", 11, "", 0, fmtTick(v))
-		}
-		g.frame(ox, oy, pw, ph, "#666666")
-		g.text(ox+pw/2, oy+ph+34, "middle", 11, "", 0, "time, in windows of "+duration(r.Limit.Window))
-		g.text(ox-44, oy+ph/2, "middle", 11, "", -90, "requests in the last "+duration(r.Limit.Window))
-		series := func(counts []int64, stroke string, width float64, dash string) {
-			xs, ys := make([]float64, len(counts)), make([]float64, len(counts))
-			for i, c := range counts {
-				xs[i], ys[i] = px(float64(int64(i+1)*s.Step)), py(float64(c))
+		x := float64(left + mi*(pw+gapX))
+		g.text(x+pw/2, top-8, "middle", 12, "bold", 0, m.Name)
+	}
+	for ai, a := range r.Algos {
+		oy := float64(top + ai*(ph+gapY))
+		g.text(10, oy+ph/2+4, "start", 12, "bold", 0, a.Name)
+		for mi := range r.Modes {
+			ox := float64(left + mi*(pw+gapX))
+			px := func(i int) float64 { return ox + float64(int64(i+1)*s.Step)/float64(t.End-t.Start)*pw }
+			py := func(v float64) float64 { return oy + ph - v/ymax*ph }
+			if mi == 0 {
+				for _, v := range ticks(0, ymax, 2) {
+					g.text(ox-4, py(v)+4, "end", 10, "", 0, fmtTick(v))
+				}
 			}
-			g.polyline(xs, ys, stroke, width, dash)
-		}
-		series(s.Offered, "#999999", 3, "")
-		g.line(ox, py(float64(r.Limit.Units)), ox+pw, py(float64(r.Limit.Units)), "#000000", 1.2, "6 4")
-		for ai := range r.Algos {
-			if c := s.Admitted[ai][mi]; c != nil {
-				series(c, colour(ai), 1.6, "")
+			if o := r.Modes[mi].Outage; o != nil { // shade the outage
+				g.rectAlpha(ox+o[0]*pw, oy, (o[1]-o[0])*pw, ph, "#f2c4c4", 0.8)
 			}
+			g.frame(ox, oy, pw, ph, "#999999")
+			counts := s.Admitted[ai][mi]
+			if counts == nil {
+				g.text(ox+pw/2, oy+ph/2+4, "middle", 11, "", 0, "n/a")
+				continue
+			}
+			series := func(c []int64, stroke string, width float64, dash string) {
+				xs, ys := make([]float64, len(c)), make([]float64, len(c))
+				for i, v := range c {
+					xs[i], ys[i] = px(i), py(float64(v))
+				}
+				g.polyline(xs, ys, stroke, width, dash)
+			}
+			series(s.Offered, "#bbbbbb", 3, "")
+			g.line(ox, py(float64(r.Limit.Units)), ox+pw, py(float64(r.Limit.Units)), "#777777", 1, "1 3")
+			series(counts, colour(mi), 1.8, "")
+			series(s.Ideal[ai], "#000000", 1.4, "5 3")
 		}
 	}
 	return g.bytes()

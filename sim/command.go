@@ -27,16 +27,19 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: dianasim [flags]")
-		fmt.Fprintln(stderr, "Replays request traces through every algorithm in local, cluster and batched modes and writes")
-		fmt.Fprintln(stderr, "DIR/accuracy.md and the charts DIR/img/accuracy-*.svg.")
+		fmt.Fprintln(stderr, "Replays request traces through every algorithm in local, cluster, batched and failover modes and")
+		fmt.Fprintln(stderr, "writes DIR/accuracy.json, DIR/accuracy.md (rendered from it) and the charts DIR/img/accuracy-*.svg.")
 		fs.PrintDefaults()
 	}
 	out := fs.String("out", "accuracy-report", "write the report to `DIR`")
-	addr := fs.String("redis", "", "Redis `ADDR` (host:port) for cluster and batched modes, whose keys go under diana-sim: and expire within minutes; empty: start a redis-server on a free loopback port")
+	addr := fs.String("redis", "", "Redis `ADDR` (host:port) for the modes that use Redis, whose keys go under diana-sim: and expire within about an hour; empty: start a redis-server on a free loopback port")
+	from := fs.String("render", "", "run nothing: render DIR/accuracy.md (and the -readme quotes) again from the accuracy.json `FILE`, after a change of the prose")
+	readme := fs.String("readme", "", "also rewrite the report's quotes in the README `FILE` (between its <!-- make report: NAME --> and <!-- end: NAME --> lines)")
 	seed := fs.Uint64("seed", 1, "the `seed` the traces are generated from")
-	quick := fs.Bool("quick", false, "shorter traces and fewer clients: a smaller run in a few seconds")
+	quick := fs.Bool("quick", false, "shorter traces and fewer clients: a smaller, faster run")
+	clients := fs.Int("pareto-clients", 10_000, "clients of the pareto-clients trace (estimates only)")
 	nodes := fs.Int("nodes", 4, "gateway `nodes` the requests are spread over")
-	parallel := fs.Int("parallel", 2, "runs at once")
+	parallel := fs.Int("parallel", 4, "runs at once (the results do not depend on it: each run has its own keys and clock)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -51,9 +54,31 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dianasim: -nodes must be between 1 and 64, got %d\n", *nodes)
 		return 2
 	}
+	if *clients < 1 {
+		fmt.Fprintf(stderr, "dianasim: -pareto-clients must be at least 1, got %d\n", *clients)
+		return 2
+	}
 	if *parallel < 1 {
 		fmt.Fprintf(stderr, "dianasim: -parallel must be at least 1, got %d\n", *parallel)
 		return 2
+	}
+
+	if *from != "" {
+		b, err := os.ReadFile(*from)
+		if err != nil {
+			fmt.Fprintln(stderr, "dianasim:", err)
+			return 1
+		}
+		d, err := ReadData(b)
+		if err == nil {
+			err = writeText(*out, *readme, d)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "dianasim:", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "rendered %s from %s\n", filepath.Join(*out, "accuracy.md"), *from)
+		return 0
 	}
 
 	if *addr == "" {
@@ -65,7 +90,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer stop()
 		*addr = a
 	}
-	c := redis.NewClient(&redis.Options{Addr: *addr, ContextTimeoutEnabled: true})
+	// No read or write deadline: a busy machine makes a run slower, never different.
+	c := redis.NewClient(&redis.Options{Addr: *addr, ContextTimeoutEnabled: true, ReadTimeout: -1, WriteTimeout: -1})
 	defer c.Close()
 	version, err := redisVersion(ctx, c)
 	if err != nil {
@@ -73,18 +99,30 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 
+	keyLife, err := KeyLife(ctx, c)
+	if err != nil {
+		fmt.Fprintf(stderr, "dianasim: Redis at %s: %v\n", *addr, err)
+		return 1
+	}
+	began := time.Now()
 	limit := DefaultLimit()
-	to := TraceOptions{Seed: *seed, Limit: limit, Nodes: *nodes}
+	to := TraceOptions{Seed: *seed, Limit: limit, Nodes: *nodes, ParetoClients: *clients}
 	if *quick {
-		to.Length, to.Clients = 4, 2000
+		to.Length, to.Clients, to.ParetoClients = 4, 2000, min(*clients, 1000)
 	}
 	traces, err := Traces(to)
 	if err != nil {
 		fmt.Fprintln(stderr, "dianasim:", err)
 		return 2
 	}
-	o := Options{Seed: *seed, Limit: limit, Traces: traces, Parallel: *parallel,
-		Modes: []Mode{LocalFull(), LocalSplit(), Cluster(c), Batched(c, StandardBatch(limit))},
+	estTraces, err := EstimateTraces(to)
+	if err != nil {
+		fmt.Fprintln(stderr, "dianasim:", err)
+		return 2
+	}
+	batch := StandardBatch(limit)
+	o := Options{Seed: *seed, Limit: limit, Traces: traces, EstimateTraces: estTraces, Parallel: *parallel, KeyLife: keyLife,
+		Modes: []Mode{LocalFull(), LocalSplit(), Cluster(c), Batched(c, batch), Failover(c, StandardOutage)},
 		Progress: func(done, total int) {
 			if done%20 == 0 || done == total {
 				fmt.Fprintf(stderr, "dianasim: %d of %d runs done\n", done, total)
@@ -95,7 +133,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "dianasim:", err)
 		return 1
 	}
-	scale, err := RunScale(ctx, c, *seed, *nodes, *parallel)
+	rep.Batch = &batch
+	scale, err := RunScale(ctx, c, *seed, *nodes, *parallel, keyLife)
 	if err != nil {
 		fmt.Fprintln(stderr, "dianasim:", err)
 		return 1
@@ -107,14 +146,48 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *nodes != 4 {
 		command += " -nodes " + strconv.Itoa(*nodes)
 	}
+	if *clients != 10_000 {
+		command += " -pareto-clients " + strconv.Itoa(*clients)
+	}
 	m := Machine{CPU: cpuModel(), Cores: runtime.NumCPU(), OS: runtime.GOOS + "/" + runtime.GOARCH, Go: runtime.Version(), Redis: version}
-	if err := rep.WriteDir(*out, m, command, scale.ScaleMarkdown()); err != nil {
+	elapsed := time.Since(began)
+	d := NewData(m, command, elapsed, rep, scale)
+	if err := WriteDir(*out, d, rep); err != nil {
 		fmt.Fprintln(stderr, "dianasim:", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "wrote %s and %d charts in %s (%s)\n", filepath.Join(*out, "accuracy.md"), 2*len(traces),
-		filepath.Join(*out, "img"), rep.Elapsed.Round(time.Millisecond))
+	if *readme != "" {
+		if err := writeText(*out, *readme, d); err != nil {
+			fmt.Fprintln(stderr, "dianasim:", err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stdout, "wrote %s, %s and %d charts in %s (%s)\n", filepath.Join(*out, "accuracy.json"), filepath.Join(*out, "accuracy.md"), 2*len(traces),
+		filepath.Join(*out, "img"), elapsed.Round(time.Millisecond))
 	return 0
+}
+
+// writeText writes dir/accuracy.md, rendered from d, and the report's quotes in the README at
+// readme, if not empty.
+func writeText(dir, readme string, d *Data) error {
+	if err := os.WriteFile(filepath.Join(dir, "accuracy.md"), d.Markdown(), 0o644); err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
+	if readme == "" {
+		return nil
+	}
+	old, err := os.ReadFile(readme)
+	if err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
+	b, err := ReplaceQuotes(old, d.Quotes())
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(readme, b, 0o644); err != nil {
+		return fmt.Errorf("sim: %w", err)
+	}
+	return nil
 }
 
 // StandardBatch is the batch block of the batched mode of a standard run: batches of 1 to a
@@ -122,6 +195,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func StandardBatch(l Limit) BatchOptions {
 	return BatchOptions{Min: 1, Max: max(1, l.Units/10), MaxAge: l.Window / 10}
 }
+
+// StandardOutage is when Redis is unreachable in the failover mode of a standard run: the middle
+// third of each trace.
+var StandardOutage = [2]float64{1.0 / 3, 2.0 / 3}
 
 // StartRedis starts a redis-server without persistence on a free loopback port and returns its
 // address and a function that stops it and removes its directory.

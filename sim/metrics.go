@@ -56,29 +56,33 @@ func exact(evs []Event, hold int64, alg algos.Algorithm) ([]bool, error) {
 // Result holds the figures of one run: a trace replayed through one algorithm in one mode.
 // Counts are requests (every request costs 1 unit).
 type Result struct {
-	Trace, Algo, Mode string
+	Trace string `json:"trace"`
+	Algo  string `json:"algorithm"`
+	Mode  string `json:"mode"`
 	// Skipped, when not empty, says why the mode does not run the algorithm; the figures are 0.
-	Skipped string
+	Skipped string `json:"skipped,omitempty"`
 
-	Offered  int64 // requests in the trace
-	Admitted int64 // requests the nodes admitted
+	Offered  int64 `json:"offered"`  // requests in the trace
+	Admitted int64 `json:"admitted"` // requests the nodes admitted
 	// Ideal is what the algorithm's contract (Algo.Contract), deciding every request of each
 	// client in order in one place, admits of the offered requests.
-	Ideal int64
+	Ideal int64 `json:"ideal"`
 	// Over counts the admitted requests beyond the contract: replaying only the admitted
 	// requests through the contract, those it denies. MaxExcess is the most of them in one
 	// window of Algo.Window (aligned or sliding, as Algo.Aligned says) for one client; for the
 	// concurrency limit, the most requests in flight beyond the limit at one instant.
-	Over, MaxExcess int64
+	Over      int64 `json:"over"`
+	MaxExcess int64 `json:"over_max"`
 	// Under is the sum over clients of what the contract admits beyond what the nodes admitted
 	// (ideal − admitted, where positive).
-	Under int64
+	Under int64 `json:"under"`
 	// Peak is the most requests admitted for one client in any sliding window of Algo.Window
 	// (the concurrency limit: the most in flight at once).
-	Peak int64
+	Peak int64 `json:"peak"`
 	// RedisCalls and RoundTrips count the script calls and the round trips to Redis (0 in local
 	// modes).
-	RedisCalls, RoundTrips int64
+	RedisCalls int64 `json:"redis_calls"`
+	RoundTrips int64 `json:"redis_round_trips"`
 }
 
 // OverPct and UnderPct are Over and Under as a percentage of Ideal.
@@ -210,46 +214,105 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// Wrong counts the decisions of the weighted sliding window on a trace that the exact sliding
-// log would have made differently, given the same history: each request is judged by both
-// against the requests the sliding window admitted before it.
+// Wrong counts the decisions of an estimate (Algo.Estimate: the weighted sliding window) on a
+// trace that the exact sliding log of the same limit would have made differently, given the
+// same history: each request is judged by both against the requests the estimate admitted
+// before it, one state per client, in one place. These are Cloudflare's definitions: a false
+// allow is a request admitted that the log denies, a false deny one denied that it admits.
 type Wrong struct {
-	Trace                    string
-	Requests                 int64
-	FalseAllows, FalseDenies int64 // admitted though the exact log denies; denied though it admits
+	Trace       string `json:"trace"`
+	Algo        string `json:"algorithm"`
+	Requests    int64  `json:"requests"`
+	FalseAllows int64  `json:"false_allows"`
+	FalseDenies int64  `json:"false_denies"`
+	// Bands splits the counts by the client's offered rate over the trace, relative to the
+	// limit (Bands' bounds).
+	Bands []Band `json:"bands"`
+}
+
+// Band is the share of Wrong of the clients whose offered rate over the trace, relative to the
+// limit, is in [Lo, Hi) (in %; Hi 0: no upper bound).
+type Band struct {
+	Lo          int64 `json:"from_pct"`
+	Hi          int64 `json:"below_pct"`
+	Clients     int64 `json:"clients"`
+	Requests    int64 `json:"requests"`
+	FalseAllows int64 `json:"false_allows"`
+	FalseDenies int64 `json:"false_denies"`
+}
+
+// bands are the bounds of Wrong.Bands, in % of the limit: below 50%, 50 to 150%, 150% and above.
+var bands = [][2]int64{{0, 50}, {50, 150}, {150, 0}}
+
+// Name is the band as the report writes it: "< 50%", "50–150%", "≥ 150%".
+func (b Band) Name() string {
+	switch {
+	case b.Lo == 0:
+		return fmt.Sprintf("< %d%%", b.Hi)
+	case b.Hi == 0:
+		return fmt.Sprintf("≥ %d%%", b.Lo)
+	}
+	return fmt.Sprintf("%d–%d%%", b.Lo, b.Hi)
 }
 
 // Rate is the share of wrong decisions, in %.
 func (w Wrong) Rate() float64 { return pct(w.FalseAllows+w.FalseDenies, w.Requests) }
 
-// wrongDecisions replays evs through a weighted sliding window of limit per window µs (one
-// state per client) and counts its decisions that differ from the exact sliding log's on the
-// same history.
-func wrongDecisions(evs []Event, limit, window int64) (Wrong, error) {
-	sw, err := algos.NewSlidingWindow(limit, window)
-	if err != nil {
-		return Wrong{}, err
+// Rate is the share of wrong decisions of the band's requests, in %.
+func (b Band) Rate() float64 { return pct(b.FalseAllows+b.FalseDenies, b.Requests) }
+
+// wrongDecisions replays t through est (one state per client) and counts its decisions that
+// differ from those of the exact sliding log of limit per window µs on the same history.
+func wrongDecisions(t *Trace, est algos.Algorithm, limit, window int64) (Wrong, error) {
+	if t.End <= t.Start {
+		return Wrong{}, fmt.Errorf("sim: trace %s: empty span", t.Name)
 	}
+	// Each client's band, from its offered rate: requests per window over the trace, in % of
+	// the limit.
+	offered := make([]int64, t.Keys)
+	for _, ev := range t.Events {
+		offered[ev.Key]++
+	}
+	w := Wrong{Trace: t.Name, Requests: int64(len(t.Events))}
+	for _, b := range bands {
+		w.Bands = append(w.Bands, Band{Lo: b[0], Hi: b[1]})
+	}
+	band := make([]*Band, t.Keys)
+	for k, n := range offered {
+		p := 100 * float64(n) * float64(window) / float64(t.End-t.Start) / float64(limit)
+		for i := range w.Bands {
+			if b := &w.Bands[i]; p >= float64(b.Lo) && (b.Hi == 0 || p < float64(b.Hi)) {
+				band[k] = b
+			}
+		}
+		if n > 0 {
+			band[k].Clients++
+		}
+	}
+
 	states := map[int32]*algos.State{}
-	logs := map[int32][]int64{} // per client: the times the sliding window admitted, live ones last
-	w := Wrong{Requests: int64(len(evs))}
-	for _, ev := range evs {
+	logs := map[int32][]int64{} // per client: the times the estimate admitted, live ones last
+	for _, ev := range t.Events {
 		st := states[ev.Key]
 		if st == nil {
 			st = &algos.State{}
 			states[ev.Key] = st
 		}
-		allowed := sw.Decide(st, algos.Request{Now: ev.At, Cost: 1}).Allowed
+		allowed := est.Decide(st, algos.Request{Now: ev.At, Cost: 1}).Allowed
 		log := logs[ev.Key]
 		for len(log) > 0 && log[0] <= ev.At-window {
 			log = log[1:]
 		}
 		exactAllows := int64(len(log))+1 <= limit
+		b := band[ev.Key]
+		b.Requests++
 		switch {
 		case allowed && !exactAllows:
 			w.FalseAllows++
+			b.FalseAllows++
 		case !allowed && exactAllows:
 			w.FalseDenies++
+			b.FalseDenies++
 		}
 		if allowed {
 			log = append(log, ev.At)

@@ -2,14 +2,18 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/batch"
+	"github.com/diana-gw/diana/store/failover"
 	"github.com/diana-gw/diana/store/memstore"
 	"github.com/diana-gw/diana/store/redisstore"
 )
@@ -22,13 +26,21 @@ type Mode struct {
 	Split bool
 	// Supports reports whether the mode runs the algorithm (nil: every one).
 	Supports func(Algo) bool
+	// Fallback makes each op carry the fail policy on_error: local, with the algorithm's limit
+	// divided by the node count as its local fallback (a cluster rule's Op.Fallback).
+	Fallback bool
+	// Redis marks a mode whose stores keep state in Redis, whose keys expire on Redis's clock.
+	Redis bool
+	// Outage, if set, is when Redis cannot be reached: from Outage[0] to Outage[1] of each
+	// trace's span (fractions).
+	Outage *[2]float64
 	// Wrap, if set, turns the algorithm a node decides with into what the mode's stores take
 	// (batched mode: a rules.Batched).
 	Wrap func(algos.Algorithm) (algos.Algorithm, error)
-	// Stores returns one store per node for one run, fresh and independent of every other
-	// run's. run is unique per run (it names the trace, the algorithm and the mode); now is the
-	// run's virtual clock in µs; a mode that calls Redis counts its calls in c.
-	Stores func(run string, nodes int, now func() int64, c *Calls) ([]rules.Store, error)
+	// Stores returns one store per node of t for one run, fresh and independent of every
+	// other run's. run is unique per run (it names the trace, the algorithm and the mode); now
+	// is the run's virtual clock in µs; a mode that calls Redis counts its calls in c.
+	Stores func(run string, t *Trace, now func() int64, c *Calls) ([]rules.Store, error)
 }
 
 // Calls counts what a mode sent to Redis.
@@ -49,8 +61,8 @@ func LocalSplit() Mode {
 	return Mode{Name: "local-split", About: "each node on its own, limit / nodes", Split: true, Stores: localStores}
 }
 
-func localStores(_ string, nodes int, now func() int64, _ *Calls) ([]rules.Store, error) {
-	ss := make([]rules.Store, nodes)
+func localStores(_ string, t *Trace, now func() int64, _ *Calls) ([]rules.Store, error) {
+	ss := make([]rules.Store, t.Nodes)
 	for i := range ss {
 		ss[i] = rules.Each(memstore.New(memstore.Options{Clock: now}).Decide)
 	}
@@ -61,10 +73,10 @@ func localStores(_ string, nodes int, now func() int64, _ *Calls) ([]rules.Store
 // script call per request. The scripts take the time from Request.Now (redisstore's
 // CallerClock), the virtual clock of the run.
 func Cluster(c redis.UniversalClient) Mode {
-	return Mode{Name: "cluster", About: "every request decided in Redis",
-		Stores: func(run string, nodes int, _ func() int64, calls *Calls) ([]rules.Store, error) {
+	return Mode{Name: "cluster", About: "every request decided in Redis", Redis: true,
+		Stores: func(run string, t *Trace, _ func() int64, calls *Calls) ([]rules.Store, error) {
 			shared := callStore{NewCounted(c, "diana-sim:"+run+":", calls)}
-			ss := make([]rules.Store, nodes)
+			ss := make([]rules.Store, t.Nodes)
 			for i := range ss {
 				ss[i] = shared
 			}
@@ -74,8 +86,9 @@ func Cluster(c redis.UniversalClient) Mode {
 
 // BatchOptions configure batched mode: what each rule's batch block would say.
 type BatchOptions struct {
-	Min, Max int64 // units a node asks for at a time
-	MaxAge   int64 // µs a batched unit may be spent after its grant; 0: the algorithm's default
+	Min    int64 `json:"min"`        // units a node asks for at a time
+	Max    int64 `json:"max"`        // units a node asks for at a time
+	MaxAge int64 `json:"max_age_us"` // µs a batched unit may be spent after its grant; 0: the algorithm's default
 }
 
 // Batched is batched mode: every node runs a store/batch.Store in front of the Redis that c
@@ -86,7 +99,7 @@ func Batched(c redis.UniversalClient, o BatchOptions) Mode {
 	if o.MaxAge > 0 {
 		about += ", spent within " + duration(o.MaxAge)
 	}
-	return Mode{Name: "batched", About: about,
+	return Mode{Name: "batched", About: about, Redis: true,
 		Supports: Algo.Batchable,
 		Wrap: func(alg algos.Algorithm) (algos.Algorithm, error) {
 			l, ok := alg.(algos.Batcher)
@@ -99,14 +112,57 @@ func Batched(c redis.UniversalClient, o BatchOptions) Mode {
 			}
 			return &rules.Batched{Algorithm: alg, Batching: b, Min: o.Min, Max: o.Max}, nil
 		},
-		Stores: func(run string, nodes int, now func() int64, calls *Calls) ([]rules.Store, error) {
+		Stores: func(run string, t *Trace, now func() int64, calls *Calls) ([]rules.Store, error) {
 			shared := NewCounted(c, "diana-sim:"+run+":", calls)
-			ss := make([]rules.Store, nodes)
+			ss := make([]rules.Store, t.Nodes)
 			for i := range ss {
 				ss[i] = callStore{batch.New(shared, batch.Options{Now: now})}
 			}
 			return ss, nil
 		}}
+}
+
+// Failover is cluster mode through an outage: every node decides in the Redis that c reaches
+// through store/failover, as dianad does, with on_error: local; Redis cannot be reached from
+// outage[0] to outage[1] (fractions of the trace's span), and meanwhile each node decides alone
+// with its fallback, the limit divided by the node count. The breaker never opens (every call
+// during the outage fails at once) and the round-trip timeout is a minute, so that which
+// requests fall back depends on virtual time only, not on the machine's speed.
+func Failover(c redis.UniversalClient, outage [2]float64) Mode {
+	return Mode{Name: "failover", Redis: true, Fallback: true, Outage: &outage,
+		About: fmt.Sprintf("cluster mode, but Redis is unreachable from %.0f%% to %.0f%% of the trace; meanwhile each node decides alone with limit / nodes (on_error: local)",
+			100*outage[0], 100*outage[1]),
+		Stores: func(run string, t *Trace, now func() int64, calls *Calls) ([]rules.Store, error) {
+			span := float64(t.End - t.Start)
+			down := &unreachable{next: NewCounted(c, "diana-sim:"+run+":", calls), now: now,
+				from: t.Start + int64(outage[0]*span), to: t.Start + int64(outage[1]*span)}
+			ss := make([]rules.Store, t.Nodes)
+			for i := range ss {
+				ss[i] = failover.New(down, failover.Options{Timeout: time.Minute, Failures: 1 << 30,
+					Local: memstore.New(memstore.Options{Clock: now})})
+			}
+			return ss, nil
+		}}
+}
+
+// errOutage is the error of every call made while Redis is unreachable.
+var errOutage = errors.New("sim: Redis unreachable (simulated outage)")
+
+// unreachable fails every call made in [from, to) of virtual time, without sending it.
+type unreachable struct {
+	next     backend
+	now      func() int64
+	from, to int64
+}
+
+func (u *unreachable) DecideAll(ctx context.Context, calls []redisstore.Call) {
+	if n := u.now(); n >= u.from && n < u.to {
+		for i := range calls {
+			calls[i].Err = errOutage
+		}
+		return
+	}
+	u.next.DecideAll(ctx, calls)
 }
 
 // Counted decides calls in Redis (redisstore, with the caller's clock) and counts them: the
@@ -151,9 +207,39 @@ func (s callStore) Decide(ctx context.Context, ops []*rules.Op) {
 	}
 }
 
-// decideOne decides one request on store, returning whether it was admitted.
-func decideOne(ctx context.Context, store rules.Store, key string, alg algos.Algorithm, r algos.Request) (bool, error) {
-	op := &rules.Op{Key: key, Alg: alg, Req: r}
-	store.Decide(ctx, []*rules.Op{op})
+// decideOne decides one request on store as op says, returning whether it was admitted. An
+// error is the run's only when the op has no fail policy to answer it.
+func decideOne(ctx context.Context, store rules.Store, op rules.Op) (bool, error) {
+	store.Decide(ctx, []*rules.Op{&op})
+	if op.Err != nil && op.OnError == rules.FailLocal && errors.Is(op.Err, errOutage) {
+		return op.Dec.Allowed, nil
+	}
 	return op.Dec.Allowed, op.Err
+}
+
+// KeyLife measures the least time Redis keeps a key the scripts wrote with a caller's time
+// (redisstore's CallerClock) past its last write, whatever its virtual TTL: it decides one
+// request of a limit whose state lasts 1ms of virtual time and reads the key's remaining time
+// to live. The scripts add an hour to such keys' TTLs, for replays in virtual time.
+func KeyLife(ctx context.Context, c redis.UniversalClient) (time.Duration, error) {
+	alg, err := algos.NewFixedWindow(1, algos.Millisecond)
+	if err != nil {
+		return 0, err
+	}
+	s := redisstore.New(c, redisstore.Options{Prefix: "diana-sim:keylife:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":", CallerClock: true})
+	calls := []redisstore.Call{{Key: "k", Alg: alg, Req: algos.Request{Now: start, Cost: 1}}}
+	s.DecideAll(ctx, calls)
+	if calls[0].Err != nil {
+		return 0, fmt.Errorf("sim: measure the life of a key: %w", calls[0].Err)
+	}
+	key, _ := s.Keys("k")
+	ttl, err := c.PTTL(ctx, key).Result()
+	if err != nil {
+		return 0, fmt.Errorf("sim: measure the life of a key: %w", err)
+	}
+	if ttl <= 0 {
+		return 0, fmt.Errorf("sim: measure the life of a key: %s has no TTL (%s)", key, ttl)
+	}
+	c.Del(ctx, key)
+	return ttl, nil
 }

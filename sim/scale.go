@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -18,10 +19,10 @@ func ScaleLimit() Limit { return Limit{Units: 1000, Window: algos.Second} }
 // algorithm's default max_age (see algos.Lease).
 func ScaleBatch() BatchOptions { return BatchOptions{Min: 1, Max: 100} }
 
-// RunScale measures what batched mode is for: the steady traces and the uneven-nodes trace of one
+// RunScale measures what batched mode is for: the steady traces and the uneven traces of one
 // hot key at ScaleLimit, through the algorithms batched mode runs, in cluster and in batched mode
 // (ScaleBatch) on nodes nodes.
-func RunScale(ctx context.Context, c redis.UniversalClient, seed uint64, nodes, parallel int) (*Report, error) {
+func RunScale(ctx context.Context, c redis.UniversalClient, seed uint64, nodes, parallel int, keyLife time.Duration) (*Report, error) {
 	l := ScaleLimit()
 	all, err := Traces(TraceOptions{Seed: seed, Limit: l, Nodes: nodes, Clients: 2})
 	if err != nil {
@@ -30,7 +31,7 @@ func RunScale(ctx context.Context, c redis.UniversalClient, seed uint64, nodes, 
 	var traces []*Trace
 	for _, t := range all {
 		switch t.Name {
-		case "steady-50", "steady-100", "steady-200", "uneven-nodes":
+		case "steady-50", "steady-100", "steady-200", traceHeavy, "uneven-40-30-20-10":
 			traces = append(traces, t)
 		}
 	}
@@ -40,30 +41,36 @@ func RunScale(ctx context.Context, c redis.UniversalClient, seed uint64, nodes, 
 			batchable = append(batchable, a)
 		}
 	}
-	return Run(ctx, Options{Seed: seed, Limit: l, Traces: traces, Algos: batchable, Parallel: parallel,
-		Modes: []Mode{Cluster(c), Batched(c, ScaleBatch())}})
+	b := ScaleBatch()
+	rep, err := Run(ctx, Options{Seed: seed, Limit: l, Traces: traces, Algos: batchable, Parallel: parallel, KeyLife: keyLife,
+		Modes: []Mode{Cluster(c), Batched(c, b)}})
+	if err != nil {
+		return nil, err
+	}
+	rep.Batch = &b
+	return rep, nil
 }
 
-// ScaleMarkdown returns the section of the report on r, a RunScale report: Redis calls per
+// hotKeyMarkdown returns the section of the report on d.HotKey, a RunScale run: Redis calls per
 // request in cluster and batched mode, and what batching costs.
-func (r *Report) ScaleMarkdown() []byte {
+func (d *Data) hotKeyMarkdown() []byte {
+	r := d.HotKey
 	var b bytes.Buffer
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
-	lo := ScaleBatch()
+	lo := r.Batch
 	p("## Batched mode on a hot key\n\n")
 	p("The tables above limit each client to %d per %s, so a node spends a few units a minute and its batches stay small. ",
-		DefaultLimit().Units, duration(DefaultLimit().Window))
+		d.Main.Limit.Units, duration(d.Main.Limit.WindowMicros))
 	p("Batched mode is made for hot keys: here one client at **%d requests per %s**, spread over %d nodes, ",
-		r.Limit.Units, duration(r.Limit.Window), r.Traces[0].Nodes)
+		r.Limit.Units, duration(r.Limit.WindowMicros), r.Nodes)
 	p("in cluster mode and in batched mode with `batch: {max: %d}` (min %d, each algorithm's default max_age). ", lo.Max, lo.Min)
 	p("Calls are Redis script calls per offered request; over and under are as above, in %% of ideal.\n\n")
 	p("| trace | algorithm | cluster calls/request | batched calls/request | fewer calls | cluster over / under | batched over / under |\n")
 	p("|---|---|---:|---:|---:|---:|---:|\n")
 	for _, t := range r.Traces {
-		for _, a := range r.Algos {
-			c, ok1 := r.Result(t.Name, a.Name, "cluster")
-			l, ok2 := r.Result(t.Name, a.Name, "batched")
-			if !ok1 || !ok2 || l.Skipped != "" || c.Offered == 0 || l.RedisCalls == 0 {
+		for _, a := range r.Algorithms {
+			c, l, ok := r.pair(t.Name, a.Name)
+			if !ok {
 				continue
 			}
 			p("| %s | %s | %.3f | %.4f | %.1f× | %s | %s |\n", t.Name, a.Name,
@@ -71,8 +78,18 @@ func (r *Report) ScaleMarkdown() []byte {
 				float64(c.RedisCalls)/float64(l.RedisCalls), cell(c), cell(l))
 		}
 	}
-	p("\nThe sliding window's over-admission is its estimate's (cluster mode shows the same). ")
+	p("\nAn estimate's over-admission is its own (cluster mode shows the same). ")
 	p("A batch is about what the node spends in max_age, so the saving grows with the rate and with max_age; ")
 	p("the sliding log and the buckets pay for a longer max_age in strictness (a longer log window, a smaller burst), the windows do not.\n")
 	return b.Bytes()
+}
+
+// pair returns the cluster and batched results of trace and algo, if both ran.
+func (s *Section) pair(trace, algo string) (cluster, batched Result, ok bool) {
+	c, ok1 := s.Result(trace, algo, "cluster")
+	l, ok2 := s.Result(trace, algo, "batched")
+	if !ok1 || !ok2 || l.Skipped != "" || c.Offered == 0 || l.RedisCalls == 0 {
+		return c, l, false
+	}
+	return c, l, true
 }

@@ -1,16 +1,17 @@
 // Package sim measures how accurately Diana's algorithms limit, in each deployment mode: it
 // replays request traces, generated deterministically from a seed, through every algorithm in
 // local mode (each node on its own, with the full limit or the limit divided by the node
-// count), cluster mode (every decision in the shared Redis) and batched mode (nodes spending
-// batches of units taken from Redis), in virtual time, and compares what each admitted with
-// what the algorithm's exact contract admits. Report.WriteDir writes the tables (accuracy.md)
-// and SVG charts.
+// count), cluster mode (every decision in the shared Redis), batched mode (nodes spending
+// batches of units taken from Redis) and failover mode (cluster mode through an outage of
+// Redis), in virtual time, and compares what each admitted with what the algorithm's exact
+// contract admits. WriteDir writes the data (accuracy.json, Data), the report rendered from it
+// alone (accuracy.md) and SVG charts.
 //
-// Virtual time makes a run fast and repeatable: memory stores read the run's clock, and the
-// Redis scripts take the time from the request (redisstore's CallerClock) instead of Redis
-// TIME. Redis still expires keys in real time, by the TTLs the scripts set from virtual
-// durations; a run replays far faster than its virtual time passes (limits per minute), so no
-// key expires before its virtual TTL has passed.
+// Virtual time makes a run repeatable on any machine: memory stores read the run's clock, and
+// the Redis scripts take the time from the request (redisstore's CallerClock) instead of Redis
+// TIME. Redis still expires keys on its own clock; with a caller's time the scripts add an hour
+// to every TTL (KeyLife measures it), so a key outlives any run shorter than that however slow
+// the machine, and each run's keys are its own (their prefix names the run).
 package sim
 
 import (
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/rules"
 )
 
 // DefaultLimit returns the limit of a standard run: 100 requests per minute per client.
@@ -32,26 +34,36 @@ type Options struct {
 	Seed   uint64 // recorded in the report; the traces carry their own randomness
 	Limit  Limit  // every algorithm's limit (see Algorithms)
 	Traces []*Trace
-	Algos  []Algo // default Algorithms(Limit, Limit.Window/5)
-	Modes  []Mode
+	// EstimateTraces are traces on which only the estimates' wrong decisions are measured
+	// (Algo.Estimate; see Wrong), in Go: no mode replays them.
+	EstimateTraces []*Trace
+	Algos          []Algo // default Algorithms(Limit, Limit.Window/5)
+	Modes          []Mode
 	// Parallel is the number of runs at once (default 2). Runs are independent, so the results
 	// do not depend on it.
 	Parallel int
 	// Progress, if set, is called after each run with the number done and the total.
 	Progress func(done, total int)
+	// KeyLife is the least real time a Redis key outlives its last write (KeyLife measures
+	// it); required when a mode keeps state in Redis. A run taking longer is refused: its keys
+	// could have expired in the middle of it.
+	KeyLife time.Duration
 }
 
 // Report holds every figure of a Run.
 type Report struct {
-	Seed    uint64
-	Limit   Limit
-	Traces  []*Trace
-	Algos   []Algo
-	Modes   []Mode
-	Results []Result // for each trace, each algorithm, each mode, in that order
-	Wrong   []Wrong  // the weighted sliding window's wrong decisions, per trace
-	Series  []Series // per trace, for the charts
-	Elapsed time.Duration
+	Seed   uint64
+	Limit  Limit
+	Traces []*Trace
+	// EstimateTraces are Options.EstimateTraces: only Wrong covers them.
+	EstimateTraces []*Trace
+	Algos          []Algo
+	Modes          []Mode
+	Results        []Result      // for each trace, each algorithm, each mode, in that order
+	Wrong          []Wrong       // each estimate's wrong decisions (Algo.Estimate), per trace then algorithm
+	Series         []Series      // per trace, for the charts
+	Batch          *BatchOptions // batched mode's batch block, if it runs (for the report)
+	Elapsed        time.Duration
 }
 
 // Result returns the result of a run, if there was one.
@@ -95,11 +107,20 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, fmt.Errorf("sim: Options.Modes: two modes are named %q (results are told apart by name)", m.Name)
 		}
 		names[m.Name] = true
+		if m.Redis && o.KeyLife <= 0 {
+			return nil, fmt.Errorf("sim: Options.KeyLife must be set for mode %s, which keeps state in Redis (see KeyLife)", m.Name)
+		}
+	}
+	for _, a := range o.Algos {
+		if names["algo "+a.Name] {
+			return nil, fmt.Errorf("sim: Options.Algos: two algorithms are named %q (results are told apart by name)", a.Name)
+		}
+		names["algo "+a.Name] = true
 	}
 	if o.Parallel <= 0 {
 		o.Parallel = 2
 	}
-	rep := &Report{Seed: o.Seed, Limit: o.Limit, Traces: o.Traces, Algos: o.Algos, Modes: o.Modes}
+	rep := &Report{Seed: o.Seed, Limit: o.Limit, Traces: o.Traces, EstimateTraces: o.EstimateTraces, Algos: o.Algos, Modes: o.Modes}
 
 	// The reference: each algorithm's contract deciding every offered request in one place.
 	ideal := make([][][]bool, len(o.Traces))
@@ -114,12 +135,24 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				return nil, err
 			}
 		}
-		w, err := wrongDecisions(t.Events, o.Limit.Units, o.Limit.Window)
-		if err != nil {
-			return nil, err
+	}
+	// Each estimate's wrong decisions, on every trace.
+	for _, t := range append(append([]*Trace(nil), o.Traces...), o.EstimateTraces...) {
+		for _, a := range o.Algos {
+			if !a.Estimate {
+				continue
+			}
+			est, err := a.New(1)
+			if err != nil {
+				return nil, fmt.Errorf("sim: %s: %w", a.Name, err)
+			}
+			w, err := wrongDecisions(t, est, o.Limit.Units, o.Limit.Window)
+			if err != nil {
+				return nil, err
+			}
+			w.Algo = a.Name
+			rep.Wrong = append(rep.Wrong, w)
 		}
-		w.Trace = t.Name
-		rep.Wrong = append(rep.Wrong, w)
 	}
 
 	nonce := strconv.FormatInt(time.Now().UnixNano(), 36) // keeps the Redis keys of two runs apart
@@ -148,7 +181,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			flags, err := runOne(ctx, nonce, t, a, m, r)
+			flags, err := runOne(ctx, nonce, t, a, m, o.KeyLife, r)
 			if err == nil {
 				admitted[i] = flags
 				err = measure(r, t, a, flags, ideal[i/(na*nm)][i/nm%na])
@@ -202,8 +235,8 @@ func hold(t *Trace, a Algo) int64 {
 }
 
 // runOne replays t through a in mode m on t.Nodes nodes and reports which requests were
-// admitted, filling r's Redis call counts.
-func runOne(ctx context.Context, nonce string, t *Trace, a Algo, m Mode, r *Result) ([]bool, error) {
+// admitted, filling r's Redis call counts. keyLife is Options.KeyLife.
+func runOne(ctx context.Context, nonce string, t *Trace, a Algo, m Mode, keyLife time.Duration, r *Result) ([]bool, error) {
 	div := int64(1)
 	if m.Split {
 		div = int64(t.Nodes)
@@ -217,11 +250,18 @@ func runOne(ctx context.Context, nonce string, t *Trace, a Algo, m Mode, r *Resu
 			return nil, err
 		}
 	}
+	op := rules.Op{Alg: alg}
+	if m.Fallback {
+		op.OnError = rules.FailLocal
+		if op.Fallback, err = a.New(int64(t.Nodes)); err != nil {
+			return nil, err
+		}
+	}
 	var (
 		now   int64
 		calls Calls
 	)
-	stores, err := m.Stores(nonce+":"+t.Name+":"+a.Name+":"+m.Name, t.Nodes, func() int64 { return now }, &calls) // unique: Run checks the names
+	stores, err := m.Stores(nonce+":"+t.Name+":"+a.Name+":"+m.Name, t, func() int64 { return now }, &calls) // unique: Run checks the names
 	if err != nil {
 		return nil, err
 	}
@@ -238,14 +278,14 @@ func runOne(ctx context.Context, nonce string, t *Trace, a Algo, m Mode, r *Resu
 			return false, err
 		}
 		now = req.Now
-		return decideOne(ctx, stores[ev.Node], keys[ev.Key], alg, req)
+		op.Key, op.Req = keys[ev.Key], req
+		return decideOne(ctx, stores[ev.Node], op)
 	})
 	r.RedisCalls, r.RoundTrips = calls.Scripts.Load(), calls.RoundTrips.Load()
-	// Redis expires keys in real time by TTLs set from virtual durations: a run slower than its
-	// virtual time could lose state early and over-admit. Runs are hundreds of times faster;
-	// one that is not is refused rather than reported.
-	if real, virtual := time.Since(began), time.Duration(t.End-t.Start)*time.Microsecond; err == nil && r.RedisCalls > 0 && real > virtual {
-		return nil, fmt.Errorf("the replay took %s, longer than the %s of virtual time it covers: Redis may have expired state early", real.Round(time.Millisecond), virtual)
+	// Every key this run wrote lives at least keyLife past its last write, on Redis's clock:
+	// only a run longer than that could have lost state early.
+	if real := time.Since(began); err == nil && m.Redis && real >= keyLife {
+		return nil, fmt.Errorf("the replay took %s, as long as a Redis key is sure to live (%s): state may have expired early", real.Round(time.Millisecond), keyLife)
 	}
 	return flags, err
 }

@@ -6,13 +6,16 @@ import (
 	"encoding/xml"
 	"errors"
 	"io"
+	"math"
 	"os"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/diana-gw/diana/internal/redistest"
 	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/rules"
 )
 
 // smallLimit keeps the test traces short: 20 requests per minute per client.
@@ -20,11 +23,16 @@ var smallLimit = Limit{Units: 20, Window: algos.Minute}
 
 func smallTraces(t *testing.T, seed uint64) []*Trace {
 	t.Helper()
-	ts, err := Traces(TraceOptions{Seed: seed, Limit: smallLimit, Length: 4, Clients: 50, Load: 5})
+	o := TraceOptions{Seed: seed, Limit: smallLimit, Length: 4, Clients: 50, Load: 5, ParetoClients: 100}
+	ts, err := Traces(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ts
+	est, err := EstimateTraces(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(ts, est...)
 }
 
 // TestRun replays short traces through every algorithm in every mode, on a real Redis, and
@@ -32,11 +40,19 @@ func smallTraces(t *testing.T, seed uint64) []*Trace {
 func TestRun(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
-	opts := func() Options {
-		return Options{Seed: 7, Limit: smallLimit, Traces: smallTraces(t, 7), Parallel: 4,
-			Modes: []Mode{LocalFull(), LocalSplit(), Cluster(c), Batched(c, StandardBatch(smallLimit))}}
-	}
 	ctx := context.Background()
+	keyLife, err := KeyLife(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keyLife < 59*time.Minute {
+		t.Fatalf("a key written with the caller's clock lives %s: want the scripts' hour, which keeps a slow run's state", keyLife)
+	}
+	opts := func() Options {
+		ts := smallTraces(t, 7)
+		return Options{Seed: 7, Limit: smallLimit, Traces: ts[:len(ts)-1], EstimateTraces: ts[len(ts)-1:], Parallel: 4, KeyLife: keyLife,
+			Modes: []Mode{LocalFull(), LocalSplit(), Cluster(c), Batched(c, StandardBatch(smallLimit)), Failover(c, StandardOutage)}}
+	}
 	rep, err := Run(ctx, opts())
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +60,7 @@ func TestRun(t *testing.T) {
 
 	t.Run("exact algorithms never over-admit in cluster and batched modes", func(t *testing.T) {
 		for _, r := range rep.Results {
-			if r.Skipped != "" || r.Algo == "sliding_window" || (r.Mode != "cluster" && r.Mode != "batched") {
+			if r.Skipped != "" || estimate(rep, r.Algo) || (r.Mode != "cluster" && r.Mode != "batched") {
 				continue // the weighted estimate is judged against the exact log, which it only approximates
 			}
 			if r.Over != 0 || r.MaxExcess != 0 {
@@ -57,7 +73,7 @@ func TestRun(t *testing.T) {
 		// The Lua scripts are the Go transitions' twins: in cluster mode every algorithm but the
 		// weighted estimate admits exactly its ideal.
 		for _, r := range rep.Results {
-			if r.Mode == "cluster" && r.Algo != "sliding_window" && (r.Admitted != r.Ideal || r.Under != 0) {
+			if r.Mode == "cluster" && !estimate(rep, r.Algo) && (r.Admitted != r.Ideal || r.Under != 0) {
 				t.Errorf("%s, %s: admitted %d, ideal %d, under %d", r.Trace, r.Algo, r.Admitted, r.Ideal, r.Under)
 			}
 		}
@@ -74,9 +90,11 @@ func TestRun(t *testing.T) {
 
 	t.Run("local mode with the limit split under-admits uneven traffic", func(t *testing.T) {
 		for _, algo := range []string{"fixed_window", "sliding_log", "token_bucket"} {
-			r, _ := rep.Result("uneven-nodes", algo, "local-split")
-			if r.Under <= 0 || r.Over != 0 {
-				t.Errorf("uneven-nodes, %s, local-split: under %d, over %d: want under-admission only", algo, r.Under, r.Over)
+			for _, trace := range []string{"uneven-60-20-10-10", "uneven-40-30-20-10"} {
+				r, _ := rep.Result(trace, algo, "local-split")
+				if r.Under <= 0 || r.Over != 0 {
+					t.Errorf("%s, %s, local-split: under %d, over %d: want under-admission only", trace, algo, r.Under, r.Over)
+				}
 			}
 		}
 	})
@@ -97,6 +115,33 @@ func TestRun(t *testing.T) {
 		}
 	})
 
+	t.Run("failover mode falls back during the outage", func(t *testing.T) {
+		down := map[string]bool{} // traces with requests in the outage
+		for _, tr := range rep.Traces {
+			from, to := tr.Start+int64(StandardOutage[0]*float64(tr.End-tr.Start)), tr.Start+int64(StandardOutage[1]*float64(tr.End-tr.Start))
+			for _, ev := range tr.Events {
+				down[tr.Name] = down[tr.Name] || ev.At >= from && ev.At < to
+			}
+		}
+		for _, r := range rep.Results {
+			if r.Mode != "failover" || !down[r.Trace] {
+				continue
+			}
+			c, _ := rep.Result(r.Trace, r.Algo, "cluster")
+			if r.RedisCalls == 0 || r.RedisCalls >= c.RedisCalls {
+				t.Errorf("%s, %s: failover made %d Redis calls, cluster %d: want fewer, none in the outage", r.Trace, r.Algo, r.RedisCalls, c.RedisCalls)
+			}
+		}
+		// A third of the trace decided by limit / nodes, on nodes that do not know what Redis
+		// counted before, one of them taking 60%: the exact algorithms are no longer exact.
+		for _, algo := range []string{"fixed_window", "sliding_log", "token_bucket"} {
+			r, _ := rep.Result("uneven-60-20-10-10", algo, "failover")
+			if r.Under == 0 && r.Over == 0 {
+				t.Errorf("uneven-60-20-10-10, %s, failover: exact (admitted %d of ideal %d), want an error from the outage", algo, r.Admitted, r.Ideal)
+			}
+		}
+	})
+
 	t.Run("the same seed gives the same report", func(t *testing.T) {
 		again, err := Run(ctx, opts())
 		if err != nil {
@@ -107,7 +152,7 @@ func TestRun(t *testing.T) {
 			t.Error("two runs with the same seed differ")
 		}
 		m := Machine{CPU: "test", Cores: 1}
-		if a, b := again.Markdown(m, "x"), rep.Markdown(m, "x"); !bytes.Equal(stripElapsed(a), stripElapsed(b)) {
+		if a, b := NewData(m, "x", time.Second, again, nil).Markdown(), NewData(m, "x", time.Second, rep, nil).Markdown(); !bytes.Equal(a, b) {
 			t.Error("two runs with the same seed write different reports")
 		}
 	})
@@ -122,23 +167,25 @@ func TestRun(t *testing.T) {
 
 	t.Run("the report writes its files", func(t *testing.T) {
 		dir := t.TempDir()
-		if err := rep.WriteDir(dir, Machine{CPU: "test <cpu>", Cores: 2, Go: "go", Redis: "7"}, "dianasim"); err != nil {
+		d := NewData(Machine{CPU: "test <cpu>", Cores: 2, Go: "go", Redis: "7"}, "dianasim", time.Second, rep, nil)
+		if err := WriteDir(dir, d, rep); err != nil {
 			t.Fatal(err)
 		}
 		md := readFile(t, dir+"/accuracy.md")
-		for _, want := range []string{"test <cpu>", "| fixed_window | local-full |", "img/accuracy-time-steady-100.svg", "false denies"} {
+		for _, want := range []string{"test <cpu>", "| fixed_window | local-full |", "img/accuracy-time-steady-100.svg", "false denies", "**failover**"} {
 			if !strings.Contains(md, want) {
 				t.Errorf("accuracy.md lacks %q", want)
 			}
 		}
 		checkSVG(t, []byte(readFile(t, dir+"/img/accuracy-error-bursty.svg")))
+		back, err := ReadData([]byte(readFile(t, dir+"/accuracy.json")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := back.Markdown(); string(got) != md {
+			t.Error("accuracy.md rendered from accuracy.json differs from the one the run wrote")
+		}
 	})
-}
-
-// stripElapsed drops the first paragraph of a report, which states the run's duration.
-func stripElapsed(md []byte) []byte {
-	_, rest, _ := bytes.Cut(md, []byte("\n\nEach trace"))
-	return rest
 }
 
 // checkSVG parses svg as XML and checks its root element.
@@ -160,6 +207,23 @@ func checkSVG(t *testing.T, svg []byte) {
 	}
 	if root != "http://www.w3.org/2000/svg svg" {
 		t.Errorf("root element %q, want svg in the SVG namespace", root)
+	}
+}
+
+// estimate reports whether rep's algorithm name is an estimate (Algo.Estimate).
+func estimate(rep *Report, name string) bool {
+	for _, a := range rep.Algos {
+		if a.Name == name {
+			return a.Estimate
+		}
+	}
+	return false
+}
+
+func TestRunNeedsKeyLife(t *testing.T) {
+	_, err := Run(context.Background(), Options{Limit: smallLimit, Traces: smallTraces(t, 1)[:1], Modes: []Mode{Cluster(nil)}})
+	if err == nil || !strings.Contains(err.Error(), "KeyLife") {
+		t.Errorf("a Redis mode without Options.KeyLife: err %v, want one naming KeyLife", err)
 	}
 }
 
@@ -215,12 +279,22 @@ func TestWrongDecisions(t *testing.T) {
 		at(1, 15),   // estimate 2·0.5 = 1: allowed; but t=8 and 9 are in (5, 15]: FALSE ALLOW
 		at(0, 19),   // estimate 2·0.1 + 1 = 1.2: denied; only t=15 in (9, 19]: FALSE DENY
 	}
-	w, err := wrongDecisions(evs, 2, 10*s)
+	// Over 20s, client 0 sends 6 requests (3 per 10s, 150% of the limit), client 1 three (75%).
+	tr := &Trace{Name: "hand", Keys: 2, Start: start, End: start + 20*s, Events: evs}
+	sw, err := algos.NewSlidingWindow(2, 10*s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Wrong{Requests: 9, FalseAllows: 1, FalseDenies: 2}
-	if w != want {
+	w, err := wrongDecisions(tr, sw, 2, 10*s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Wrong{Trace: "hand", Requests: 9, FalseAllows: 1, FalseDenies: 2, Bands: []Band{
+		{Lo: 0, Hi: 50},
+		{Lo: 50, Hi: 150, Clients: 1, Requests: 3, FalseAllows: 1},
+		{Lo: 150, Clients: 1, Requests: 6, FalseDenies: 2},
+	}}
+	if !reflect.DeepEqual(w, want) {
 		t.Errorf("got %+v, want %+v", w, want)
 	}
 	if r := w.Rate(); r < 33.33 || r > 33.34 {
@@ -292,7 +366,7 @@ func TestTraces(t *testing.T) {
 			}
 		}
 	}
-	for _, n := range []string{"steady-50", "steady-100", "steady-200", "bursty", "boundary", "many-clients", "uneven-nodes"} {
+	for _, n := range []string{"steady-50", "steady-100", "steady-200", "bursty", "boundary", "many-clients", "uneven-60-20-10-10", "uneven-40-30-20-10", "pareto-clients"} {
 		if !names[n] {
 			t.Errorf("no trace %s", n)
 		}
@@ -317,6 +391,7 @@ func TestMainFlags(t *testing.T) {
 	}{
 		{[]string{"-nodes", "0"}, 2, "-nodes must be between 1 and 64"},
 		{[]string{"-parallel", "0"}, 2, "-parallel must be at least 1"},
+		{[]string{"-pareto-clients", "0"}, 2, "-pareto-clients must be at least 1"},
 		{[]string{"extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"-bogus"}, 2, "flag provided but not defined"},
 		{[]string{"-redis", "127.0.0.1:1"}, 1, "Redis at 127.0.0.1:1"},
@@ -347,4 +422,130 @@ func readFile(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestCommittedReport checks that the committed report is data first: docs/accuracy.md is what
+// docs/accuracy.json renders to, and the README quotes exactly what it derives, so that no
+// figure of the prose can drift from the data (make report rewrites all three).
+func TestCommittedReport(t *testing.T) {
+	js := readFile(t, "../docs/accuracy.json")
+	d, err := ReadData([]byte(js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := d.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(again) != js {
+		t.Error("docs/accuracy.json does not read back to itself: a field is lost or renamed (run make report)")
+	}
+	if got := string(d.Markdown()); got != readFile(t, "../docs/accuracy.md") {
+		t.Error("docs/accuracy.md is not what docs/accuracy.json renders to (run make report, and do not edit accuracy.md by hand)")
+	}
+	readme := readFile(t, "../README.md")
+	quoted, err := ReplaceQuotes([]byte(readme), d.Quotes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(quoted) != readme {
+		t.Error("README.md's quotes of the accuracy report differ from what docs/accuracy.json derives (run make report)")
+	}
+	// Every chart the report links exists.
+	for _, tr := range d.Main.Traces {
+		for _, kind := range []string{"time", "error"} {
+			if _, err := os.Stat("../docs/img/accuracy-" + kind + "-" + tr.Name + ".svg"); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+}
+
+func TestReplaceQuotes(t *testing.T) {
+	in := "a\n<!-- make report: x -->\nold\n<!-- end: x -->\nb\n"
+	got, err := ReplaceQuotes([]byte(in), map[string][]byte{"x": []byte("new\n")})
+	if err != nil || string(got) != "a\n<!-- make report: x -->\nnew\n<!-- end: x -->\nb\n" {
+		t.Errorf("got %q, %v", got, err)
+	}
+	if _, err := ReplaceQuotes([]byte(in), map[string][]byte{"y": nil}); err == nil {
+		t.Error("a quote without markers: no error")
+	}
+	if _, err := ReplaceQuotes([]byte(in), map[string][]byte{}); err == nil {
+		t.Error("markers without a quote: no error")
+	}
+}
+
+func TestParetoRate(t *testing.T) {
+	// The law is scaled so that a share paretoAbove of clients is above the limit.
+	if r := paretoRate(1 - paretoAbove); math.Abs(r-1) > 1e-9 {
+		t.Errorf("paretoRate at the quantile 1 − %g = %g, want 1 (the limit)", paretoAbove, r)
+	}
+	if r := paretoRate(1 - 1e-12); r != paretoCap {
+		t.Errorf("paretoRate near 1 = %g, want the cap %g", r, paretoCap)
+	}
+	if lo, hi := paretoRate(0), paretoRate(0.5); !(lo > 0 && lo < hi && hi < 1) {
+		t.Errorf("paretoRate(0) = %g, paretoRate(0.5) = %g: want 0 < lo < hi < 1", lo, hi)
+	}
+}
+
+// slowed delays every decision of s by d of real time: a machine far slower than the virtual
+// time of the trace it replays.
+type slowed struct {
+	s rules.Store
+	d time.Duration
+}
+
+func (w slowed) Decide(ctx context.Context, ops []*rules.Op) {
+	time.Sleep(w.d)
+	w.s.Decide(ctx, ops)
+}
+
+// TestSlowMachine replays a trace far slower than its virtual time passes, each call taking
+// longer than the state's virtual TTL, and checks that the results are those of a fast replay
+// and of the contract: a busy machine makes the report slower, never different. (A key that
+// expired on Redis's clock in the middle of the run would forget the requests before it.)
+func TestSlowMachine(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	ctx := context.Background()
+	keyLife, err := KeyLife(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ms = algos.Millisecond
+	l := Limit{Units: 3, Window: 10 * ms} // state lives about 10ms of virtual time
+	tr := &Trace{Name: "hand", Nodes: 2, Keys: 1, Start: start, End: start + 40*ms, Hold: 2 * ms}
+	for i := range int64(16) {
+		tr.Events = append(tr.Events, Event{At: start + i*5*ms/2, Node: int32(i % 2)})
+	}
+	slow := Cluster(c)
+	slow.Name = "slow-cluster"
+	inner := slow.Stores
+	slow.Stores = func(run string, t *Trace, now func() int64, calls *Calls) ([]rules.Store, error) {
+		ss, err := inner(run, t, now, calls)
+		for i := range ss {
+			ss[i] = slowed{ss[i], 25 * time.Millisecond} // 10× the 2.5ms between requests
+		}
+		return ss, err
+	}
+	began := time.Now()
+	rep, err := Run(ctx, Options{Limit: l, Traces: []*Trace{tr}, Modes: []Mode{Cluster(c), slow}, KeyLife: keyLife,
+		Algos: Algorithms(l, 2*ms)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if real := time.Since(began); real < 40*time.Millisecond {
+		t.Fatalf("the slow replay took %s, not slower than the 40ms of virtual time", real)
+	}
+	for _, a := range rep.Algos {
+		fast, _ := rep.Result("hand", a.Name, "cluster")
+		got, _ := rep.Result("hand", a.Name, "slow-cluster")
+		got.Mode = fast.Mode
+		if got != fast {
+			t.Errorf("%s: slow replay %+v, fast replay %+v", a.Name, got, fast)
+		}
+		if !a.Estimate && (got.Admitted != got.Ideal || got.Over != 0) {
+			t.Errorf("%s: slow replay admitted %d, over %d; the contract admits %d", a.Name, got.Admitted, got.Over, got.Ideal)
+		}
+	}
 }

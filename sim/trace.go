@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+	"strings"
 
 	"github.com/diana-gw/diana/shared/algos"
 )
@@ -49,6 +50,8 @@ type TraceOptions struct {
 	Clients int
 	// Load is the many-clients trace's total rate as a multiple of the limit (default 50).
 	Load int64
+	// ParetoClients is the number of clients of the pareto-clients trace (default 10,000).
+	ParetoClients int
 	// Nodes is the number of gateway nodes (default 4).
 	Nodes int
 }
@@ -63,6 +66,9 @@ func (o *TraceOptions) defaults() error {
 	if o.Nodes == 0 {
 		o.Nodes = 4
 	}
+	if o.ParetoClients == 0 {
+		o.ParetoClients = 10_000
+	}
 	if o.Load == 0 {
 		o.Load = 50
 	}
@@ -75,6 +81,8 @@ func (o *TraceOptions) defaults() error {
 		return fmt.Errorf("sim: Length must be at least 2 windows, got %d", o.Length)
 	case o.Clients < 2:
 		return fmt.Errorf("sim: Clients must be at least 2, got %d", o.Clients)
+	case o.ParetoClients < 1:
+		return fmt.Errorf("sim: ParetoClients must be at least 1, got %d", o.ParetoClients)
 	case o.Load < 1:
 		return fmt.Errorf("sim: Load must be at least 1, got %d", o.Load)
 	case o.Nodes < 1 || o.Nodes > 64:
@@ -98,8 +106,11 @@ const start = algos.Hour
 //     limit in the first 2% of the next, every third window (the fixed window's weak spot);
 //   - many-clients: o.Clients clients whose shares of o.Load × the limit follow a Zipf law (s = 1.1):
 //     a few heavy clients above the limit, a long tail far below; spread randomly over the nodes;
-//   - uneven-nodes: one client at 150% of the limit, whose requests reach the nodes unevenly
-//     (40%, 30%, 20%, 10% with four nodes), as behind a load balancer with sticky connections.
+//   - uneven-60-20-10-10 and uneven-40-30-20-10 (names for four nodes): one client at 150% of
+//     the limit, whose requests reach the nodes unevenly (heavyWeights, unevenWeights), as
+//     behind a load balancer with sticky connections.
+//
+// EstimateTraces adds a larger one, for the estimates only.
 func Traces(o TraceOptions) ([]*Trace, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
@@ -162,15 +173,19 @@ func Traces(o TraceOptions) ([]*Trace, error) {
 		ts = append(ts, t)
 	}
 
-	{
-		r := rng(6)
-		t := &Trace{Name: "uneven-nodes", Nodes: o.Nodes, Keys: 1, Start: start, End: end,
-			About: fmt.Sprintf("one client at 150%% of the limit, reaching %d nodes unevenly (weights %v)", o.Nodes, unevenWeights(o.Nodes))}
-		weights := unevenWeights(o.Nodes)
+	for i, weights := range [][]int{heavyWeights(o.Nodes), unevenWeights(o.Nodes)} {
+		r := rng(uint64(6 + i))
 		total := 0
 		for _, x := range weights {
 			total += x
 		}
+		name, shares := "uneven", make([]string, len(weights))
+		for j, x := range weights {
+			name += fmt.Sprintf("-%d", (200*x+total)/(2*total)) // rounded %
+			shares[j] = fmt.Sprintf("%.0f%%", 100*float64(x)/float64(total))
+		}
+		t := &Trace{Name: name, Nodes: o.Nodes, Keys: 1, Start: start, End: end,
+			About: fmt.Sprintf("one client at 150%% of the limit, reaching %d nodes unevenly (%s)", o.Nodes, strings.Join(shares, ", "))}
 		for at := range poisson(r, start, end, 1.5*rate) {
 			pick, node := r.IntN(total), 0
 			for pick >= weights[node] {
@@ -192,8 +207,71 @@ func Traces(o TraceOptions) ([]*Trace, error) {
 	return ts, nil
 }
 
-// unevenWeights returns n node weights in %: 40, 30, 20, 10 for four nodes; in general
-// proportional to n, n−1, …, 1.
+// EstimateTraces returns the traces on which only the estimates' wrong decisions are measured
+// (Algo.Estimate; in Go, without Redis), generated from o.Seed:
+//
+//   - pareto-clients: o.ParetoClients clients whose rates follow a Pareto law (paretoRate), a
+//     few of them above the limit, as in Cloudflare's measure of its sliding window, over
+//     o.Length windows; each sends Poisson arrivals, spread randomly over the nodes.
+//
+// It is too large to replay through Redis in every mode within minutes, and it needs to be:
+// the share of wrong decisions is a property of the whole population of clients.
+func EstimateTraces(o TraceOptions) ([]*Trace, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	w, u := o.Limit.Window, o.Limit.Units
+	end := start + o.Length*w
+	rate := float64(u) / float64(w)
+	r := rand.New(rand.NewPCG(o.Seed, 8))
+	t := &Trace{Name: "pareto-clients", Nodes: o.Nodes, Keys: o.ParetoClients, Start: start, End: end}
+	above := 0
+	for k := range o.ParetoClients {
+		rel := paretoRate(r.Float64())
+		if rel > 1 {
+			above++
+		}
+		for at := range poisson(r, start, end, rel*rate) {
+			t.Events = append(t.Events, Event{At: at, Key: int32(k), Node: int32(r.IntN(o.Nodes))})
+		}
+	}
+	t.About = fmt.Sprintf("%d clients whose rates follow a Pareto law (α = %g, %g%% of clients above the limit, capped at %g× it; %d drawn above); Poisson arrivals, random over %d nodes",
+		o.ParetoClients, paretoAlpha, 100*paretoAbove, paretoCap, above, o.Nodes)
+	sort.SliceStable(t.Events, func(i, j int) bool { return t.Events[i].At < t.Events[j].At })
+	t.Hold = w / 5
+	return []*Trace{t}, nil
+}
+
+// The pareto-clients trace: client rates, relative to the limit, follow a Pareto law of shape
+// paretoAlpha (the 80/20 law) scaled so that a share paretoAbove of the clients is above the
+// limit, capped at paretoCap times the limit.
+const (
+	paretoAlpha = 1.16
+	paretoAbove = 0.03
+	paretoCap   = 10.0
+)
+
+// paretoRate maps u, uniform in [0, 1), to a client's rate relative to the limit.
+func paretoRate(u float64) float64 {
+	xm := math.Pow(paretoAbove, 1/paretoAlpha) // P(rate > 1) = (xm/1)^α = paretoAbove
+	return min(paretoCap, xm/math.Pow(1-u, 1/paretoAlpha))
+}
+
+// heavyWeights returns n node weights: 6, 2, 1, 1 (60%, 20%, 10%, 10%) for four nodes, one
+// heavy node and a long tail; for other counts the same list cut short or padded with 1s.
+func heavyWeights(n int) []int {
+	ws := make([]int, n)
+	for i := range ws {
+		ws[i] = 1
+		if i < 2 {
+			ws[i] = []int{6, 2}[i]
+		}
+	}
+	return ws
+}
+
+// unevenWeights returns n node weights: 4, 3, 2, 1 (40%, 30%, 20%, 10%) for four nodes; in
+// general n, n−1, …, 1.
 func unevenWeights(n int) []int {
 	ws := make([]int, n)
 	for i := range ws {

@@ -1,8 +1,10 @@
 // Command dianasim writes Diana's accuracy report (package sim): it replays request traces
-// through every algorithm in local, cluster and batched modes and writes DIR/accuracy.md with
-// SVG charts in DIR/img. Without -redis it starts a redis-server of its own. make report runs it.
+// through every algorithm in local, cluster, batched and failover modes and writes
+// DIR/accuracy.json (every figure), DIR/accuracy.md (rendered from it) and SVG charts in DIR/img;
+// with -readme FILE it also rewrites the report's quotes in FILE. Without -redis it starts a
+// redis-server of its own. make report runs it.
 //
-//	dianasim [-out DIR] [-redis ADDR] [-seed N] [-quick] [-nodes N] [-parallel N]
+//	dianasim [-out DIR] [-readme FILE] [-redis ADDR] [-seed N] [-quick] [-nodes N] [-pareto-clients N] [-parallel N]
 //
 // It is a command of its own so that the production binary, dianad, holds no simulator and no
 // redis-server launcher.
