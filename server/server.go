@@ -128,6 +128,7 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 		}
 		s.rdb, s.rstore, s.cluster = st.Client, st.Redis, st.Store
 		s.met.batches(st.Batch)
+		s.met.shares(st.Shares)
 	}
 	s.transport = NewTransport()
 	s.limiter = httplimit.New(nil, httplimit.Options{})
