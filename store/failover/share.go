@@ -59,9 +59,9 @@ type ShareOptions struct {
 // deciding alone while Redis cannot (on_error local) limits at its share of the limit instead of
 // the limit divided by the rule's node count.
 //
-// Per rule (by name) with policy FailLocal, each node counts the units requested of it: the
-// requests decided or committed (cost units each) and the dry runs denied (a request checked
-// against several rules that one denies is never committed), not releases. Every interval it
+// Per rule (by name) with policy FailLocal, each node counts the units requested of it while
+// Redis decides: the requests decided or committed (cost units each) and the dry runs denied (a
+// request checked against several rules that one denies is never committed), not releases. Every interval it
 // folds the count into a moving average (half of the new count, half of the old average: the
 // weight of an interval halves with each later one) and writes the average into a Redis hash of
 // the rule, one field per node, in one script call for every rule, which also sums the fields
@@ -139,10 +139,11 @@ func nodeName() string {
 // Node returns the name this node writes its counts under.
 func (sh *Shares) Node() string { return sh.o.Node }
 
-// note counts op, once it is decided.
+// note counts op once it is decided, if Redis decided it (or a batch of units it granted): the
+// traffic of an outage would reach Redis all at once after it, in one interval.
 func (sh *Shares) note(op *rules.Op) {
 	r := op.Rule()
-	if r == nil || op.OnError != rules.FailLocal || op.Req.Release || op.Req.DryRun && op.Dec.Allowed {
+	if r == nil || op.OnError != rules.FailLocal || op.Err != nil || op.Req.Release || op.Req.DryRun && op.Dec.Allowed {
 		return
 	}
 	cost := op.Req.Bounded().Cost
