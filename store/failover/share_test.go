@@ -4,9 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"reflect"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/diana-gw/diana/internal/redistest"
 	"github.com/diana-gw/diana/shared/algos"
@@ -309,5 +313,74 @@ func TestQuantise(t *testing.T) {
 		if got := quantise(c.share); got != c.want {
 			t.Errorf("quantise(%v) = %d, want %d", c.share, got, c.want)
 		}
+	}
+}
+
+// TestSharesTopologies runs the exchange on a Redis Cluster (every rule's hash in one slot) and
+// as a least-privilege ACL user with the commands docs/redis.md lists; a user without the hash
+// commands learns nothing, and Sync says why.
+func TestSharesTopologies(t *testing.T) {
+	const docCommands = "+evalsha +eval +time +get +set +pexpire +zadd +zcard +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore +hset +hgetall +hdel"
+	acl := func(cmds string) func(t *testing.T) redis.UniversalClient {
+		return func(t *testing.T) redis.UniversalClient {
+			srv := redistest.StartWith(t, redistest.Options{Users: []string{"diana on >secret resetkeys ~diana:* resetchannels -@all " + cmds}})
+			o := srv.Options()
+			o.Username, o.Password = "diana", "secret"
+			c := redis.NewClient(o)
+			t.Cleanup(func() { c.Close() })
+			return c
+		}
+	}
+	cases := []struct {
+		name    string
+		client  func(t *testing.T) redis.UniversalClient
+		wantErr string
+	}{
+		{"cluster", func(t *testing.T) redis.UniversalClient {
+			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{redistest.StartCluster(t).Addr}})
+			t.Cleanup(func() { c.Close() })
+			return c
+		}, ""},
+		{"acl as documented", acl(docCommands), ""},
+		{"acl without hset", acl(strings.Replace(docCommands, " +hset", "", 1)), "can't run this command"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.client(t)
+			rs := decodeRules(t, `{"name": "a", "mode": "cluster", "on_error": "local", "limit": {"algorithm": "fixed_window", "limit": 100, "window": "1s"}},
+				{"name": "b", "mode": "cluster", "on_error": "local", "limit": {"algorithm": "fixed_window", "limit": 100, "window": "1s"}}`)
+			var shs []*Shares
+			for i, weight := range []int{3, 1} {
+				sh := NewShares(c, ShareOptions{Node: fmt.Sprint("n", i), Manual: true})
+				eng, err := rules.New(rs, rules.Options{Cluster: New(redisstore.New(c, redisstore.Options{}), Options{Shares: sh})})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for range weight {
+					in := rules.Input{Method: "GET", Path: "/"}
+					if res := eng.Check(context.Background(), &in); !res.Allowed {
+						t.Fatalf("node %d: %+v", i, res)
+					}
+				}
+				shs = append(shs, sh)
+			}
+			for _, sh := range shs {
+				err := sh.Sync(context.Background())
+				if tc.wantErr != "" {
+					if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+						t.Fatalf("Sync: %v, want an error with %q", err, tc.wantErr)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatalf("Sync: %v", err)
+				}
+			}
+			got := map[string]float64{}
+			shs[1].Each(func(rule string, share float64) { got[rule] = share })
+			if want := map[string]float64{"a": 0.25, "b": 0.25}; !reflect.DeepEqual(got, want) {
+				t.Errorf("the second node's shares are %v, want %v", got, want)
+			}
+		})
 	}
 }
