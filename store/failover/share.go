@@ -53,6 +53,9 @@ type ShareOptions struct {
 	// Now is the clock; default time.Now. When set, Sync sends its time to Redis, which then
 	// judges staleness by it instead of its own TIME (tests).
 	Now func() time.Time
+	// OnError, if set, is told the error of each exchange that Decide started and that failed
+	// (the shares learned before stay).
+	OnError func(err error)
 }
 
 // Shares learns each node's share of each rule's traffic while Redis decides, so that a node
@@ -174,12 +177,14 @@ func (sh *Shares) due() bool {
 	return now >= next && sh.next.CompareAndSwap(next, now+int64(sh.o.Every))
 }
 
-// background runs one sync bounded by an interval; its error is dropped: the shares learned so
-// far stay, and the next interval tries again.
+// background runs one sync bounded by an interval. On an error the shares learned so far stay,
+// and the next interval tries again.
 func (sh *Shares) background() {
 	ctx, cancel := context.WithTimeout(context.Background(), sh.o.Every)
 	defer cancel()
-	_ = sh.Sync(ctx)
+	if err := sh.Sync(ctx); err != nil && sh.o.OnError != nil {
+		sh.o.OnError(err)
+	}
 }
 
 // Sync exchanges this node's counts with Redis and updates its shares: one script call for all

@@ -31,6 +31,8 @@ type Options struct {
 	OnState   func(open bool)
 	OnStarved func(wait time.Duration)
 	Observe   func(d time.Duration, err error)
+	// OnShareError is failover.ShareOptions.OnError.
+	OnShareError func(err error)
 }
 
 // Stack is a cluster-mode store and its parts, which some front ends use on their own (the
@@ -53,7 +55,7 @@ func New(o Options) (*Stack, error) {
 	s := &Stack{Client: c}
 	s.Redis = redisstore.New(c, redisstore.Options{Prefix: o.Prefix, WaitReplicas: o.WaitReplicas, WaitTimeout: o.Timeout * 3 / 4})
 	s.Batch = batch.New(s.Redis, batch.Options{})
-	s.Shares = failover.NewShares(c, failover.ShareOptions{Prefix: o.Prefix})
+	s.Shares = failover.NewShares(c, failover.ShareOptions{Prefix: o.Prefix, OnError: o.OnShareError})
 	s.Store = failover.New(s.Batch, failover.Options{Timeout: o.Timeout, Failures: o.Failures, OpenFor: o.OpenFor,
 		Local: o.Local, Shares: s.Shares, OnState: o.OnState, OnStarved: o.OnStarved, Observe: o.Observe})
 	return s, nil
