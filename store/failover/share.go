@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"strconv"
@@ -84,8 +85,10 @@ type Shares struct {
 	stale    time.Duration
 	sendTime bool // ShareOptions.Now was given: Redis judges staleness by it
 
-	mu    sync.RWMutex
-	rules map[string]*ruleShare
+	// rules is read on every decision without a lock; it is replaced, never changed, under mu
+	// (a rule is added or dropped rarely).
+	rules atomic.Pointer[map[string]*ruleShare]
+	mu    sync.Mutex
 
 	next    atomic.Int64 // unix ns of the next sync
 	syncing sync.Mutex
@@ -127,8 +130,9 @@ func NewShares(c redis.Scripter, o ShareOptions) *Shares {
 	}
 	// One hash tag for every rule's hash: the script touches them all, which Redis Cluster
 	// allows only within one slot.
-	return &Shares{c: c, o: o, prefix: o.Prefix + "shares:{shares}:", stale: 3 * o.Every, sendTime: sendTime,
-		rules: map[string]*ruleShare{}}
+	sh := &Shares{c: c, o: o, prefix: o.Prefix + "shares:{shares}:", stale: 3 * o.Every, sendTime: sendTime}
+	sh.rules.Store(&map[string]*ruleShare{})
+	return sh
 }
 
 // nodeName is the default ShareOptions.Node.
@@ -153,18 +157,26 @@ func (sh *Shares) note(op *rules.Op) {
 	if cost == 0 {
 		return
 	}
-	sh.mu.RLock()
-	rs := sh.rules[r.Name]
-	sh.mu.RUnlock()
+	rs := (*sh.rules.Load())[r.Name]
 	if rs == nil {
-		sh.mu.Lock()
-		if rs = sh.rules[r.Name]; rs == nil {
-			rs = &ruleShare{avg: -1}
-			sh.rules[r.Name] = rs
-		}
-		sh.mu.Unlock()
+		rs = sh.add(r.Name)
 	}
 	rs.count.Add(cost)
+}
+
+// add returns the share of the rule named name, adding it if it is not there.
+func (sh *Shares) add(name string) *ruleShare {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	m := *sh.rules.Load()
+	if rs := m[name]; rs != nil {
+		return rs
+	}
+	m = maps.Clone(m)
+	rs := &ruleShare{avg: -1}
+	m[name] = rs
+	sh.rules.Store(&m)
+	return rs
 }
 
 // due reports whether a sync should start now, and if so claims it.
@@ -193,14 +205,13 @@ func (sh *Shares) background() {
 func (sh *Shares) Sync(ctx context.Context) error {
 	sh.syncing.Lock()
 	defer sh.syncing.Unlock()
-	sh.mu.RLock()
-	names := make([]string, 0, len(sh.rules))
-	list := make([]*ruleShare, 0, len(sh.rules))
-	for name, rs := range sh.rules {
+	m := *sh.rules.Load()
+	names := make([]string, 0, len(m))
+	list := make([]*ruleShare, 0, len(m))
+	for name, rs := range m {
 		names = append(names, name)
 		list = append(list, rs)
 	}
-	sh.mu.RUnlock()
 	if len(list) == 0 {
 		return nil
 	}
@@ -232,9 +243,11 @@ func (sh *Shares) Sync(ctx context.Context) error {
 	}
 	if len(drop) > 0 {
 		sh.mu.Lock()
+		m := maps.Clone(*sh.rules.Load())
 		for _, name := range drop {
-			delete(sh.rules, name)
+			delete(m, name)
 		}
+		sh.rules.Store(&m)
 		sh.mu.Unlock()
 	}
 
@@ -272,9 +285,7 @@ func quantise(share float64) int64 {
 // alg returns r's fallback at its learned share, or nil without history (or when no share of
 // its limit can be built). It allocates only when the share or the rule changed.
 func (sh *Shares) alg(r *rules.Rule) algos.Algorithm {
-	sh.mu.RLock()
-	rs := sh.rules[r.Name]
-	sh.mu.RUnlock()
+	rs := (*sh.rules.Load())[r.Name]
 	if rs == nil {
 		return nil
 	}
@@ -306,9 +317,7 @@ func buildShare(r *rules.Rule, milli int64) algos.Algorithm {
 // Each calls f with every rule this node has learned a share of, and the share without
 // headroom (0: no history yet).
 func (sh *Shares) Each(f func(rule string, share float64)) {
-	sh.mu.RLock()
-	defer sh.mu.RUnlock()
-	for name, rs := range sh.rules {
+	for name, rs := range *sh.rules.Load() {
 		f(name, math.Float64frombits(rs.share.Load()))
 	}
 }
