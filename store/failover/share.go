@@ -59,14 +59,14 @@ type ShareOptions struct {
 	OnError func(err error)
 }
 
-// Shares learns each node's share of each rule's traffic while Redis decides, so that a node
+// Shares learns each node's share of each rule's traffic while Redis answers, so that a node
 // deciding alone while Redis cannot (on_error local) limits at its share of the limit instead of
 // the limit divided by the rule's node count.
 //
-// Per rule (by name) with policy FailLocal, each node counts the units requested of it while
-// Redis decides: the requests decided or committed (cost units each) and the dry runs denied (a
-// request checked against several rules that one denies is never committed), not releases. Every interval it
-// folds the count into a moving average (half of the new count, half of the old average: the
+// Per rule (by name) with policy FailLocal, each node counts the units requested of it: the
+// requests decided or committed (cost units each) and the dry runs denied (a request checked
+// against several rules that one denies is never committed), not releases. Every interval it
+// folds the count (scaled to one interval if more time passed) into a moving average (half of the new count, half of the old average: the
 // weight of an interval halves with each later one) and writes the average into a Redis hash of
 // the rule, one field per node, in one script call for every rule, which also sums the fields
 // of the nodes that wrote in the last 3 intervals and drops the others. The node's share is its
@@ -90,7 +90,8 @@ type Shares struct {
 	rules atomic.Pointer[map[string]*ruleShare]
 	mu    sync.Mutex
 
-	next    atomic.Int64 // unix ns of the next sync
+	start   atomic.Int64 // unix ns when the counts since the last sync began; 0: nothing counted yet
+	pending atomic.Bool  // a sync Decide started is under way
 	syncing sync.Mutex
 }
 
@@ -146,11 +147,11 @@ func nodeName() string {
 // Node returns the name this node writes its counts under.
 func (sh *Shares) Node() string { return sh.o.Node }
 
-// note counts op once it is decided, if Redis decided it (or a batch of units it granted): the
-// traffic of an outage would reach Redis all at once after it, in one interval.
+// note counts op once it is decided, by Redis or not: a node's traffic is what it is asked,
+// and a node that cannot reach Redis while the others can must not see its share shrink.
 func (sh *Shares) note(op *rules.Op) {
 	r := op.Rule()
-	if r == nil || op.OnError != rules.FailLocal || op.Err != nil || op.Req.Release || op.Req.DryRun && op.Dec.Allowed {
+	if r == nil || op.OnError != rules.FailLocal || op.Req.Release || op.Req.DryRun && op.Dec.Allowed {
 		return
 	}
 	cost := op.Req.Bounded().Cost
@@ -162,6 +163,9 @@ func (sh *Shares) note(op *rules.Op) {
 		rs = sh.add(r.Name)
 	}
 	rs.count.Add(cost)
+	if sh.start.Load() == 0 {
+		sh.start.CompareAndSwap(0, sh.o.Now().UnixNano())
+	}
 }
 
 // add returns the share of the rule named name, adding it if it is not there.
@@ -184,14 +188,17 @@ func (sh *Shares) due() bool {
 	if sh.o.Manual {
 		return false
 	}
-	now := sh.o.Now().UnixNano()
-	next := sh.next.Load()
-	return now >= next && sh.next.CompareAndSwap(next, now+int64(sh.o.Every))
+	start := sh.start.Load()
+	if start == 0 || sh.o.Now().UnixNano()-start < int64(sh.o.Every) {
+		return false
+	}
+	return sh.pending.CompareAndSwap(false, true)
 }
 
 // background runs one sync bounded by an interval. On an error the shares learned so far stay,
 // and the next interval tries again.
 func (sh *Shares) background() {
+	defer sh.pending.Store(false)
 	ctx, cancel := context.WithTimeout(context.Background(), sh.o.Every)
 	defer cancel()
 	if err := sh.Sync(ctx); err != nil && sh.o.OnError != nil {
@@ -205,6 +212,14 @@ func (sh *Shares) background() {
 func (sh *Shares) Sync(ctx context.Context) error {
 	sh.syncing.Lock()
 	defer sh.syncing.Unlock()
+	// The counts are per interval: those of a longer period (traffic too sparse to start a sync
+	// each interval) are scaled down to one. A node's first period starts at its first count.
+	now := sh.o.Now().UnixNano()
+	elapsed := int64(sh.o.Every)
+	if start := sh.start.Swap(now); start != 0 {
+		elapsed = max(elapsed, now-start)
+	}
+	perInterval := float64(sh.o.Every) / float64(elapsed)
 	m := *sh.rules.Load()
 	names := make([]string, 0, len(m))
 	list := make([]*ruleShare, 0, len(m))
@@ -221,10 +236,10 @@ func (sh *Shares) Sync(ctx context.Context) error {
 	args := make([]any, 3, 3+len(list))
 	args[0], args[1], args[2] = sh.o.Node, "", sh.stale.Milliseconds()
 	if sh.sendTime {
-		args[1] = sh.o.Now().UnixMilli()
+		args[1] = now / int64(time.Millisecond)
 	}
 	for i, rs := range list {
-		c := float64(rs.count.Swap(0))
+		c := float64(rs.count.Swap(0)) * perInterval
 		if rs.avg < 0 {
 			rs.avg = c // a node's first interval stands for its past: no ramp from 0
 		} else {

@@ -418,3 +418,39 @@ func backgroundFails(t *testing.T, c redis.UniversalClient, rs []*rules.Rule, wa
 		}
 	}
 }
+
+// TestSharesPerInterval: what a node writes is its moving average of units per interval; counts
+// over a longer period (sparse traffic, or an outage, between exchanges) are scaled to one.
+func TestSharesPerInterval(t *testing.T) {
+	c := newCluster(t, `{"name": "api", "mode": "cluster", "on_error": "local", "limit": {"algorithm": "fixed_window", "limit": 500, "window": "1s"}}`)
+	n := c.add(true)
+	rc := c.srv.Client()
+	ctx := context.Background()
+	field := func() string {
+		v, err := rc.HGet(ctx, "diana:shares:{shares}:api", "n0").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v[:strings.IndexByte(v, ':')]
+	}
+	steps := []struct {
+		perSec  int // requests in the first second
+		seconds int // seconds from the first request to the exchange
+		want    string
+	}{
+		{20, 1, "20"}, // the first period starts at the first count: 20 a second
+		{40, 1, "30"}, // (20 + 40) / 2
+		{50, 5, "20"}, // 50 over 5 s is 10 a second: (30 + 10) / 2
+		{0, 1, "10"},
+	}
+	for i, s := range steps {
+		c.second([]int{s.perSec}, false)
+		c.now.Add(int64(s.seconds-1) * algos.Second)
+		if err := n.sh.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := field(); got != s.want {
+			t.Errorf("step %d: the node wrote %s units an interval, want %s", i, got, s.want)
+		}
+	}
+}
