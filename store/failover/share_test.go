@@ -454,3 +454,29 @@ func TestSharesPerInterval(t *testing.T) {
 		}
 	}
 }
+
+// TestSharesAllocateNothing: with Redis away, deciding at a learned share allocates no more
+// than deciding at the limit divided by the node count (the algorithm at the share is built
+// once, then reused).
+func TestSharesAllocateNothing(t *testing.T) {
+	c := newCluster(t, `{"name": "api", "mode": "cluster", "on_error": "local", "nodes": 2, "limit": {"algorithm": "token_bucket", "rate": 500, "burst": 500}}`)
+	learner, plain := c.add(true), c.add(false)
+	for range 2 {
+		c.second([]int{3, 1}, true)
+	}
+	c.srv.Stop()
+	c.second([]int{10, 10}, false) // opens the breakers, builds the fallback at the share
+	if !learner.s.Open() || !plain.s.Open() {
+		t.Fatal("the breakers did not open")
+	}
+	allocs := func(n *node) float64 {
+		in := rules.Input{Method: "GET", Path: "/"}
+		return testing.AllocsPerRun(200, func() {
+			in.Path = "/"
+			n.eng.Check(context.Background(), &in)
+		})
+	}
+	if a, b := allocs(learner), allocs(plain); a != b {
+		t.Errorf("a decision at the learned share allocates %v times, at limit/2 %v", a, b)
+	}
+}
