@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -66,13 +65,13 @@ type ShareOptions struct {
 // Per rule (by name) with policy FailLocal, each node counts the units requested of it: the
 // requests decided or committed (cost units each) and the dry runs denied (a request checked
 // against several rules that one denies is never committed), not releases. Every interval it
-// folds the count (scaled to one interval if more time passed) into a moving average (half of the new count, half of the old average: the
-// weight of an interval halves with each later one) and writes the average into a Redis hash of
-// the rule, one field per node, in one script call for every rule, which also sums the fields
-// of the nodes that wrote in the last 3 intervals and drops the others. The node's share is its
-// average over that sum. No request waits for it: Decide starts it in the background at most
-// once an interval, and not while the breaker is open (the shares learned last hold through an
-// outage).
+// folds the count (scaled to one interval if more time passed) into a moving average (half of
+// the new count, half of the old average: the weight of an interval halves with each later one)
+// and writes the average into a Redis hash of the rule, one field per node, in one script call
+// for every rule, which also sums the fields of the nodes that wrote in the last 3 intervals and
+// drops the others. The node's share is its average over that sum. No request waits for it:
+// Decide starts it in the background at most once an interval, and not while the breaker is
+// open (the shares learned last hold through an outage).
 //
 // The share is per rule, not per key: a client whose traffic is split among the nodes unlike
 // the rule's as a whole gets at most the limit (the parts add up to it plus the headroom) but
@@ -271,7 +270,7 @@ func (sh *Shares) Sync(ctx context.Context) error {
 		return fmt.Errorf("failover: shares: %w", err)
 	}
 	if len(res) != len(list) {
-		return errors.New("failover: shares: the script answered " + strconv.Itoa(len(res)) + " totals for " + strconv.Itoa(len(list)) + " rules")
+		return fmt.Errorf("failover: shares: the script answered %d totals for %d rules", len(res), len(list))
 	}
 	for i, rs := range list {
 		total, err := strconv.ParseFloat(res[i], 64)

@@ -392,7 +392,7 @@ func TestSharesTopologies(t *testing.T) {
 // backgroundFails checks that an exchange Decide starts tells OnError why it failed.
 func backgroundFails(t *testing.T, c redis.UniversalClient, rs []*rules.Rule, wantErr string) {
 	errs := make(chan error, 1)
-	sh := NewShares(c, ShareOptions{Every: 10 * time.Millisecond, OnError: func(err error) {
+	sh := NewShares(c, ShareOptions{Every: 50 * time.Millisecond, OnError: func(err error) {
 		select {
 		case errs <- err:
 		default:
@@ -403,17 +403,18 @@ func backgroundFails(t *testing.T, c redis.UniversalClient, rs []*rules.Rule, wa
 		t.Fatal(err)
 	}
 	deadline := time.After(wait)
+	var last error
 	for {
 		in := rules.Input{Method: "GET", Path: "/"}
 		eng.Check(context.Background(), &in)
 		select {
 		case err := <-errs:
-			if !strings.Contains(err.Error(), wantErr) {
-				t.Errorf("OnError: %v, want an error with %q", err, wantErr)
+			if strings.Contains(err.Error(), wantErr) {
+				return
 			}
-			return
+			last = err // a busy machine's timeout: the next exchange tells
 		case <-deadline:
-			t.Fatal("no failed exchange reported")
+			t.Fatalf("no exchange failed with %q (last error: %v)", wantErr, last)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
