@@ -30,8 +30,8 @@ const Headroom = 0.02
 const shareQuantum = 1000
 
 // minTotal is the least traffic of a rule, in units per interval summed over the nodes, for
-// which its shares count as history: below it the node falls back to the limit divided by the
-// rule's node count.
+// which its shares count as history: below it (or before a node's second exchange of the rule)
+// the node falls back to the limit divided by the rule's node count.
 const minTotal = 1
 
 // dropAfter is how many syncs a rule this node has no traffic for is kept; then it is forgotten
@@ -102,8 +102,9 @@ type ruleShare struct {
 	alg   atomic.Pointer[built]
 
 	// Changed only by Sync (under Shares.syncing).
-	avg  float64 // moving average of the units per interval; < 0 before the first sync
-	idle int     // syncs in a row without traffic
+	avg   float64 // moving average of the units per interval; < 0 before the first sync
+	idle  int     // syncs in a row without traffic
+	syncs int     // exchanges of the rule that Redis answered
 }
 
 // built is the fallback algorithm of a rule at a share, kept until either changes.
@@ -277,7 +278,9 @@ func (sh *Shares) Sync(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("failover: shares: total of %s: %w", names[i], err)
 		}
-		if total < minTotal {
+		// At its first exchange a node may be the first of the cluster to write: the others, which
+		// exchange once an interval too, have all written by its second.
+		if rs.syncs++; rs.syncs < 2 || total < minTotal {
 			rs.milli.Store(0)
 			rs.share.Store(0)
 			continue
