@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/netip"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -23,11 +24,13 @@ import (
 // cluster is nodes sharing one real redis-server, each a failover Store with its own local
 // store, Shares and Engine, on one fake clock (µs) that the local stores and the Shares read.
 type cluster struct {
-	t     *testing.T
-	srv   *redistest.Server
-	rule  string // the rule's JSON
-	now   atomic.Int64
-	nodes []*node
+	t    *testing.T
+	srv  *redistest.Server
+	rule string // the rule's JSON
+	// client, if set, is the client address of node n's k-th request of a second.
+	client func(n, k int) netip.Addr
+	now    atomic.Int64
+	nodes  []*node
 }
 
 type node struct {
@@ -75,8 +78,11 @@ func (c *cluster) second(perSec []int, sync bool) (admitted int) {
 		for i, n := range c.nodes {
 			// node i's requests of this tick: its per-second count spread evenly over the ticks
 			k := perSec[i]*(tick+1)/ticks - perSec[i]*tick/ticks
-			for range k {
+			for j := range k {
 				in := rules.Input{Method: "GET", Path: "/"}
+				if c.client != nil {
+					in.SetClient(c.client(i, perSec[i]*tick/ticks+j), 64)
+				}
 				if n.eng.Check(ctx, &in).Allowed {
 					admitted++
 				}
@@ -483,5 +489,45 @@ func TestSharesAllocateNothing(t *testing.T) {
 	}
 	if a, b := allocs(learner), allocs(plain); a != b {
 		t.Errorf("a decision at the learned share allocates %v times, at limit/2 %v", a, b)
+	}
+}
+
+// TestPinnedClient measures the bound of a per-rule share for a client the load balancer pins
+// to one node: it gets that node's part of its limit while Redis is down, whatever its own
+// traffic. The rule counts by client address; the others spread 60/20/10/10 as the rule's.
+func TestPinnedClient(t *testing.T) {
+	for _, tc := range []struct {
+		node       int
+		want, base int // admitted a window of 500: at the learned share, at limit/4
+	}{
+		{3, 51, 125},  // 10% of the traffic: 500 × 0.102
+		{0, 306, 125}, // 60%: 500 × 0.612
+	} {
+		t.Run(fmt.Sprint("node ", tc.node), func(t *testing.T) {
+			got := map[bool]int{}
+			for _, learn := range []bool{true, false} {
+				c := newCluster(t, `{"name": "api", "by": ["ip"], "mode": "cluster", "on_error": "local", "nodes": 4, "limit": {"algorithm": "fixed_window", "limit": 500, "window": "1s"}}`)
+				c.client = func(n, k int) netip.Addr { return netip.AddrFrom4([4]byte{10, byte(n), byte(k >> 8), byte(k)}) }
+				for range 4 {
+					c.add(learn)
+				}
+				for range 6 {
+					c.second([]int{12, 4, 2, 2}, true)
+				}
+				c.srv.Stop()
+				pinned := netip.MustParseAddr("192.0.2.1")
+				c.client = func(int, int) netip.Addr { return pinned }
+				perSec := make([]int, 4)
+				perSec[tc.node] = 1000
+				for range 3 {
+					got[learn] += c.second(perSec, false)
+				}
+			}
+			t.Logf("client pinned to node %d admitted %d a window (%.1f%% of 500); at limit/4, %d",
+				tc.node, got[true]/3, float64(got[true])/3/5, got[false]/3)
+			if got[true] != 3*tc.want || got[false] != 3*tc.base {
+				t.Errorf("admitted %d at the learned share, %d at limit/4 over 3 windows; want %d and %d", got[true], got[false], 3*tc.want, 3*tc.base)
+			}
+		})
 	}
 }
