@@ -37,8 +37,9 @@ type Options struct {
 	// Local decides the ops whose policy is rules.FailLocal while Redis cannot, with the rule's
 	// learned share (Shares) or else op.Fallback (op.Alg if nil); default a memstore of its own.
 	Local *memstore.Store
-	// Shares, if set, learns each node's share of the traffic of the rules whose policy is
-	// rules.FailLocal while Redis decides; nil: FailLocal always decides with op.Fallback.
+	// Shares, if set, learns this node's share of the traffic of each rule whose policy is
+	// rules.FailLocal, exchanging counts through Redis while it answers; nil: FailLocal always
+	// decides with op.Fallback.
 	Shares *Shares
 	// OnState, if set, is told every change of the breaker's state, in order. It is called with
 	// the breaker's lock held: it must return quickly and must not call Decide.
