@@ -144,9 +144,6 @@ func nodeName() string {
 	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
 }
 
-// Node returns the name this node writes its counts under.
-func (sh *Shares) Node() string { return sh.o.Node }
-
 // note counts op once it is decided, by Redis or not: a node's traffic is what it is asked,
 // and a node that cannot reach Redis while the others can must not see its share shrink.
 func (sh *Shares) note(op *rules.Op) {
