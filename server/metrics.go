@@ -10,6 +10,7 @@ import (
 
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/batch"
+	"github.com/diana-gw/diana/store/failover"
 )
 
 // metrics are the server's Prometheus metrics, on a registry of its own (several servers in
@@ -144,4 +145,23 @@ func (m *metrics) batches(s *batch.Store) {
 		units("spent", func(st batch.Stats) int64 { return st.Spent }),
 		units("expired", func(st batch.Stats) int64 { return st.Expired }),
 	)
+}
+
+// shares exports the learned share of each on_error local rule, read at each scrape.
+func (m *metrics) shares(sh *failover.Shares) {
+	m.reg.MustRegister(shareCollector{sh})
+}
+
+var shareDesc = prometheus.NewDesc("diana_fallback_share",
+	"This node's learned share of a cluster rule's traffic (on_error local), without headroom; 0 until learned (the limit divided by nodes applies then).",
+	[]string{"rule"}, nil)
+
+type shareCollector struct{ sh *failover.Shares }
+
+func (c shareCollector) Describe(ch chan<- *prometheus.Desc) { ch <- shareDesc }
+
+func (c shareCollector) Collect(ch chan<- prometheus.Metric) {
+	c.sh.Each(func(rule string, share float64) {
+		ch <- prometheus.MustNewConstMetric(shareDesc, prometheus.GaugeValue, share, rule)
+	})
 }

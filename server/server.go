@@ -70,6 +70,7 @@ type Server struct {
 	denialLog  lograte.Limiter // denials (all counted in the metrics): likewise
 	proxyLog   lograte.Limiter // upstream errors: likewise
 	starveLog  lograte.Limiter // Redis timeouts of a starved process: likewise
+	shareLog   lograte.Limiter // failed exchanges of the learned shares: likewise
 	unknownLog lograte.Limiter // rls requests for an unknown domain: likewise
 
 	authLog lograte.Limiter // forward-auth requests refused or not believed: likewise
@@ -122,12 +123,14 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 			Failures: r.Failures,
 			OpenFor:  time.Duration(r.OpenFor) * time.Microsecond,
 			Local:    s.mem, OnState: s.breakerState, OnStarved: s.starved, Observe: s.met.observeRedis,
+			OnShareError: s.shareError,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("server: redis: %w", err)
 		}
 		s.rdb, s.rstore, s.cluster = st.Client, st.Redis, st.Store
 		s.met.batches(st.Batch)
+		s.met.shares(st.Shares)
 	}
 	s.transport = NewTransport()
 	s.limiter = httplimit.New(nil, httplimit.Options{})
@@ -341,6 +344,14 @@ func (s *Server) starved(wait time.Duration) {
 	if ok, skipped := s.starveLog.Allow(); ok {
 		s.log.Warn("Redis timed out while dianad was starved of CPU: not counted against Redis (the breaker stays closed); the request got its on_error decision",
 			"scheduling_wait", wait, "suppressed", skipped)
+	}
+}
+
+// shareError is told of a failed exchange of the learned shares (on_error local).
+func (s *Server) shareError(err error) {
+	if ok, skipped := s.shareLog.Allow(); ok {
+		s.log.Warn("cannot exchange this node's traffic shares with Redis: on_error local keeps the shares learned before, or the limit divided by nodes",
+			"err", err, "suppressed", skipped)
 	}
 }
 

@@ -23,7 +23,9 @@ type AlgorithmKind struct {
 	Params []Param
 	// Build returns the algorithm for the parameters read, by name, with its limit shared among
 	// nodes nodes (1: the whole limit; more: each node's share when it degrades to local
-	// limiting). Errors are *algos.ParamError naming a parameter.
+	// limiting). Errors are *algos.ParamError naming a parameter. It divides every Count
+	// parameter by nodes: Rule.FallbackAt builds num/den of a limit by multiplying them by num
+	// and building for den nodes (a LocalOnly kind, which has no fallback, is exempt).
 	Build func(p Params, nodes int64) (algos.Algorithm, error)
 	// Leases is true when an admitted request holds its units until it ends (concurrency): the
 	// front end must call Engine.Release when the request completes.

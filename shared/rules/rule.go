@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"errors"
+	"math"
 	"strconv"
 	"strings"
 
@@ -41,6 +43,10 @@ type Rule struct {
 	Unlimited bool
 
 	dims []Dimension
+
+	// The limit's kind and parameters, for FallbackAt.
+	kind   AlgorithmKind
+	params Params
 }
 
 // Mode says where a rule's state lives.
@@ -234,6 +240,7 @@ func (r *Rule) decodeLimit(o *conf.Obj) {
 	if len(o.Errors().List) > errs {
 		return // the parameters are already reported; building would repeat the errors
 	}
+	r.kind, r.params = kind, params
 	var err error
 	if r.Alg, err = r.build(kind, params, 1); err != nil {
 		failParam(lo, err)
@@ -278,6 +285,41 @@ func decodeParams(kind AlgorithmKind, lo *conf.Obj) Params {
 		}
 	}
 	return p
+}
+
+// FallbackAt returns Alg with its limit scaled to num/den (0 < num ≤ den), wrapped in the
+// rule's ban: the part of the limit one node keeps when it decides alone at a learned share of
+// the rule's traffic (store/failover). It is built as Fallback is for den nodes from parameters
+// whose counts are multiplied by num: rates stay exact, counts round down to at least 1.
+func (r *Rule) FallbackAt(num, den int64) (algos.Algorithm, error) {
+	if r.kind.Build == nil {
+		return nil, errors.New("rules: rule " + quote(r.Name) + " has no algorithm")
+	}
+	if num <= 0 || num > den {
+		return nil, errors.New("rules: share " + strconv.FormatInt(num, 10) + "/" + strconv.FormatInt(den, 10) + " is not in (0, 1]")
+	}
+	g := gcd(num, den)
+	num, den = num/g, den/g
+	p := make(Params, len(r.params))
+	for _, d := range r.kind.Params {
+		v := r.params[d.Name]
+		if d.Type == Count {
+			if v > math.MaxInt64/num {
+				return nil, errors.New("rules: " + d.Name + " × " + strconv.FormatInt(num, 10) + " overflows")
+			}
+			v *= num
+		}
+		p[d.Name] = v
+	}
+	return r.build(r.kind, p, den)
+}
+
+// gcd returns the greatest common divisor of a and b (positive).
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // build builds the limit's algorithm for nodes nodes, wrapped in the rule's ban.

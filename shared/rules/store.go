@@ -24,6 +24,9 @@ type Op struct {
 	rule *Rule
 }
 
+// Rule returns the rule op decides for, or nil for an op made outside an Engine.
+func (op *Op) Rule() *Rule { return op.rule }
+
 // Store decides ops. Each op is atomic on its own key; a store may decide a batch in one round
 // trip but never needs to make the batch atomic: the Engine checks every op as a dry run
 // (Req.DryRun) before it commits any.

@@ -2,8 +2,9 @@
 // when Redis cannot decide (down, slow or failing), gives each op the decision of its rule's fail
 // policy instead. A short timeout bounds every round trip, and a circuit breaker stops calling
 // Redis after a few consecutive failures, so that decisions stay fast while Redis is down; once
-// in a while one caller probes Redis, and the first answer closes the breaker again. It starts no
-// goroutines: everything happens inside Decide.
+// in a while one caller probes Redis, and the first answer closes the breaker again. Everything
+// happens inside Decide, but for the exchange of Options.Shares, which Decide starts in a
+// goroutine of its own once an interval.
 package failover
 
 import (
@@ -33,9 +34,13 @@ type Options struct {
 	// after a failed probe the next one goes; default 1s. A Redis that is back is found within
 	// OpenFor.
 	OpenFor time.Duration
-	// Local decides the ops whose policy is rules.FailLocal while Redis cannot, with op.Fallback
-	// (op.Alg if nil); default a memstore of its own.
+	// Local decides the ops whose policy is rules.FailLocal while Redis cannot, with the rule's
+	// learned share (Shares) or else op.Fallback (op.Alg if nil); default a memstore of its own.
 	Local *memstore.Store
+	// Shares, if set, learns this node's share of the traffic of each rule whose policy is
+	// rules.FailLocal, exchanging counts through Redis while it answers; nil: FailLocal always
+	// decides with op.Fallback.
+	Shares *Shares
 	// OnState, if set, is told every change of the breaker's state, in order. It is called with
 	// the breaker's lock held: it must return quickly and must not call Decide.
 	OnState func(open bool)
@@ -99,7 +104,9 @@ func (s *Store) Open() bool { return s.b.state.Load() == isOpen }
 //     Granted = the request's cost;
 //   - FailClosed: denied, Remaining 0, RetryAfter = ResetAfter = the time until the next probe,
 //     or 1s when none is scheduled;
-//   - FailLocal: op.Fallback (op.Alg if nil) decides op.Req in Options.Local.
+//   - FailLocal: op.Req is decided in Options.Local by the rule's limit at this node's learned
+//     share of its traffic with Headroom (Options.Shares, op.Rule()), or, without history, by
+//     op.Fallback (op.Alg if nil).
 //
 // A round trip fails, counting towards opening the breaker, when Redis decided none of its ops
 // (a Redis error, a timeout, a refused connection); one that decided any closes the breaker.
@@ -122,12 +129,18 @@ func (s *Store) Decide(ctx context.Context, ops []*rules.Op) {
 		}
 		return
 	}
+	if sh := s.o.Shares; sh != nil {
+		defer s.note(ctx, ops)
+	}
 	t, ok, retry := s.b.enter()
 	if !ok {
 		for _, op := range ops {
 			s.fallback(op, ErrOpen, retry)
 		}
 		return
+	}
+	if sh := s.o.Shares; sh != nil && s.b.state.Load() == 0 && sh.due() {
+		go sh.background()
 	}
 
 	calls := make([]redisstore.Call, len(ops))
@@ -215,7 +228,13 @@ func (s *Store) fallback(op *rules.Op, err error, retry time.Duration) {
 		us := retry.Microseconds()
 		op.Dec = algos.Decision{Limit: op.Alg.Script().Limit, RetryAfter: us, ResetAfter: us}
 	case rules.FailLocal:
-		alg := op.Fallback
+		var alg algos.Algorithm
+		if r := op.Rule(); r != nil && s.o.Shares != nil {
+			alg = s.o.Shares.alg(r)
+		}
+		if alg == nil {
+			alg = op.Fallback
+		}
 		if alg == nil {
 			alg = op.Alg
 		}
@@ -223,5 +242,15 @@ func (s *Store) fallback(op *rules.Op, err error, retry time.Duration) {
 	default:
 		limit := op.Alg.Script().Limit
 		op.Dec = algos.Decision{Allowed: true, Limit: limit, Remaining: limit, Granted: op.Req.Bounded().Cost}
+	}
+}
+
+// note counts the decided ops in Options.Shares, unless the caller went away.
+func (s *Store) note(ctx context.Context, ops []*rules.Op) {
+	if ctx.Err() != nil {
+		return
+	}
+	for _, op := range ops {
+		s.o.Shares.note(op)
 	}
 }

@@ -1,7 +1,7 @@
 // Package stack builds the cluster-mode store of a front end, the same for dianad and the Kong
 // plugin, so that the two cannot drift: a Redis client (TLS, ACL user, Sentinel or Cluster),
 // redisstore (the scripts, WAIT for replicas), batch (batched rules) and failover (the timeout,
-// the breaker and the fail policies), in that order.
+// the breaker and the fail policies, with the learned shares of on_error local), in that order.
 package stack
 
 import (
@@ -31,6 +31,8 @@ type Options struct {
 	OnState   func(open bool)
 	OnStarved func(wait time.Duration)
 	Observe   func(d time.Duration, err error)
+	// OnShareError is failover.ShareOptions.OnError.
+	OnShareError func(err error)
 }
 
 // Stack is a cluster-mode store and its parts, which some front ends use on their own (the
@@ -39,7 +41,8 @@ type Stack struct {
 	Client redis.UniversalClient
 	Redis  *redisstore.Store
 	Batch  *batch.Store
-	Store  *failover.Store // the rules.Store of cluster mode
+	Shares *failover.Shares // each on_error local rule's learned share of the traffic
+	Store  *failover.Store  // the rules.Store of cluster mode
 }
 
 // New opens the client and builds the store; it fails if the connection's settings are
@@ -52,7 +55,8 @@ func New(o Options) (*Stack, error) {
 	s := &Stack{Client: c}
 	s.Redis = redisstore.New(c, redisstore.Options{Prefix: o.Prefix, WaitReplicas: o.WaitReplicas, WaitTimeout: o.Timeout * 3 / 4})
 	s.Batch = batch.New(s.Redis, batch.Options{})
+	s.Shares = failover.NewShares(c, failover.ShareOptions{Prefix: o.Prefix, OnError: o.OnShareError})
 	s.Store = failover.New(s.Batch, failover.Options{Timeout: o.Timeout, Failures: o.Failures, OpenFor: o.OpenFor,
-		Local: o.Local, OnState: o.OnState, OnStarved: o.OnStarved, Observe: o.Observe})
+		Local: o.Local, Shares: s.Shares, OnState: o.OnState, OnStarved: o.OnStarved, Observe: o.Observe})
 	return s, nil
 }
