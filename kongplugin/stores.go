@@ -28,7 +28,16 @@ var (
 	clusters   = map[redisConf]*failover.Store{} // one client per distinct connection
 
 	starveLog lograte.Limiter // Redis timeouts of a starved plugin server: a line a second at most
+	shareLog  lograte.Limiter // failed exchanges of the learned shares: a line a second at most
 )
+
+// shareError is told of a failed exchange of the learned shares (failover.Shares): the node
+// keeps the shares it learned before, or limit / fallback_nodes without them.
+func shareError(err error) {
+	if ok, skipped := shareLog.Allow(); ok {
+		log.Printf("diana: exchanging this node's share of the traffic with Redis failed, its fallback limits stay as learned before (%d more since the last line): %v", skipped, err)
+	}
+}
 
 // starved is told of a Redis timeout the breaker did not count, the plugin server itself being
 // short of CPU. It logs to the plugin server's log, which Kong copies into its error log.
@@ -58,7 +67,7 @@ func clusterStore(rc *redisConf) rules.Store {
 		Conn: redisstore.Conn{Addrs: strings.Split(rc.Addrs, ","), MasterName: rc.MasterName, Cluster: rc.Cluster,
 			Username: rc.Username, Password: rc.Password, DB: rc.DB,
 			TLS: rc.TLS, ServerName: rc.ServerName, SkipVerify: rc.SkipVerify},
-		Prefix: rc.Prefix, WaitReplicas: rc.Wait, Timeout: timeout, OnStarved: starved,
+		Prefix: rc.Prefix, WaitReplicas: rc.Wait, Timeout: timeout, OnStarved: starved, OnShareError: shareError,
 	}
 	var err error
 	for _, f := range []struct {

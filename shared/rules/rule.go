@@ -44,9 +44,7 @@ type Rule struct {
 
 	dims []Dimension
 
-	// The limit's kind and parameters, for FallbackAt.
-	kind   AlgorithmKind
-	params Params
+	params Params // the limit's parameters, for FallbackAt (its kind is Algorithm's)
 }
 
 // Mode says where a rule's state lives.
@@ -240,7 +238,7 @@ func (r *Rule) decodeLimit(o *conf.Obj) {
 	if len(o.Errors().List) > errs {
 		return // the parameters are already reported; building would repeat the errors
 	}
-	r.kind, r.params = kind, params
+	r.params = params
 	var err error
 	if r.Alg, err = r.build(kind, params, 1); err != nil {
 		failParam(lo, err)
@@ -292,7 +290,8 @@ func decodeParams(kind AlgorithmKind, lo *conf.Obj) Params {
 // the rule's traffic (store/failover). It is built as Fallback is for den nodes from parameters
 // whose counts are multiplied by num: rates stay exact, counts round down to at least 1.
 func (r *Rule) FallbackAt(num, den int64) (algos.Algorithm, error) {
-	if r.kind.Build == nil {
+	kind, ok := algorithms[r.Algorithm]
+	if !ok || r.params == nil {
 		return nil, errors.New("rules: rule " + quote(r.Name) + " has no algorithm")
 	}
 	if num <= 0 || num > den {
@@ -301,7 +300,7 @@ func (r *Rule) FallbackAt(num, den int64) (algos.Algorithm, error) {
 	g := gcd(num, den)
 	num, den = num/g, den/g
 	p := make(Params, len(r.params))
-	for _, d := range r.kind.Params {
+	for _, d := range kind.Params {
 		v := r.params[d.Name]
 		if d.Type == Count {
 			if v > math.MaxInt64/num {
@@ -311,7 +310,7 @@ func (r *Rule) FallbackAt(num, den int64) (algos.Algorithm, error) {
 		}
 		p[d.Name] = v
 	}
-	return r.build(r.kind, p, den)
+	return r.build(kind, p, den)
 }
 
 // gcd returns the greatest common divisor of a and b (positive).
