@@ -58,7 +58,7 @@ type SlidingWindowSub struct {
 // NewSlidingWindowSub returns a limit of limit units per sliding window of window µs, counted in
 // subwindows sub-windows.
 func NewSlidingWindowSub(limit, window, subwindows int64) (*SlidingWindowSub, error) {
-	const name = "sliding_window_sub"
+	const name = "sliding_window" // its Lua twin is sliding_window.lua's, with a third argument
 	if err := count(name, "limit", limit); err != nil {
 		return nil, err
 	}
@@ -230,4 +230,20 @@ func (s *SlidingWindowSub) store(st *State, ss *subState) {
 			st.Log[j-len(st.W)] = ss.c[i]
 		}
 	}
+}
+
+// Batching implements Batcher as SlidingWindow does, per sub-window: a grant's units are spent
+// within the sub-window they count in (which ends one window before the grant's ResetAfter), so
+// every sub-window's count covers what is spent in it. Sub-windows must then be a whole number
+// of µs. MaxAge defaults to a tenth of a sub-window, at most one second.
+func (s *SlidingWindowSub) Batching(maxAge int64) (*Batching, error) {
+	if s.window%s.n != 0 {
+		return nil, paramError("sliding_window", "subwindows", "must divide the window in µs ("+itoa(s.window)+") in batched mode, whose units are spent within the sub-window they count in; got "+itoa(s.n))
+	}
+	sub := s.window / s.n
+	age, err := batchAge("sliding_window", maxAge, min(second, sub/10))
+	if err != nil {
+		return nil, err
+	}
+	return &Batching{Alg: s, MaxAge: age, window: sub, tail: s.window}, nil
 }

@@ -13,7 +13,7 @@ func TestSlidingWindowSub(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sc := s.Script(); sc.Name != "sliding_window_sub" || sc.Words != 3 {
+	if sc := s.Script(); sc.Name != "sliding_window" || sc.Words != 3 {
 		t.Fatalf("script %+v", sc)
 	}
 	sec, ms := Second, Millisecond
