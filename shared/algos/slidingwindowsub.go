@@ -48,8 +48,11 @@ const MaxSubWindows = 60
 // a sub-window lasts at least 1 µs, which keeps k ≤ now. Counts add up to at most 2·Limit, and
 // products of a count or an index and a time are divided at once (mulDiv).
 //
-// State: N + 2 words, word 0 = k, the index of the current sub-window, word 1 + i = c[k − i] for
-// i = 0..N; the first four in W, the others in Log (Script.Words of them; in Redis one string).
+// State: N + 2 words, word 0 = the first µs of sub-window k, word 1 + i = c[k − i] for i = 0..N;
+// the first four in W, the others in Log (Script.Words of them; in Redis one string). With N = 1
+// it is SlidingWindow's state, and a state written under another N (a rule whose subwindows
+// changed) is read as counts of the sub-windows its times fall in: wrong for at most a window,
+// never a time taken for an index.
 type SlidingWindowSub struct {
 	limit, window, n int64
 	script           Script
@@ -83,7 +86,7 @@ func NewSlidingWindowSub(limit, window, subwindows int64) (*SlidingWindowSub, er
 // Script implements Algorithm.
 func (s *SlidingWindowSub) Script() Script { return s.script }
 
-// subState is a state's words: the current sub-window's index and the counts, newest first.
+// subState is a state: the current sub-window's index and the counts, newest first.
 type subState struct {
 	k int64
 	c [MaxSubWindows + 1]int64
@@ -205,7 +208,7 @@ func (s *SlidingWindowSub) retryAfter(now int64, ss *subState, n int64) int64 {
 
 // load reads st's words into ss; missing words are 0.
 func (s *SlidingWindowSub) load(st *State, ss *subState) {
-	ss.k = st.W[0]
+	ss.k, _ = s.at(st.W[0])
 	for i := 0; i <= int(s.n); i++ {
 		if j := i + 1; j < len(st.W) {
 			ss.c[i] = st.W[j]
@@ -217,7 +220,7 @@ func (s *SlidingWindowSub) load(st *State, ss *subState) {
 
 // store writes ss into st, reusing st.Log's array.
 func (s *SlidingWindowSub) store(st *State, ss *subState) {
-	st.W[0] = ss.k
+	st.W[0] = s.start(ss.k, 0)
 	if extra := s.script.Words; cap(st.Log) >= extra {
 		st.Log = st.Log[:extra]
 	} else {

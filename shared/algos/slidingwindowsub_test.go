@@ -31,7 +31,7 @@ func TestSlidingWindowSub(t *testing.T) {
 	})
 }
 
-// TestSlidingWindowSubOne: with one sub-window, every decision is SlidingWindow's.
+// TestSlidingWindowSubOne: with one sub-window, every decision and state is SlidingWindow's.
 func TestSlidingWindowSubOne(t *testing.T) {
 	for _, c := range []struct{ limit, window int64 }{{7, 3 * Second}, {1, 1}, {3, Day}, {MaxCount, MaxSpan}, {10, 7}} {
 		sw, _ := NewSlidingWindow(c.limit, c.window)
@@ -48,8 +48,8 @@ func TestSlidingWindowSubOne(t *testing.T) {
 				now -= rng.Int64N(c.window + 1)
 			}
 			r := Request{Now: now, Cost: rng.Int64N(min(c.limit, 4) + 2), Partial: rng.IntN(4) == 0, DryRun: rng.IntN(5) == 0}
-			if da, db := sw.Decide(&a, r), sub.Decide(&b, r); da != db {
-				t.Fatalf("%d per %d µs, step %d %+v:\n  sliding_window %+v\n  sub-windows    %+v", c.limit, c.window, i, r, da, db)
+			if da, db := sw.Decide(&a, r), sub.Decide(&b, r); da != db || a.W != b.W || len(b.Log) != 0 {
+				t.Fatalf("%d per %d µs, step %d %+v:\n  sliding_window %+v %v\n  sub-windows    %+v %v", c.limit, c.window, i, r, da, a.W, db, b.W)
 			}
 		}
 	}

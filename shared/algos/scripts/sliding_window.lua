@@ -1,8 +1,8 @@
 -- Sliding window: the twin of SlidingWindow.Decide in shared/algos/slidingwindow.go (Cloudflare's
 -- weighted two-window estimate, state "start cur prev") and, given a third argument N (SlidingWindowSub's), of
 -- SlidingWindowSub.Decide in shared/algos/slidingwindowsub.go (N sub-windows, state
--- "k c0 c1 ... cN": the current sub-window's index, then the counts of sub-windows k, k-1, ...,
--- k-N, read from the string s since they may be more than the prelude's four words).
+-- "start c0 c1 ... cN": the first µs of the current sub-window k, then the counts of sub-windows
+-- k, k-1, ..., k-N, read from the string s since they may be more than the prelude's four words).
 local lim, window = p1, p2
 if p3 then
   local subs = p3
@@ -13,6 +13,9 @@ if p3 then
       if i < 0 then ks = tonumber(word) else c[i] = tonumber(word) end
       i = i + 1
     end
+    -- the stored first µs of the current sub-window, as an index
+    local a = floor(ks / window)
+    ks = a * subs + muldiv(ks - a * window, subs, window)
   end
   local empty = true
   for i = 0, subs do
@@ -80,7 +83,7 @@ if p3 then
   reset = reset_after()
   local r = {1, lim, lim - used - n, reset, 0, 0, n, reset}
   if n == 0 then return finish(r) end
-  local words = {string.format('%d', ks)}
+  local words = {string.format('%d', start(ks, 0))}
   for i = 0, subs do words[#words + 1] = string.format('%d', c[i]) end
   return finish(r, table.concat(words, ' '))
 end
