@@ -100,7 +100,9 @@ func (s *SlidingWindow) Decide(st *State, r Request) Decision {
 	d.ResetAfter = s.resetAfter(now, cs, cur, prev)
 	d.TTL = d.ResetAfter
 	if n > 0 && !r.DryRun {
-		st.W[0], st.W[1], st.W[2] = cs, cur, prev
+		// All of it, as the Lua twin writes it: a state SlidingWindowSub wrote (a rule whose
+		// subwindows changed) has more words.
+		st.W, st.Log = [4]int64{cs, cur, prev, 0}, st.Log[:0]
 	}
 	return d
 }

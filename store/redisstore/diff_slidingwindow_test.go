@@ -1,7 +1,12 @@
 package redisstore
 
 import (
+	"context"
+	"math/rand/v2"
+	"slices"
 	"testing"
+
+	"github.com/diana-gw/diana/internal/redistest"
 
 	"github.com/diana-gw/diana/shared/algos"
 )
@@ -37,4 +42,41 @@ func TestDiffSlidingWindowSub(t *testing.T) {
 		{name: "extreme: 2^31 per 2^20 + 1 µs in 13", alg: must(algos.NewSlidingWindowSub(1<<31, 1<<20+1, 13)), maxGap: 1 << 20, maxCost: 1 << 32, partial: true, backwards: true},
 		{name: "banned, in 4", alg: must(algos.NewBan(must(algos.NewSlidingWindowSub(5, algos.Second, 4)), 2*algos.Second)), maxGap: algos.Second, maxCost: 6, backwards: true},
 	})
+}
+
+// TestDiffSlidingWindowSwitch: a rule whose subwindows changes keeps its key, so each variant
+// reads the state another wrote; Go and Lua read it alike, and a state is never stuck.
+func TestDiffSlidingWindowSwitch(t *testing.T) {
+	srv := redistest.Start(t)
+	s := New(srv.Client(), Options{CallerClock: true})
+	ctx := context.Background()
+	algs := []algos.Algorithm{must(algos.NewSlidingWindow(20, algos.Second)), must(algos.NewSlidingWindowSub(20, algos.Second, 2)),
+		must(algos.NewSlidingWindowSub(20, algos.Second, 10)), must(algos.NewSlidingWindowSub(20, algos.Second, 60))}
+	widest := algs[len(algs)-1] // reads a state of any of them
+	rng := rand.New(rand.NewPCG(7, 7))
+	var st algos.State
+	now := int64(1_700_000_000_000_000)
+	for i := range 4000 {
+		alg := algs[rng.IntN(len(algs))]
+		now += gap(rng, algos.Second/2)
+		r := algos.Request{Now: now, Cost: cost(rng, 5), Partial: rng.IntN(4) == 0, DryRun: rng.IntN(5) == 0}
+		want := goDecide(alg, &st, r)
+		got, err := s.Decide(ctx, "switch", alg, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Fatalf("step %d, %s %v, %+v:\n  go  %+v\n  lua %+v", i, alg.Script().Name, alg.Script().Args, r, want, got)
+		}
+		rst, err := s.State(ctx, "switch", widest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rst.W != st.W || !slices.Equal(rst.Log, st.Log) {
+			t.Fatalf("step %d, %v: states differ\n  go  %v %v\n  lua %v %v", i, alg.Script().Args, st.W, st.Log, rst.W, rst.Log)
+		}
+		if want.ResetAfter > 2*algos.Second {
+			t.Fatalf("step %d, %v: ResetAfter %d µs, beyond two windows", i, alg.Script().Args, want.ResetAfter)
+		}
+	}
 }
