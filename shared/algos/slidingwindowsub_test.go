@@ -141,3 +141,18 @@ func TestSlidingWindowSubParams(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSlidingWindowSub: the cost of a decision by sub-windows, SlidingWindow the anchor.
+func BenchmarkSlidingWindowSub(b *testing.B) {
+	for _, n := range []int64{1, 2, 10, 60} {
+		a := slidingAlg(1000, Minute, n)
+		b.Run("subwindows="+itoa(n), func(b *testing.B) {
+			var st State
+			now := int64(1_700_000_000) * Second
+			for b.Loop() {
+				now += 7919
+				a.Decide(&st, Request{Now: now, Cost: 1})
+			}
+		})
+	}
+}
