@@ -156,3 +156,31 @@ func BenchmarkSlidingWindowSub(b *testing.B) {
 		})
 	}
 }
+
+// TestSlidingWindowSubBatching: batched units are spent within the sub-window of their grant.
+func TestSlidingWindowSubBatching(t *testing.T) {
+	s, _ := NewSlidingWindowSub(10, Second, 10) // sub-windows of 100 ms
+	l, err := s.Batching(0)
+	if err != nil || l.MaxAge != 10*Millisecond {
+		t.Fatalf("%+v, %v: want MaxAge a tenth of a sub-window", l, err)
+	}
+	base := int64(1_700_000_000) * Second
+	for _, c := range []struct{ at, elapsed, life, left int64 }{
+		{95 * Millisecond, 0, 5 * Millisecond, 5 * Millisecond},                          // the sub-window ends at 100 ms
+		{50 * Millisecond, 0, 10 * Millisecond, 10 * Millisecond},                        // MaxAge first
+		{95 * Millisecond, 196 * Millisecond, 5 * Millisecond, 9 * Millisecond},          // asked at 291 ms: 9 ms to 300 ms
+		{95 * Millisecond, 3*Second + 10*Millisecond, 5 * Millisecond, 10 * Millisecond}, // at 3.105 s
+	} {
+		var st State
+		d := s.Decide(&st, Request{Now: base + c.at, Cost: 5, Partial: true})
+		if got := l.Life(d); got != c.life {
+			t.Errorf("grant at %d µs: Life %d, want %d", c.at, got, c.life)
+		}
+		if got := l.Left(d, c.elapsed); got != c.left {
+			t.Errorf("grant at %d µs, %d µs later: Left %d, want %d", c.at, c.elapsed, got, c.left)
+		}
+	}
+	if _, err := must(NewSlidingWindowSub(10, Second, 7)).Batching(0); err == nil {
+		t.Error("sub-windows of 142857.14 µs batched")
+	}
+}
