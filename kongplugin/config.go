@@ -118,7 +118,7 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 	s.EscapedSlashes = rules.DecodeEscapedSlashes(o)
 	algorithm := str("algorithm")
 	limit, window := integer("limit"), str("window")
-	burst, warmup := integer("burst"), str("warmup")
+	burst, warmup, subwindows := integer("burst"), str("warmup"), integer("subwindows")
 	type extra struct {
 		g      group
 		limit  int64
@@ -207,6 +207,9 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 		set(rules.Amount, conf.Number(strconv.FormatInt(limit, 10)), lf)
 		set(rules.Window, window, wf)
 		set(rules.Warmup, warmup, "warmup")
+		if subwindows > 0 { // absent from configs that predate it
+			set(rules.SubWindows, conf.Number(strconv.FormatInt(subwindows, 10)), "subwindows")
+		}
 		if p, ok := kind.Param(rules.Burst); ok {
 			names["limit."+p.Name] = "burst" // its default (the rate) too
 			if burst > 0 && name == "main" {

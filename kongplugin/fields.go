@@ -105,6 +105,8 @@ func fieldTable() []field {
 			Desc: "token_bucket: the bucket size (0: the limit); leaky_bucket: excess requests admitted beyond the rate, as nginx's burst. Ignored by the other algorithms."},
 		{Name: "warmup", Type: "string", From: "limit.schema.json#/properties/warmup", Default: "10s", Match: windowMatch, Applies: usedBy(rules.Warmup),
 			Desc: "warm_up: how long a cold limiter takes to reach its full rate, a duration such as 10s. Ignored by the other algorithms."},
+		{Name: "subwindows", Type: "integer", From: "limit.schema.json#/properties/subwindows", Default: int64(1), Applies: usedBy(rules.SubWindows),
+			Desc: "sliding_window: the sub-windows of window / subwindows it counts in (1 to 60): 1 is Cloudflare's weighted estimate of two windows; more bring it closer to the exact count (any (subwindows - 1) / subwindows of a window holds at most limit). Ignored by the other algorithms."},
 	}
 	for _, g := range groups {
 		fs = append(fs,

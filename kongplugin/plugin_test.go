@@ -60,6 +60,10 @@ func TestDecodeErrors(t *testing.T) {
 		{"token bucket burst", map[string]any{"algorithm": "token_bucket", "limit": 10, "window": "1s", "burst": 20}, "", ""},
 		{"warm up", map[string]any{"algorithm": "warm_up", "limit": 10, "window": "1s", "warmup": "10s"}, "", ""},
 		{"concurrency", map[string]any{"algorithm": "concurrency", "limit": 10}, "", ""},
+		{"sub-windows", map[string]any{"algorithm": "sliding_window", "limit": 10, "window": "1m", "subwindows": 60, "ip_limit": 5}, "", ""},
+		{"too many sub-windows", map[string]any{"subwindows": 61}, "subwindows: ", ""},
+		{"sub-windows shorter than 1 µs", map[string]any{"window": "2us", "subwindows": 3}, "subwindows: must be at most the window in µs (2)", ""},
+		{"sub-windows of another algorithm", map[string]any{"algorithm": "token_bucket", "limit": 10, "subwindows": 6}, "", "subwindows: is ignored"},
 		{"redis", map[string]any{"policy": "redis", "redis_addrs": []string{"a:1", "b:2"}, "fallback_nodes": 3}, "", ""},
 		{"leased", map[string]any{"policy": "redis", "batch_max": 50, "batch_max_age": "200ms", "ip_limit": 5}, "", ""},
 		{"leased token bucket", map[string]any{"policy": "redis", "algorithm": "token_bucket", "limit": 100, "window": "1s", "batch_max": 20}, "", ""},
@@ -486,5 +490,19 @@ func TestAdaptiveLatencyFromLog(t *testing.T) {
 	}
 	if l := until(20_000, func(l int) bool { return l == 4 }); l != 4 {
 		t.Errorf("limit %d after 5 s of 20 ms requests, want min_limit 4", l)
+	}
+}
+
+// subwindows reaches every limit of the instance: the main one and the groups'.
+func TestSubWindows(t *testing.T) {
+	cfg := newConfig(t, map[string]any{"algorithm": "sliding_window", "limit": 10, "window": "1m", "subwindows": 60, "ip_limit": 5})
+	mustValid(t, cfg)
+	if len(cfg.s.Rules) != 2 {
+		t.Fatalf("%d rules", len(cfg.s.Rules))
+	}
+	for _, r := range cfg.s.Rules {
+		if sc := r.Alg.Script(); sc.Name != "sliding_window" || len(sc.Args) != 3 || sc.Args[2] != 60 {
+			t.Errorf("rule %s: %+v, want 60 sub-windows", r.Name, sc)
+		}
 	}
 }

@@ -224,11 +224,12 @@ func validDocs() map[string]doc {
 	docs["short forms"] = doc{json: `{"version": 1, "trusted_proxies": "10.0.0.1", "redis": {"addrs": "127.0.0.1:6379"},
 		"rules": [{"name": "a", "by": "ip", "match": {"methods": "GET", "paths": "/", "hosts": "example.com"}, "limit": {"algorithm": "token_bucket", "rate": 1}}]}`}
 	for alg, limit := range map[string]string{
-		"fixed_window":   `{"algorithm": "fixed_window", "limit": 100, "window": "1s"}`,
-		"sliding_window": `{"algorithm": "sliding_window", "limit": 100, "window": "1m"}`,
-		"sliding_log":    `{"algorithm": "sliding_log", "limit": 100, "window": "1s"}`,
-		"token_bucket":   `{"algorithm": "token_bucket", "rate": 100, "burst": 200}`,
-		"leaky_bucket":   `{"algorithm": "leaky_bucket", "rate": 100, "burst": 50, "nodelay": true}`,
+		"fixed_window":       `{"algorithm": "fixed_window", "limit": 100, "window": "1s"}`,
+		"sliding_window":     `{"algorithm": "sliding_window", "limit": 100, "window": "1m"}`,
+		"sliding_window_sub": `{"algorithm": "sliding_window", "limit": 100, "window": "1m", "subwindows": 60}`,
+		"sliding_log":        `{"algorithm": "sliding_log", "limit": 100, "window": "1s"}`,
+		"token_bucket":       `{"algorithm": "token_bucket", "rate": 100, "burst": 200}`,
+		"leaky_bucket":       `{"algorithm": "leaky_bucket", "rate": 100, "burst": 50, "nodelay": true}`,
 	} {
 		rule := `{"name": "b", "mode": "cluster", "action": "shadow", "limit": ` + limit + `, "batch": {"max": 50, "min": 5, "max_age": "200ms"}}`
 		docs["batch "+alg] = doc{json: `{"version": 1, "redis": {"addrs": "127.0.0.1:6379"}, "rules": [` + rule + `]}`}
@@ -256,6 +257,7 @@ func validDocs() map[string]doc {
 		{"name": "f", "reply": {"status": 400}, "limit": {"algorithm": "warm_up", "rate": 1000000000000000, "period": "10y", "warmup": "1us"}},
 		{"name": "g", "reply": {"status": 599}, "nodes": 10000, "limit": {"algorithm": "sliding_window", "limit": 1000000000000000, "window": "1us"}},
 		{"name": "h", "ban": "10y", "limit": {"algorithm": "sliding_window", "limit": 1000000000000000, "window": "10y"}},
+		{"name": "h2", "limit": {"algorithm": "sliding_window", "limit": 1000000000000000, "window": "10y", "subwindows": 60}},
 		{"name": "i", "limit": {"algorithm": "fixed_window", "limit": 1000000000000, "window": "1y"}},
 		{"name": "j", "limit": {"algorithm": "token_bucket", "rate": 1000000000000, "period": "1y"}}]}`}
 	return docs

@@ -23,6 +23,7 @@ func TestBadConfig(t *testing.T) {
 		{"cluster rule", rule(`, "mode": "cluster"`), "rules[0].mode: must be local"},
 		{"delay", rule(`, "action": "delay", "max_delay": "1s"`), "rules[0].action: delay is not supported"},
 		{"sliding log", `{"rules": [{"name": "r", "limit": {"algorithm": "sliding_log", "limit": 3, "window": "1m"}}]}`, "rules[0].limit.algorithm: sliding_log keeps a log"},
+		{"3 sub-windows", `{"rules": [{"name": "r", "limit": {"algorithm": "sliding_window", "limit": 3, "window": "1m", "subwindows": 3}}]}`, "rules[0].limit.subwindows: the filter's shared-data slots hold 4 numbers per client: at most 2 sub-windows"},
 		{"concurrency", `{"rules": [{"name": "r", "limit": {"algorithm": "concurrency", "max": 3}}]}`, "rules[0].limit.algorithm: concurrency holds a lease per request in flight"},
 		{"adaptive", `{"rules": [{"name": "r", "limit": {"algorithm": "adaptive"}}]}`, "rules[0].limit.algorithm: adaptive learns from the latency of each request, which the filter does not measure"},
 		{"leaky bucket delay", `{"rules": [{"name": "r", "action": "delay", "max_delay": "1s", "limit": {"algorithm": "leaky_bucket", "rate": 1, "period": "1s"}}]}`, "rules[0].action: delay is not supported"},

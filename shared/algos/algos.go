@@ -121,6 +121,10 @@ type Script struct {
 	Limit int64   // the Decision.Limit a ban reports while it holds
 	Ban   int64   // µs a denial bans the identity for; 0: no ban
 	Log   bool    // the state is a sorted set (State.Log), not a string of words (State.W)
+	// Words is the number of words of a string state beyond the len(State.W) that W holds: they
+	// follow W's in State.Log, and in Redis's string. Stores with fixed-size entries (the Envoy
+	// filter's shared-data slots) hold only W and refuse an algorithm with Words > 0.
+	Words int `json:",omitempty"`
 }
 
 // ErrParam is wrapped by every parameter error.

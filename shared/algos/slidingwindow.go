@@ -17,13 +17,15 @@ package algos
 //	ResetAfter = until the estimate is 0: the end of the next window if cur > 0, else the end of
 //	             the current one if prev > 0, else 0
 //
-// When now is one window past the stored one, cur becomes prev; two or more, both are 0. Unlike
-// a fixed window there is no burst at the boundary: right after a full window only about
-// Limit·elapsed/Window units are admitted. The estimate assumes the previous window's requests
-// were spread evenly; Cloudflare measured 0.003% wrong decisions on real traffic. With integer
-// counts a full previous window weighs more than 0 until the boundary, so saturated single-unit
-// traffic gets Limit − 1 units per window, and a client at exactly the limit rate sees about one
-// request per window denied.
+// When now is one window past the stored one, cur becomes prev; two or more, both are 0. The
+// estimate assumes the previous window's requests were spread evenly, so the burst at a boundary
+// is smaller than a fixed window's but not gone: an interval of D ≤ Window µs holds at most
+// Limit + ⌊Limit·(D − 1)/Window⌋ units (SlidingWindowSub with N = 1 proves it), reached when
+// Limit units come in the last µs of a window: 100 per second then admits 60 more 603 ms later,
+// and 99 more just under a second later, 2·Limit − 1 in one window. SlidingWindowSub confines
+// the error to a sub-window. With integer counts a full previous window weighs more than 0 until
+// the boundary, so saturated single-unit traffic gets Limit − 1 units per window, and a client at
+// exactly the limit rate sees about one request per window denied.
 //
 // RetryAfter is exact: the smallest wait after which the request fits if nothing else is
 // admitted meanwhile. With k = Limit − cur − n, the weighted prev decays linearly, so the request
@@ -98,7 +100,9 @@ func (s *SlidingWindow) Decide(st *State, r Request) Decision {
 	d.ResetAfter = s.resetAfter(now, cs, cur, prev)
 	d.TTL = d.ResetAfter
 	if n > 0 && !r.DryRun {
-		st.W[0], st.W[1], st.W[2] = cs, cur, prev
+		// All of it, as the Lua twin writes it: a state SlidingWindowSub wrote (a rule whose
+		// subwindows changed) has more words.
+		st.W, st.Log = [4]int64{cs, cur, prev, 0}, st.Log[:0]
 	}
 	return d
 }

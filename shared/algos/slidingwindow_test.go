@@ -5,8 +5,9 @@ import (
 	"testing"
 )
 
-// TestSlidingWindow: 10 per 10 s. A window filled at its end leaves no burst at the boundary:
-// after elapsed µs of the next window only about 10·elapsed/10 s more are admitted.
+// TestSlidingWindow: 10 per 10 s. A window filled in its last second weighs fully at the
+// boundary: after elapsed µs of the next window only about 10·elapsed/10 s more are admitted
+// (TestSlidingWindowBound has the burst this still allows).
 func TestSlidingWindow(t *testing.T) {
 	s, err := NewSlidingWindow(10, 10*Second)
 	if err != nil {

@@ -81,13 +81,18 @@ func init() {
 		ResetDoc: "until the window ends: at most window (a request held into the next window: window + its delay)",
 	})
 	RegisterAlgorithm("sliding_window", AlgorithmKind{
-		Doc:    "limit per sliding window, weighted estimate of two windows (Cloudflare)",
-		Params: []Param{windowLimit, window},
+		Doc: "limit per sliding window, estimated from sub-windows: 1, Cloudflare's weighted estimate of two windows",
+		Params: []Param{windowLimit, window,
+			{Name: "subwindows", Type: Count, Role: SubWindows, Default: 1, Min: 1, Max: algos.MaxSubWindows,
+				Doc: "counted in sub-windows of window / subwindows: 1 is Cloudflare's weighted estimate of two windows; more bring it closer to exact (any (subwindows − 1) / subwindows of a window holds at most limit) for subwindows + 2 numbers of state"}},
 		Build: func(p Params, nodes int64) (algos.Algorithm, error) {
+			if p["subwindows"] > 1 {
+				return algorithm(algos.NewSlidingWindowSub(share(p["limit"], nodes), p["window"], p["subwindows"]))
+			}
 			return algorithm(algos.NewSlidingWindow(share(p["limit"], nodes), p["window"]))
 		},
 		LimitDoc: "`limit`",
-		ResetDoc: "until the estimate is 0: at most 2 × window, as it counts a unit, down-weighted, until the end of the window after its own",
+		ResetDoc: "until the estimate is 0: at most window + window / subwindows, as it counts a unit, down-weighted, until the end of the sub-window one window after its own",
 	})
 	logLimit := windowLimit
 	logLimit.Max, logLimit.Doc = algos.MaxLogLimit, "units admitted per window (the log keeps one entry per admitted unit)"

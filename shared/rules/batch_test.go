@@ -80,6 +80,7 @@ func TestDecodeBatchErrors(t *testing.T) {
 		{"token bucket of burst 1", `{"name": "a", "mode": "cluster", "limit": {"algorithm": "token_bucket", "rate": 5, "burst": 1}, "batch": {"max": 5}}`, "rules[0].batch.max_age", "would leave less than 1 of the burst"},
 		{"token bucket age too long", `{"name": "a", "mode": "cluster", "limit": {"algorithm": "token_bucket", "rate": 10, "burst": 10}, "batch": {"max": 5, "max_age": "1s"}}`, "rules[0].batch.max_age", "at most 900000 µs"},
 		{"leaky bucket that delays", `{"name": "a", "mode": "cluster", "limit": {"algorithm": "leaky_bucket", "rate": 10, "burst": 10}, "batch": {"max": 5}}`, "rules[0].batch", "leaky_bucket cannot be batched: delay is below the burst, and batched mode needs nodelay"},
+		{"sub-windows of a fraction of a µs", `{"name": "a", "mode": "cluster", "limit": {"algorithm": "sliding_window", "limit": 10, "window": "1m", "subwindows": 7}, "batch": {"max": 5}}`, "rules[0].batch", "sliding_window cannot be batched: subwindows must divide the window in µs (60000000)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

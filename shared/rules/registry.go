@@ -82,6 +82,8 @@ const (
 	Window Role = "window" // the time it is counted over: window, period, lease
 	Burst  Role = "burst"
 	Warmup Role = "warmup"
+	// SubWindows is the sliding window's subwindows.
+	SubWindows Role = "subwindows"
 )
 
 // Algorithm returns the kind registered under name.

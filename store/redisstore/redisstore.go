@@ -269,8 +269,8 @@ func decision(name, key string, cmd *redis.Cmd, unsent error) (algos.Decision, e
 }
 
 // State reads what Redis holds for an identity, in the form the algorithm's Go twin keeps it:
-// State.W from the words of a string state, State.Log from the scores of a sorted set, State.Ban
-// from the ban key. For inspection and tests.
+// State.W from the words of a string state (State.Log from those beyond W), State.Log from the
+// scores of a sorted set, State.Ban from the ban key. For inspection and tests.
 func (s *Store) State(ctx context.Context, key string, alg algos.Algorithm) (algos.State, error) {
 	var st algos.State
 	stateKey, banKey := s.Keys(key)
@@ -304,12 +304,19 @@ func (s *Store) State(ctx context.Context, key string, alg algos.Algorithm) (alg
 	if err != nil {
 		return st, fmt.Errorf("redisstore: read %s: %w", stateKey, err)
 	}
-	for i, w := range strings.Fields(v) {
-		if i >= len(st.W) {
-			return st, fmt.Errorf("redisstore: %s holds %q: more than %d words", stateKey, v, len(st.W))
-		}
-		if st.W[i], err = strconv.ParseInt(w, 10, 64); err != nil {
+	fields := strings.Fields(v)
+	if max := len(st.W) + alg.Script().Words; len(fields) > max {
+		return st, fmt.Errorf("redisstore: %s holds %q: more than %d words", stateKey, v, max)
+	}
+	for i, w := range fields {
+		x, err := strconv.ParseInt(w, 10, 64)
+		if err != nil {
 			return st, fmt.Errorf("redisstore: %s holds %q: %w", stateKey, v, err)
+		}
+		if i < len(st.W) {
+			st.W[i] = x
+		} else {
+			st.Log = append(st.Log, x) // the words beyond W (Script.Words)
 		}
 	}
 	return st, nil

@@ -34,14 +34,16 @@ if ban > 0 and not release then
   if banned > now then held, dry, max_wait = banned - now, true, 0 end
 end
 
--- The words of a string state "w1 w2 ...", missing ones 0 (sorted-set states skip this).
+-- The first four words of a string state "w1 w2 ...", missing ones 0 (sorted-set states skip
+-- this), as State.W holds them. A state of more words (Script.Words) is read from s by its script.
 local w1, w2, w3, w4 = 0, 0, 0, 0
+local s = nil
 if flags % 8 < 4 then
-  local s = redis.call('GET', KEYS[1])
+  s = redis.call('GET', KEYS[1])
   if s then
     w1 = tonumber(s) -- one word: the common case, and the cheapest
     if not w1 then
-      local a, b, c, d = string.match(s, '^(%-?%d+) ?(%-?%d*) ?(%-?%d*) ?(%-?%d*)$')
+      local a, b, c, d = string.match(s, '^(%-?%d+) ?(%-?%d*) ?(%-?%d*) ?(%-?%d*)')
       w1, w2, w3, w4 = tonumber(a) or 0, tonumber(b) or 0, tonumber(c) or 0, tonumber(d) or 0
     end
   end
