@@ -20,16 +20,7 @@ import (
 )
 
 // result is what one run of the load against one target measured.
-type result struct {
-	Requests  int     `json:"requests"`
-	Seconds   float64 `json:"seconds"`
-	RPS       float64 `json:"rps"`
-	P50       float64 `json:"p50_us"`
-	P99       float64 `json:"p99_us"`
-	Errors    int     `json:"errors"`       // connection errors, timeouts and answers other than 200
-	TargetCPU float64 `json:"cpu_us_req"`   // the target's CPU µs per request (its workers' included)
-	DriverCPU float64 `json:"driver_cores"` // the cores the load generator used, on average
-}
+type result = bench.ProxyRun
 
 // wrkScript sends bench.ProxyRequest's mix (each wrk thread cycling through it) and prints the
 // run's figures as one JSON line: latencies in µs, the duration in µs.

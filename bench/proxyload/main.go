@@ -52,48 +52,12 @@ type options struct {
 	json             string
 }
 
-// Report is the JSON proxyload writes (-json), which the performance page reads.
-type Report struct {
-	Command string        `json:"command"`
-	Machine bench.Machine `json:"machine"`
-	Driver  string        `json:"driver"` // e.g. "wrk -t 2 -c 32"
-	Seconds float64       `json:"seconds_per_run"`
-	Rounds  int           `json:"rounds"`
-	Anchor  string        `json:"anchor"`
-	Targets []Target      `json:"targets"`
-}
-
-// Target is one target's figures: the medians over the rounds, and the ratios to the anchor.
-type Target struct {
-	Name      string   `json:"name"`
-	About     string   `json:"about"`
-	RPS       float64  `json:"rps"`
-	P50       float64  `json:"p50_us"`
-	P99       float64  `json:"p99_us"`
-	CPU       float64  `json:"cpu_us_req"`
-	Driver    float64  `json:"driver_cores"`
-	RPSRatio  Spread   `json:"rps_ratio"`
-	P99Ratio  Spread   `json:"p99_ratio"`
-	CPURatio  Spread   `json:"cpu_ratio"`
-	RoundRuns []result `json:"rounds"`
-}
-
-// Spread is the median, smallest and largest of a figure over the rounds.
-type Spread struct {
-	Median float64 `json:"median"`
-	Min    float64 `json:"min"`
-	Max    float64 `json:"max"`
-}
-
-func spread(v []float64) Spread {
-	v = slices.Clone(v)
-	slices.Sort(v)
-	m := v[len(v)/2]
-	if len(v)%2 == 0 {
-		m = (v[len(v)/2-1] + v[len(v)/2]) / 2
-	}
-	return Spread{m, v[0], v[len(v)-1]}
-}
+// The report's types are bench's, which the performance page reads (bench/report).
+type (
+	Report = bench.ProxyReport
+	Target = bench.ProxyTarget
+	Spread = bench.Spread
+)
 
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("proxyload", flag.ContinueOnError)
@@ -308,7 +272,7 @@ func measure(o options, progress io.Writer) (*Report, error) {
 			for i, r := range rs {
 				v[i], q[i] = f(r), f(r)/f(anchor[i])
 			}
-			return spread(v), spread(q)
+			return bench.SpreadOf(v), bench.SpreadOf(q)
 		}
 		rps, rpsQ := get(func(r result) float64 { return r.RPS })
 		p50, _ := get(func(r result) float64 { return r.P50 })
@@ -365,6 +329,3 @@ func print(w io.Writer, rep *Report) {
 	}
 	tw.Flush()
 }
-
-// String is the spread as "median (min–max)", to 2 decimals.
-func (s Spread) String() string { return fmt.Sprintf("%.2f (%.2f–%.2f)", s.Median, s.Min, s.Max) }

@@ -73,7 +73,7 @@ func TestRun(t *testing.T) {
 			t.Errorf("the table lacks %s:\n%s", tg.Name, out.String())
 		}
 	}
-	if a := rep.Targets[0]; a.RPSRatio != (Spread{1, 1, 1}) || a.P99Ratio != (Spread{1, 1, 1}) {
+	if a := rep.Targets[0]; a.RPSRatio != (Spread{Median: 1, Min: 1, Max: 1}) || a.P99Ratio != (Spread{Median: 1, Min: 1, Max: 1}) {
 		t.Errorf("the anchor's ratios: %+v %+v, want 1", a.RPSRatio, a.P99Ratio)
 	}
 }
