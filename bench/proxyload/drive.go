@@ -51,10 +51,12 @@ end
 	return b.String()
 }()
 
-// runWrk runs wrk (threads, conns) against url for d with script (a file holding wrkScript).
+// runWrk runs wrk (threads, conns) against url for d, rounded up to whole seconds (wrk's unit),
+// with script (a file holding wrkScript).
 func runWrk(url string, d time.Duration, threads, conns int, script string) (result, error) {
+	secs := max(int((d+time.Second-1)/time.Second), 1)
 	cmd := exec.Command("wrk", "-t", strconv.Itoa(threads), "-c", strconv.Itoa(conns),
-		"-d", strconv.Itoa(int(d.Seconds()))+"s", "--timeout", "5s", "-s", script, url)
+		"-d", strconv.Itoa(secs)+"s", "--timeout", "5s", "-s", script, url)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

@@ -24,6 +24,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -63,7 +64,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("proxyload", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	fs.DurationVar(&o.duration, "duration", 5*time.Second, "load per target and round (whole seconds with wrk)")
+	fs.DurationVar(&o.duration, "duration", 5*time.Second, "load per target and round (rounded up to whole seconds with wrk)")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "load per target before the rounds")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds, each target once a round")
 	fs.IntVar(&o.conns, "conns", 32, "keep-alive connections, each with one request in flight")
@@ -75,7 +76,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if fs.NArg() > 0 || o.rounds < 1 || o.conns < 1 || o.threads < 1 || o.duration < time.Second ||
+	if fs.NArg() > 0 || o.rounds < 1 || o.conns < 1 || o.threads < 1 || o.duration <= 0 || o.warmup < 0 ||
 		(o.driver != "wrk" && o.driver != "go") {
 		fmt.Fprintln(stderr, "proxyload: bad arguments (see proxyload -h)")
 		return 2
@@ -225,6 +226,7 @@ func measure(o options, progress io.Writer) (*Report, error) {
 			return nil, err
 		}
 		rep.Driver = fmt.Sprintf("wrk -t %d -c %d", o.threads, o.conns)
+		rep.Seconds = max(math.Ceil(o.duration.Seconds()), 1) // as runWrk runs it
 		drive = func(url string, d time.Duration) (result, error) { return runWrk(url, d, o.threads, o.conns, script) }
 	case "go":
 		rep.Driver = fmt.Sprintf("proxyload's Go load generator, %d connections", o.conns)
@@ -233,7 +235,10 @@ func measure(o options, progress io.Writer) (*Report, error) {
 
 	fmt.Fprintf(progress, "proxyload: %s; %d targets, %v each per round, %d rounds\n", machine, len(targets), o.duration, o.rounds)
 	for _, t := range targets { // connections opened, every key in dianad's store
-		if _, err := drive(t.url, max(o.warmup, time.Second)); err != nil {
+		if o.warmup == 0 {
+			break
+		}
+		if _, err := drive(t.url, o.warmup); err != nil {
 			return nil, fmt.Errorf("warm-up of %s: %w", t.name, err)
 		}
 	}

@@ -50,7 +50,7 @@ func TestGoLoad(t *testing.T) {
 func TestRun(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "proxy.json")
 	var out, errs strings.Builder
-	args := []string{"-driver", "go", "-conns", "4", "-dianad", "", "-nginx=false", "-duration", "1s", "-rounds", "2", "-json", file}
+	args := []string{"-driver", "go", "-conns", "4", "-dianad", "", "-nginx=false", "-duration", "300ms", "-warmup", "100ms", "-rounds", "2", "-json", file}
 	if code := run(args, &out, &errs); code != 0 {
 		t.Fatalf("exit %d: %s", code, errs.String())
 	}
