@@ -60,8 +60,7 @@ machine: compare the ratios of one run, not figures across runs or machines. REA
 parts of this page, and a test keeps the quotes equal to it.
 
 - **Run:** %s, %s mode.
-- **Machine:** %s. The machine is shared with other work, which the load average shows: the
-  absolute figures move with it, the ratios much less.
+- **Machine:** %s. The machine is shared with other work, which the load average shows: the absolute figures move with it, the ratios much less.
 
 `, r.Date, mode, r.Machine)
 
@@ -77,7 +76,40 @@ parts of this page, and a test keeps the quotes equal to it.
 	if err := rlsSection(&b, r); err != nil {
 		return "", nil, err
 	}
-	return b.String(), charts, nil
+	return wrap(b.String(), 100), charts, nil
+}
+
+// wrap breaks the prose lines of md longer than width at spaces, as the hand-written docs are
+// (a list item's continuation indented); tables, images and the lines naming a command, whose
+// code spans are copied as they are, are left whole.
+func wrap(md string, width int) string {
+	lines := strings.Split(md, "\n")
+	var out []string
+	for _, line := range lines {
+		if len(line) <= width || strings.HasPrefix(line, "|") || strings.HasPrefix(line, "!") || strings.HasPrefix(line, "Measured by") {
+			out = append(out, line)
+			continue
+		}
+		indent := ""
+		if strings.HasPrefix(line, "- ") {
+			indent = "  "
+		}
+		cur := ""
+		for _, w := range strings.Fields(line) {
+			if cur != "" && len(cur)+1+len(w) > width {
+				out = append(out, cur)
+				cur = indent + w
+				continue
+			}
+			if cur == "" {
+				cur = w
+			} else {
+				cur += " " + w
+			}
+		}
+		out = append(out, cur)
+	}
+	return strings.Join(out, "\n")
 }
 
 func proxySection(b *strings.Builder, r *results, charts map[string][]byte) error {
