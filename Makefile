@@ -1,7 +1,7 @@
 GO ?= go
 TINYGO_FLAGS = -scheduler=none -target=wasip1 -buildmode=wasi-legacy -no-debug
 
-.PHONY: test vet deps bench bench-redis-cpu tinygo tinygo-check wasm run fuzz report report-adaptive faults generate
+.PHONY: test vet deps bench bench-proxy bench-report bench-redis-cpu tinygo tinygo-check wasm run fuzz report report-adaptive faults generate
 
 ## test: every test with the race detector, and the algorithms built and run under TinyGo.
 ## Installs redis-server and deck (and TinyGo's Debian packages) when missing; builds diana.wasm.
@@ -36,6 +36,24 @@ tinygo-check:
 wasm:
 	@TINYGO=$$(build/tinygo.sh) && "$$TINYGO" build -o bin/diana.wasm $(TINYGO_FLAGS) ./wasmfilter
 	@ls -l bin/diana.wasm
+
+## bench-proxy: dianad (three rules, local mode) under wrk beside its anchor, a plain
+## httputil.ReverseProxy, and nginx, each in its own process on loopback (about 2 minutes);
+## PROXYLOAD_FLAGS passes flags to bench/proxyload (e.g. -rounds 5 -json bin/proxy.json)
+bench-proxy: deps
+	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
+	$(GO) build -o bin/dianad ./cmd/dianad
+	$(GO) build -o bin/proxyload ./bench/proxyload
+	bin/proxyload $(PROXYLOAD_FLAGS)
+
+## bench-report: runs bench-proxy's load and the Memory, Redis and RLS benchmarks, and writes
+## docs/performance.md, its charts (docs/img/performance-*.svg) and README.md's quotes of it
+## (about 7 minutes; QUICK=1: about 3)
+bench-report: deps
+	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
+	$(GO) build -o bin/dianad ./cmd/dianad
+	$(GO) build -o bin/proxyload ./bench/proxyload
+	$(GO) run ./bench/report $(if $(QUICK),-quick)
 
 ## bench-redis-cpu: Redis CPU per decision of each script, in instructions counted by callgrind
 bench-redis-cpu: deps

@@ -15,7 +15,6 @@ import (
 	"net/url"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -29,49 +28,12 @@ import (
 )
 
 // The load of BenchmarkProxy: closed-loop clients on keep-alive connections, each request from
-// one of the client addresses (X-Forwarded-For) to one of the paths.
+// one of the client addresses (X-Forwarded-For) to one of the paths (ProxyRequest).
 const (
 	proxyClients = 32    // concurrent clients, each with one request in flight
-	proxyIPs     = 1_000 // distinct client addresses
-	proxyPaths   = 8     // distinct paths under /api/items/
 	proxyRound   = 1_000 // requests per round; the rounds alternate the targets
 	proxyWarmup  = 2_000 // requests per target before the timer: connections and keys in place
 )
-
-// proxyConfig is dianad's config in local mode: the everyday case of three rules checked per
-// request (check, then commit), with limits far above the load so that nothing is denied.
-// Headers are on, as by default. %s is the upstream's URL.
-const proxyConfig = `version: 1
-listen: "127.0.0.1:0"
-admin:
-  listen: ""
-trusted_proxies: ["127.0.0.1/32"]
-upstreams:
-  - name: api
-    url: "%s"
-rules:
-  - name: per-ip
-    by: [ip]
-    limit:
-      algorithm: token_bucket
-      rate: 100000
-      period: 1s
-      burst: 100000
-  - name: per-path
-    match:
-      paths: ["/api/**"]
-    by: [ip, path]
-    limit:
-      algorithm: sliding_window
-      limit: 10000000
-      window: 1m
-  - name: global
-    by: [global]
-    limit:
-      algorithm: fixed_window
-      limit: 1000000000
-      window: 1s
-`
 
 // BenchmarkProxy compares dianad in local mode with its anchor, a plain httputil.ReverseProxy,
 // both in front of the same upstream and under the same load. The plain proxy mirrors dianad's
@@ -154,9 +116,9 @@ func BenchmarkProxy(b *testing.B) {
 	})
 }
 
-// startDiana runs dianad with proxyConfig in front of upstream, and returns its proxy's URL.
+// startDiana runs dianad with ProxyConfig in front of upstream, and returns its proxy's URL.
 func startDiana(b *testing.B, upstream string) string {
-	cfg, err := server.Parse(fmt.Appendf(nil, proxyConfig, upstream), "bench.yaml")
+	cfg, err := server.Parse([]byte(ProxyConfig("127.0.0.1:0", upstream)), "bench.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -223,12 +185,13 @@ type load struct {
 func newLoad(b *testing.B, name, base string) *load {
 	l := &load{name: name, transport: &http.Transport{MaxIdleConnsPerHost: proxyClients, DisableCompression: true}}
 	b.Cleanup(l.transport.CloseIdleConnections)
-	for i := range proxyIPs {
-		req, err := http.NewRequest("GET", base+"/api/items/"+strconv.Itoa(i%proxyPaths), nil)
+	for i := range ProxyIPs {
+		path, xff := ProxyRequest(i)
+		req, err := http.NewRequest("GET", base+path, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
-		req.Header.Set("X-Forwarded-For", "10.0."+strconv.Itoa(i/256)+"."+strconv.Itoa(i%256))
+		req.Header.Set("X-Forwarded-For", xff)
 		l.reqs[i%proxyClients] = append(l.reqs[i%proxyClients], req)
 	}
 	return l
@@ -337,12 +300,12 @@ func cpuTime() time.Duration {
 }
 
 // BenchmarkMiddleware measures Diana's work per request on its own, without the network: the
-// httplimit middleware with BenchmarkProxy's three rules in the local store, in front of a
+// httplimit middleware with ProxyConfig's three rules in the local store, in front of a
 // handler answering 200, beside the bare handler (the anchor). Each request comes from one of
 // BenchmarkProxy's client addresses, through a trusted proxy; dianad adds its metrics and the
 // choice of the upstream to this.
 func BenchmarkMiddleware(b *testing.B) {
-	cfg, err := server.Parse(fmt.Appendf(nil, proxyConfig, "http://127.0.0.1:1"), "bench.yaml")
+	cfg, err := server.Parse([]byte(ProxyConfig("127.0.0.1:0", "http://127.0.0.1:1")), "bench.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -352,11 +315,12 @@ func BenchmarkMiddleware(b *testing.B) {
 	}
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"ok":true}`+"\n") })
 	limited := httplimit.New(e, httplimit.Options{TrustedProxies: cfg.TrustedProxies, IPv6Prefix: cfg.IPv6Prefix}).Handler(ok)
-	reqs := make([]*http.Request, proxyIPs)
+	reqs := make([]*http.Request, ProxyIPs)
 	for i := range reqs {
-		reqs[i] = httptest.NewRequest("GET", "/api/items/"+strconv.Itoa(i%proxyPaths), nil)
+		path, xff := ProxyRequest(i)
+		reqs[i] = httptest.NewRequest("GET", path, nil)
 		reqs[i].RemoteAddr = "127.0.0.1:40000"
-		reqs[i].Header.Set("X-Forwarded-For", "10.0."+strconv.Itoa(i/256)+"."+strconv.Itoa(i%256))
+		reqs[i].Header.Set("X-Forwarded-For", xff)
 	}
 	for _, h := range []struct {
 		name    string
@@ -367,7 +331,7 @@ func BenchmarkMiddleware(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				w := httptest.NewRecorder()
-				h.handler.ServeHTTP(w, reqs[i%proxyIPs])
+				h.handler.ServeHTTP(w, reqs[i%ProxyIPs])
 				if w.Code != http.StatusOK {
 					b.Fatalf("status %d", w.Code)
 				}

@@ -50,8 +50,12 @@ func ClientIP(r *http.Request, trusted []netip.Prefix) netip.Addr {
 // parseAddr reads an address with or without a port ("192.0.2.1", "192.0.2.1:80",
 // "[2001:db8::1]:80", "2001:db8::1"); IPv4-mapped IPv6 becomes IPv4, and a zone is dropped.
 func parseAddr(s string) netip.Addr {
-	if ap, err := netip.ParseAddrPort(s); err == nil { // RemoteAddr's form: try it first
-		return ap.Addr().Unmap().WithZone("")
+	// Only a bracketed address or one with a single colon can have a port: trying the form s has
+	// first spares the common cases a failed parse (whose error is an allocation).
+	if strings.HasPrefix(s, "[") || strings.Count(s, ":") == 1 {
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			return ap.Addr().Unmap().WithZone("")
+		}
 	}
 	if a, err := netip.ParseAddr(s); err == nil {
 		return a.Unmap().WithZone("")

@@ -9,8 +9,11 @@ import (
 // SetHeaders writes the rate-limit headers of res to h (see rules.Result.AppendHeaders).
 func SetHeaders(h http.Header, res *rules.Result) {
 	var buf [6]rules.Header
-	for _, x := range res.AppendHeaders(buf[:0]) {
-		h[x.Name] = []string{x.Value}
+	hs := res.AppendHeaders(buf[:0])
+	vals := make([]string, len(hs)) // one allocation for all the values; each capped to itself
+	for i, x := range hs {
+		vals[i] = x.Value
+		h[x.Name] = vals[i : i+1 : i+1]
 	}
 }
 

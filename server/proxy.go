@@ -156,16 +156,30 @@ func (s *Server) newUpstream(u Upstream) *upstream {
 // copied allocates 32 KiB.
 var buffers = &bufferPool{}
 
+// BufferPool returns the pool of copy buffers dianad's reverse proxies share (32 KiB each), for
+// benchmarks that compare a plain httputil.ReverseProxy given the same pool.
+func BufferPool() httputil.BufferPool { return buffers }
+
+// bufferSize is the size of the pooled buffers, io.Copy's default.
+const bufferSize = 32 << 10
+
+// bufferPool pools arrays, not slices: a slice put in a sync.Pool is boxed in a new allocation
+// each time, while a pointer to the array its Put is given converts without one.
 type bufferPool struct{ p sync.Pool }
 
 func (b *bufferPool) Get() []byte {
-	if v, ok := b.p.Get().(*[]byte); ok {
-		return *v
+	if a, ok := b.p.Get().(*[bufferSize]byte); ok {
+		return a[:]
 	}
-	return make([]byte, 32<<10)
+	return make([]byte, bufferSize)
 }
 
-func (b *bufferPool) Put(v []byte) { b.p.Put(&v) }
+// Put keeps v if it is a whole buffer of the pool's size (as Get returned it).
+func (b *bufferPool) Put(v []byte) {
+	if len(v) == bufferSize {
+		b.p.Put((*[bufferSize]byte)(v))
+	}
+}
 
 // demoHandler is the built-in demo upstream: it answers every request with a small JSON echo.
 func demoHandler(name string) http.Handler {

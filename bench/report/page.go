@@ -1,0 +1,368 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/diana-gw/diana/bench"
+)
+
+// results are what the benchmarks measured, and the commands that measured them.
+type results struct {
+	Machine bench.Machine
+	Date    string // when the run started, UTC
+	Quick   bool
+
+	ProxyCmd string
+	Proxy    bench.ProxyReport
+
+	MemoryCmd, RedisCmd, RLSCmd string
+	Memory, Redis, RLS          benchRuns
+}
+
+// The limiters of BenchmarkMemory and BenchmarkRedis as the page names them, in its columns'
+// order; the first is Diana's, the anchor of the x figures.
+var (
+	memoryPeers = []peer{{"diana", "Diana"}, {"x-time-rate", "x/time/rate + `sync.Map`"}, {"sethvargo", "sethvargo/go-limiter"}, {"ulule", "ulule/limiter"}, {"throttled", "throttled"}}
+	redisPeers  = []peer{{"diana", "Diana (GCRA)"}, {"redis_rate", "redis_rate"}, {"ulule", "ulule/limiter"}, {"throttled", "throttled"}, {"incrby-expire", "INCRBY + EXPIRE"}, {"diana-fixed-window", "Diana fixed window"}}
+	redisGs     = []int{1, 4, 16, 64}
+	rlsClients  = []int{16, 64}
+)
+
+type peer struct{ key, name string }
+
+// quote marks a part of the page that README.md quotes: the report writes it into both, and a
+// test checks that README.md's copy is the page's.
+func quote(name, body string) string {
+	return quoteBegin(name) + "\n" + strings.TrimSpace(body) + "\n" + quoteEnd + "\n"
+}
+
+func quoteBegin(name string) string { return "<!-- quote docs/performance.md: " + name + " -->" }
+
+const quoteEnd = "<!-- end quote -->"
+
+// page renders docs/performance.md; charts are the SVG files it links to (name under img/).
+func page(r *results) (md string, charts map[string][]byte, err error) {
+	charts = map[string][]byte{}
+	var b strings.Builder
+	mode := "full"
+	if r.Quick {
+		mode = "quick (`make bench-report QUICK=1`: fewer and shorter runs)"
+	}
+	fmt.Fprintf(&b, `# Performance
+
+Every figure on this page was measured by `+"`make bench-report`"+`, which runs the benchmarks
+below and writes this page and its charts; nothing here is typed by hand. Each comparison puts
+Diana beside its anchor in the same run, alternating between them so that both see the same
+machine: compare the ratios of one run, not figures across runs or machines. README.md quotes
+parts of this page, and a test keeps the quotes equal to it.
+
+- **Run:** %s, %s mode.
+- **Machine:** %s. The machine is shared with other work, which the load average shows: the absolute figures move with it, the ratios much less.
+
+`, r.Date, mode, r.Machine)
+
+	if err := proxySection(&b, r, charts); err != nil {
+		return "", nil, err
+	}
+	if err := memorySection(&b, r, charts); err != nil {
+		return "", nil, err
+	}
+	if err := redisSection(&b, r, charts); err != nil {
+		return "", nil, err
+	}
+	if err := rlsSection(&b, r); err != nil {
+		return "", nil, err
+	}
+	return wrap(b.String(), 100), charts, nil
+}
+
+// wrap breaks the prose lines of md longer than width at spaces, as the hand-written docs are
+// (a list item's continuation indented); tables, images and the lines naming a command, whose
+// code spans are copied as they are, are left whole.
+func wrap(md string, width int) string {
+	lines := strings.Split(md, "\n")
+	var out []string
+	for _, line := range lines {
+		if len(line) <= width || strings.HasPrefix(line, "|") || strings.HasPrefix(line, "!") || strings.HasPrefix(line, "Measured by") {
+			out = append(out, line)
+			continue
+		}
+		indent := ""
+		if strings.HasPrefix(line, "- ") {
+			indent = "  "
+		}
+		cur := ""
+		for _, w := range strings.Fields(line) {
+			if cur != "" && len(cur)+1+len(w) > width {
+				out = append(out, cur)
+				cur = indent + w
+				continue
+			}
+			if cur == "" {
+				cur = w
+			} else {
+				cur += " " + w
+			}
+		}
+		out = append(out, cur)
+	}
+	return strings.Join(out, "\n")
+}
+
+func proxySection(b *strings.Builder, r *results, charts map[string][]byte) error {
+	p := &r.Proxy
+	var anchor, diana *bench.ProxyTarget
+	for i := range p.Targets {
+		switch p.Targets[i].Name {
+		case p.Anchor:
+			anchor = &p.Targets[i]
+		case "dianad":
+			diana = &p.Targets[i]
+		}
+	}
+	if anchor == nil || diana == nil {
+		return fmt.Errorf("the proxy report lacks the anchor %q or dianad", p.Anchor)
+	}
+	b.WriteString("## dianad against a plain Go reverse proxy\n\n")
+	fmt.Fprintf(b, `On loopback, a small upstream (a JSON body of 12 bytes) and, in front of it, each proxy in a
+process of its own, all on the same cores: the anchor "plain", an `+"`httputil.ReverseProxy`"+` with
+dianad's transport and rewrite and, as a plain ReverseProxy has, no `+"`BufferPool`"+` (each
+response is copied through a new 32 KiB buffer); "pooled", the same with dianad's pool of
+copy buffers, which shows what the limiting itself costs; dianad with three rules in local
+mode (per client address, per address and path, global; rate-limit headers on), and nginx as a
+reference. The load: %s, keep-alive connections, requests from 1,000 client addresses
+(X-Forwarded-For) to 8 paths; %g s per proxy and round, %d rounds in alternating order.
+Medians over the rounds; the ratios are each round's figure over the anchor's in the same round,
+median (smallest–largest). CPU is the proxy process's own (nginx's workers included), from /proc.
+
+`, p.Driver, p.Seconds, p.Rounds)
+	var t strings.Builder
+	fmt.Fprintf(&t, "Measured by `%s`:\n\n", r.ProxyCmd)
+	t.WriteString("| proxy | req/s | p50 | p99 | CPU per request | req/s ÷ plain | p99 ÷ plain | CPU ÷ plain |\n")
+	t.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	var bars []bar
+	driver := 0.0
+	for _, x := range p.Targets {
+		fmt.Fprintf(&t, "| %s: %s | %s | %s µs | %s µs | %s µs | %s | %s | %s |\n", x.Name, x.About, num(x.RPS), num(x.P50), num(x.P99), num(x.CPU),
+			spread(x.RPSRatio), spread(x.P99Ratio), spread(x.CPURatio))
+		bars = append(bars, bar{x.Name, x.RPSRatio.Median, x.RPSRatio.Min, x.RPSRatio.Max})
+		driver = math.Max(driver, x.Driver)
+	}
+	rpsOK, p99OK := diana.RPSRatio.Median >= 1, diana.P99Ratio.Median <= 1
+	fmt.Fprintf(&t, "\nThe target of issue 19, dianad with three rules at least 1.0 × the plain proxy's requests/s and at most 1.0 × its p99: requests/s %s × (%s), p99 %s × (%s). ",
+		ratio(diana.RPSRatio.Median), metOrNot(rpsOK), ratio(diana.P99Ratio.Median), metOrNot(p99OK))
+	fmt.Fprintf(&t, "The load generator used at most %.2f cores on average, so it was not what bounded the rate.\n", driver)
+	b.WriteString(quote("proxy", t.String()))
+	charts["performance-proxy.svg"] = barChart("Requests/s over the plain ReverseProxy's (median, min–max)", "× the anchor's requests/s (dashed: 1)", 1, bars)
+	b.WriteString("\n![Requests/s of each proxy over the plain ReverseProxy's](img/performance-proxy.svg)\n\n")
+	return nil
+}
+
+func memorySection(b *strings.Builder, r *results, charts map[string][]byte) error {
+	b.WriteString("## Decisions in process memory\n\n")
+	b.WriteString(`One decision, key lookup and clock included, of a limit of 1,000,000 a second with bursts of
+1,000: Diana's memory store (GCRA) beside x/time/rate (a ` + "`rate.Limiter`" + ` per key in a ` + "`sync.Map`" + `),
+sethvargo/go-limiter's memory store, ulule/limiter's memory store and throttled's memstore
+(bounded to 1,000,000 keys, as Diana's store is), serially on one key and from one goroutine per
+CPU over 10,000 keys, in alternating rounds of 10,000 decisions. x is how many times as many
+decisions per second Diana made as the peer (above 1: Diana is faster); median [min–max].
+
+`)
+	var t strings.Builder
+	fmt.Fprintf(&t, "Measured by `%s`:\n\n", r.MemoryCmd)
+	t.WriteString("|")
+	for _, p := range memoryPeers {
+		t.WriteString(" | " + p.name)
+	}
+	t.WriteString(" |\n| ---" + strings.Repeat(" | ---:", len(memoryPeers)) + " |\n")
+	var bars []bar
+	var verdicts []string
+	for _, mode := range []string{"serial", "parallel"} {
+		name := "BenchmarkMemory/" + mode
+		var took, xs []string
+		best, bestName := math.Inf(1), ""
+		for i, p := range memoryPeers {
+			s, ok := r.Memory.get(name, "ns/op:"+p.key)
+			if !ok {
+				return fmt.Errorf("%s: no ns/op:%s", name, p.key)
+			}
+			took = append(took, num(s.Median)+" ns")
+			if i == 0 {
+				xs = append(xs, "")
+				continue
+			}
+			x, ok := r.Memory.get(name, "x:"+p.key)
+			if !ok {
+				return fmt.Errorf("%s: no x:%s", name, p.key)
+			}
+			xs = append(xs, spread(x))
+			if x.Median < best {
+				best, bestName = x.Median, p.name
+			}
+			if mode == "parallel" {
+				bars = append(bars, bar{p.name, x.Median, x.Min, x.Max})
+			}
+		}
+		fmt.Fprintf(&t, "| %s: time per decision | %s |\n", mode, strings.Join(took, " | "))
+		fmt.Fprintf(&t, "| %s: x | %s |\n", mode, strings.Join(xs, " | "))
+		verdicts = append(verdicts, fmt.Sprintf("%s, x = %s against the closest peer, %s (%s)", mode, ratio(best), bestName, metOrNot(best >= 1.25)))
+	}
+	var allocs []string
+	for _, p := range memoryPeers {
+		s, ok := r.Memory.get("BenchmarkMemory/serial", "allocs/op:"+p.key)
+		if !ok {
+			return fmt.Errorf("BenchmarkMemory/serial: no allocs/op:%s", p.key)
+		}
+		allocs = append(allocs, strconv.FormatFloat(s.Median, 'f', 2, 64))
+	}
+	fmt.Fprintf(&t, "| allocations per decision (serial) | %s |\n", strings.Join(allocs, " | "))
+	fmt.Fprintf(&t, "\nThe target of issue 19, at most 0.8 × the best peer's time (x ≥ 1.25): %s.\n", strings.Join(verdicts, "; "))
+	b.WriteString(quote("memory", t.String()))
+	charts["performance-memory.svg"] = barChart("Diana's decisions/s over each peer's, in parallel (median, min–max)", "x (dashed: 1, as fast as the peer)", 1, bars)
+	b.WriteString("\n![Diana's decisions per second over each peer's, in parallel](img/performance-memory.svg)\n\n")
+	return nil
+}
+
+func redisSection(b *strings.Builder, r *results, charts map[string][]byte) error {
+	b.WriteString("## Decisions in Redis\n\n")
+	b.WriteString(`One decision per call over 10,000 keys on one redis-server started for the run, from 1, 4, 16
+and 64 goroutines: Diana's GCRA beside go-redis/redis_rate and throttled (the same token
+bucket), ulule/limiter and envoyproxy/ratelimit's INCRBY + EXPIRE in one pipeline (fixed windows,
+as Diana's fixed window beside them), in alternating rounds of 1,000 decisions. x is how many
+times as many decisions per second Diana's GCRA made as the peer; median [min–max]. Redis CPU is
+the server's own per decision (` + "`INFO cpu`" + `).
+
+`)
+	peers := redisPeers[1:]
+	var t strings.Builder
+	fmt.Fprintf(&t, "Measured by `%s`:\n\n", r.RedisCmd)
+	t.WriteString("| goroutines")
+	for _, p := range peers {
+		t.WriteString(" | " + p.name)
+	}
+	t.WriteString(" |\n| ---" + strings.Repeat(" | ---:", len(peers)) + " |\n")
+	var bars []bar
+	worst := map[int]float64{}
+	worstName := map[int]string{}
+	for _, g := range redisGs {
+		name := fmt.Sprintf("BenchmarkRedis/g=%d", g)
+		var xs []string
+		worst[g] = math.Inf(1)
+		for _, p := range peers {
+			x, ok := r.Redis.get(name, "x:"+p.key)
+			if !ok {
+				return fmt.Errorf("%s: no x:%s", name, p.key)
+			}
+			xs = append(xs, spread(x))
+			if p.key != "diana-fixed-window" && x.Median < worst[g] {
+				worst[g], worstName[g] = x.Median, p.name
+			}
+			if g == 64 && p.key != "diana-fixed-window" {
+				bars = append(bars, bar{p.name, x.Median, x.Min, x.Max})
+			}
+		}
+		fmt.Fprintf(&t, "| %d: x | %s |\n", g, strings.Join(xs, " | "))
+	}
+	t.WriteString("\nTime per decision (wall time over all goroutines), and Redis's CPU per decision in brackets:\n\n| goroutines")
+	for _, p := range redisPeers {
+		t.WriteString(" | " + p.name)
+	}
+	t.WriteString(" |\n| ---" + strings.Repeat(" | ---:", len(redisPeers)) + " |\n")
+	for _, g := range redisGs {
+		name := fmt.Sprintf("BenchmarkRedis/g=%d", g)
+		var cells []string
+		for _, p := range redisPeers {
+			took, ok1 := r.Redis.get(name, "µs/op:"+p.key)
+			cpu, ok2 := r.Redis.get(name, "redis-µs/op:"+p.key)
+			if !ok1 || !ok2 {
+				return fmt.Errorf("%s: no µs/op or redis-µs/op of %s", name, p.key)
+			}
+			cells = append(cells, num(took.Median)+" µs ("+num(cpu.Median)+" µs)")
+		}
+		fmt.Fprintf(&t, "| %d | %s |\n", g, strings.Join(cells, " | "))
+	}
+	fmt.Fprintf(&t, "\nThe targets of issue 19, x ≥ 1.5 against every peer at 64 goroutines and x ≥ 0.95 at one: at 64, x = %s against the closest, %s (%s); at one, x = %s against %s (%s).\n",
+		ratio(worst[64]), worstName[64], metOrNot(worst[64] >= 1.5), ratio(worst[1]), worstName[1], metOrNot(worst[1] >= 0.95))
+	b.WriteString(quote("redis", t.String()))
+	charts["performance-redis.svg"] = barChart("Diana's decisions/s over each peer's, 64 goroutines (median, min–max)", "x (dashed: 1, as fast as the peer)", 1, bars)
+	b.WriteString("\n![Diana's decisions per second over each peer's in Redis, 64 goroutines](img/performance-redis.svg)\n\n")
+	return nil
+}
+
+func rlsSection(b *strings.Builder, r *results) error {
+	b.WriteString("## Envoy's rate limit service\n\n")
+	b.WriteString(`dianad's gRPC rate limit service in cluster mode beside envoyproxy/ratelimit's own server (built
+from its Go module), both separate processes on one redis-server with the same descriptor
+config; closed-loop gRPC clients over 4 connections, each request two descriptors (two counts in
+Redis), the servers alternating every 1,000 requests. CPU is the server process's own, from
+/proc. Medians over the runs [min–max].
+
+` + "Measured by `" + r.RLSCmd + "`:" + `
+
+| clients | req/s dianad, ratelimit | dianad ÷ ratelimit req/s | CPU per request dianad, ratelimit | dianad ÷ ratelimit CPU | p99 dianad, ratelimit |
+| --- | --- | ---: | --- | ---: | --- |
+`)
+	for _, c := range rlsClients {
+		name := fmt.Sprintf("BenchmarkRLS/clients-%d", c)
+		g := func(unit string) (bench.Spread, error) {
+			s, ok := r.RLS.get(name, unit)
+			if !ok {
+				return s, fmt.Errorf("%s: no %s", name, unit)
+			}
+			return s, nil
+		}
+		var v [7]bench.Spread
+		for i, unit := range []string{"diana-req/s", "ratelimit-req/s", "diana/ratelimit-req/s", "diana-cpu-µs/req", "ratelimit-cpu-µs/req", "diana-p99-µs", "ratelimit-p99-µs"} {
+			var err error
+			if v[i], err = g(unit); err != nil {
+				return err
+			}
+		}
+		cpuRatio := "(no CPU measured)"
+		if s, ok := r.RLS.get(name, "diana/ratelimit-cpu"); ok {
+			cpuRatio = spread(s)
+		}
+		fmt.Fprintf(b, "| %d | %s, %s | %s | %s µs, %s µs | %s | %s µs, %s µs |\n", c, num(v[0].Median), num(v[1].Median), spread(v[2]),
+			num(v[3].Median), num(v[4].Median), cpuRatio, num(v[5].Median), num(v[6].Median))
+	}
+	b.WriteString("\n")
+	return nil
+}
+
+// num writes a measured figure to 3 significant digits, with thousands separators from 1,000.
+func num(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 1000:
+		s := strconv.FormatInt(int64(math.Round(v)), 10)
+		for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+			s = s[:i] + "," + s[i:]
+		}
+		return s
+	case a >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case a >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+}
+
+func ratio(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
+
+// spread writes a median with its smallest and largest run: "1.17 [1.11–1.20]".
+func spread(s bench.Spread) string {
+	if s.Min == s.Max {
+		return ratio(s.Median)
+	}
+	return ratio(s.Median) + " [" + ratio(s.Min) + "–" + ratio(s.Max) + "]"
+}
+
+func metOrNot(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "not met"
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/diana-gw/diana/bench"
+)
+
+// fixture returns results with every figure the page reads: each limiter's figures are v and
+// 2v over two runs, and every x and ratio is x.
+func fixture(x float64) *results {
+	r := &results{
+		Machine:  bench.Machine{CPU: "Test CPU", Cores: 2, Go: "go1.99", Load: "0.10 0.20 0.30"},
+		Date:     "2001-02-03 04:05 UTC",
+		ProxyCmd: "make bench-proxy", MemoryCmd: "go test memory", RedisCmd: "go test redis", RLSCmd: "go test rls",
+		Memory: benchRuns{}, Redis: benchRuns{}, RLS: benchRuns{},
+	}
+	one := bench.Spread{Median: 1, Min: 1, Max: 1}
+	ratio := bench.Spread{Median: x, Min: x * 0.9, Max: x * 1.1}
+	r.Proxy = bench.ProxyReport{Driver: "wrk -t 2 -c 32", Seconds: 3, Rounds: 7, Anchor: "plain", Targets: []bench.ProxyTarget{
+		{Name: "plain", About: "the anchor", RPS: 1000, P50: 900, P99: 9000, CPU: 150, Driver: 0.2, RPSRatio: one, P99Ratio: one, CPURatio: one},
+		{Name: "dianad", About: "three rules", RPS: 1000 * x, P50: 900, P99: 9000 / x, CPU: 150 / x, Driver: 0.25, RPSRatio: ratio, P99Ratio: bench.Spread{Median: 1 / x, Min: 1 / x, Max: 1 / x}, CPURatio: ratio},
+	}}
+	set := func(runs benchRuns, name, unit string, v float64) {
+		if runs[name] == nil {
+			runs[name] = map[string][]float64{}
+		}
+		runs[name][unit] = []float64{v, 2 * v}
+	}
+	for _, mode := range []string{"serial", "parallel"} {
+		for _, p := range memoryPeers {
+			set(r.Memory, "BenchmarkMemory/"+mode, "ns/op:"+p.key, 100)
+			set(r.Memory, "BenchmarkMemory/"+mode, "allocs/op:"+p.key, 0.5)
+			set(r.Memory, "BenchmarkMemory/"+mode, "x:"+p.key, x*2/3) // the median of x·2/3 and x·4/3 is x
+		}
+	}
+	for _, g := range redisGs {
+		name := fmt.Sprintf("BenchmarkRedis/g=%d", g)
+		for _, p := range redisPeers {
+			set(r.Redis, name, "µs/op:"+p.key, 30)
+			set(r.Redis, name, "redis-µs/op:"+p.key, 10)
+			set(r.Redis, name, "x:"+p.key, x*2/3)
+		}
+	}
+	for _, c := range rlsClients {
+		for _, unit := range []string{"diana-req/s", "ratelimit-req/s", "diana/ratelimit-req/s", "diana-cpu-µs/req", "ratelimit-cpu-µs/req", "diana-p99-µs", "ratelimit-p99-µs", "diana/ratelimit-cpu"} {
+			set(r.RLS, fmt.Sprintf("BenchmarkRLS/clients-%d", c), unit, 1000)
+		}
+	}
+	return r
+}
+
+// The page states each figure with its anchor, the commands and the machine, and each target of
+// issue 19 as met or not from the figures: all met when Diana is 2× its anchors, none at 0.5×.
+func TestPage(t *testing.T) {
+	for _, tc := range []struct {
+		x    float64
+		want []string
+	}{
+		{2, []string{"requests/s 2.00 × (met), p99 0.50 × (met)", "serial, x = 2.00 against the closest peer, x/time/rate + `sync.Map` (met)", "at 64, x = 2.00 against the closest, redis_rate (met); at one, x = 2.00 against redis_rate (met)"}},
+		{0.5, []string{"requests/s 0.50 × (not met), p99 2.00 × (not met)", "parallel, x = 0.50 against the closest peer, x/time/rate + `sync.Map` (not met)", "at 64, x = 0.50 against the closest, redis_rate (not met)"}},
+	} {
+		md, charts, err := page(fixture(tc.x))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := append(tc.want,
+			"Test CPU, 2 cores, go1.99, load average 0.10 0.20 0.30", "2001-02-03 04:05 UTC",
+			"Measured by `make bench-proxy`", "Measured by `go test memory`", "Measured by `go test redis`", "Measured by `go test rls`",
+			"| dianad: three rules | "+num(1000*tc.x)+" | 900 µs |", "wrk -t 2 -c 32", "| serial: time per decision | 150 ns |",
+			"| 64 | 45.0 µs (15.0 µs) |", "| 16 | 1,500, 1,500 |")
+		flat := strings.Join(strings.Fields(md), " ") // the prose is wrapped
+		for _, w := range want {
+			if !strings.Contains(flat, w) {
+				t.Errorf("x = %v: the page lacks %q", tc.x, w)
+			}
+		}
+		if t.Failed() {
+			t.Logf("the page:\n%s", md)
+		}
+		names, _, err := quotes(md)
+		if err != nil || strings.Join(names, " ") != "proxy memory redis" {
+			t.Errorf("quotes %v, %v: want proxy, memory and redis", names, err)
+		}
+		if len(charts) != 3 {
+			t.Errorf("%d charts, want 3", len(charts))
+		}
+	}
+}
+
+// A figure missing from the runs is an error naming it, never an empty cell.
+func TestPageMissingFigure(t *testing.T) {
+	r := fixture(1)
+	delete(r.Redis["BenchmarkRedis/g=16"], "x:ulule")
+	if _, _, err := page(r); err == nil || !strings.Contains(err.Error(), "BenchmarkRedis/g=16: no x:ulule") {
+		t.Errorf("error %v, want one naming BenchmarkRedis/g=16 and x:ulule", err)
+	}
+	r = fixture(1)
+	r.Proxy.Targets = r.Proxy.Targets[:1]
+	if _, _, err := page(r); err == nil || !strings.Contains(err.Error(), "dianad") {
+		t.Errorf("error %v, want one naming dianad", err)
+	}
+}
+
+func TestWrap(t *testing.T) {
+	in := "- **Machine:** one two three four\nshort\n| a long table row stays whole |\nalpha beta gamma delta epsilon\nMeasured by `a long command line`:"
+	want := "- **Machine:** one\n  two three four\nshort\n| a long table row stays whole |\nalpha beta gamma\ndelta epsilon\nMeasured by `a long command line`:"
+	if got := wrap(in, 18); got != want {
+		t.Errorf("got:\n%s\nwant:\n%s", got, want)
+	}
+}
