@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/diana-gw/diana/httplimit"
+	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/conf"
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/memstore"
@@ -200,7 +201,17 @@ func TestDelay(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(50 * time.Millisecond)
+	// Wait until the backlog holds at least 4 s of the future (a loaded machine may take a while
+	// to send 50 requests), as a dry run sees it.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		p, _ := e.Peek(context.Background(), &rules.Input{Path: "/"})
+		if len(p) == 1 && p[0].Decision.RetryAfter >= 4*algos.Second {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the backlog did not build up: %+v", p)
+		}
+	}
 	before := upstream.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
