@@ -229,9 +229,6 @@ func (h *httpContext) input() rules.Input {
 		xff = header("x-forwarded-for")
 	}
 	a := clientAddr(src, xff, cfg.xffHops)
-	if a.IsValid() {
-		h.addr = a.String()
-	}
 	// Each part is a host call: only what the rules read (all of it in cluster mode).
 	in := rules.Input{
 		Path:    header(":path"), // as sent; the rules cut the query and normalise it
@@ -244,6 +241,9 @@ func (h *httpContext) input() rules.Input {
 		in.Host = header(":authority")
 	}
 	in.SetClient(a, cfg.ipv6Prefix)
+	if h.addr = in.ClientIP; in.Addr.Is6() { // an IPv4 address is its own client key: one string, not two
+		h.addr = in.Addr.String()
+	}
 	if c := cfg.consumer; c != "" && cfg.reads.Consumer {
 		in.Consumer = header(c)
 	}
