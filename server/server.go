@@ -19,6 +19,7 @@ import (
 	"github.com/diana-gw/diana/internal/lograte"
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/store/batch"
 	"github.com/diana-gw/diana/store/failover"
 	"github.com/diana-gw/diana/store/memstore"
 	"github.com/diana-gw/diana/store/redisstore"
@@ -52,6 +53,7 @@ type Server struct {
 	rdb     redis.UniversalClient // nil without a redis section
 	rstore  *redisstore.Store     // the cluster rules' state, for the admin operations; nil likewise
 	cluster *failover.Store       // nil without a redis section
+	batch   *batch.Store          // the batched rules' units, given back at shutdown; nil likewise
 
 	limiter   *httplimit.Limiter
 	live      atomic.Pointer[live]
@@ -128,6 +130,7 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 		}
 		s.rdb, s.rstore, s.cluster = st.Client, st.Redis, st.Store
 		s.met.batches(st.Batch)
+		s.batch = st.Batch
 	}
 	s.transport = NewTransport()
 	s.limiter = httplimit.New(nil, httplimit.Options{})
@@ -272,6 +275,11 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := s.adminSrv.Shutdown(sctx); err != nil {
 		s.adminSrv.Close()
 		runErr = errors.Join(runErr, fmt.Errorf("server: admin shutdown: %w", err))
+	}
+	if s.batch != nil { // no more decisions: the batched units held go back to Redis
+		if err := s.batch.Close(sctx); err != nil {
+			s.log.Warn("batched units not given back", "err", err)
+		}
 	}
 	s.log.Info("stopped")
 	return runErr
