@@ -58,6 +58,9 @@ func (l *Batching) Life(d Decision) int64 {
 // full since a grant takes state the bucket does not keep. Nor does the sliding window yet.
 func (l *Batching) Refund(at int64) *Refund { return refundable(l.Alg, at) }
 
+// Refunds tells whether Refund gives an algorithm.
+func (l *Batching) Refunds() bool { return takesBack(l.Alg) }
+
 // Left returns how long units granted elapsed µs after the grant d could be spent, at most, as
 // far as d tells: MaxAge, or for the window algorithms the time to the end of the window they
 // would count in (windows are aligned, so the window of d tells where every later one ends).

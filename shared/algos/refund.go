@@ -40,12 +40,10 @@ func refundable(alg Algorithm, at int64) *Refund {
 	if b, ok := alg.(*Ban); ok {
 		alg = b.inner // the state is the inner algorithm's; the ban key is not touched
 	}
-	sc := alg.Script()
-	switch alg.(type) {
-	case *FixedWindow, *SlidingLog:
-	default:
+	if !takesBack(alg) {
 		return nil
 	}
+	sc := alg.Script()
 	args := append(append(make([]int64, 0, len(sc.Args)+1), sc.Args...), at)
 	return &Refund{alg: alg, at: at, script: Script{Name: sc.Name + "_refund", Args: args, Limit: sc.Limit, Log: sc.Log}}
 }
@@ -118,4 +116,16 @@ func (s *SlidingLog) refund(st *State, at, n, now int64) Decision {
 	}
 	d.TTL = d.ResetAfter
 	return d
+}
+
+// takesBack tells whether alg (or the algorithm it bans with) has a refund.
+func takesBack(alg Algorithm) bool {
+	if b, ok := alg.(*Ban); ok {
+		alg = b.inner
+	}
+	switch alg.(type) {
+	case *FixedWindow, *SlidingLog:
+		return true
+	}
+	return false
 }
