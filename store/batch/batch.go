@@ -18,7 +18,7 @@
 // trip: the units are back for the next batch instead.)
 //
 // The batch a node asks for adapts to the rate the node spends a key's units at: about the units
-// it spends in a batch life (three quarters of that for the buckets, whose units cannot go back),
+// it spends in a batch life (three quarters of that where units cannot go back, as a bucket's),
 // within the rule's [Min, Max]. When the limit is scarce (Redis refused a batch, or granted less
 // than asked for), the node asks again only after half a batch life (or the refusal's
 // RetryAfter, if longer; at most a batch life) and refuses meanwhile, so that an exhausted key
@@ -81,7 +81,7 @@ type Store struct {
 const maxRefunds = 64
 
 // unreturnable scales the batch of an algorithm whose units cannot go back to Redis (the
-// buckets): three quarters of what the node spends in a batch life, so that less is left to
+// buckets, the sliding window): three quarters of what the node spends in a batch life, so that less is left to
 // expire when its rate falls, for a third more round trips. Measured with dianasim (its hot-key
 // table): the token bucket's under-admission on a key spread unevenly over 4 nodes fell from
 // 6.9% to 4.9%, its Redis calls rose from 1/22.3 to 1/20.3 of the requests. (A half: 3.1%, 1/16.8,
