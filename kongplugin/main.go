@@ -37,6 +37,7 @@ func main() {
 		os.Stdout.Write(b)
 		return
 	}
+	go closeOnSignal()
 	if err := server.StartServer(New, Version, Priority); err != nil {
 		log.Fatalf("diana: %v", err)
 	}
