@@ -38,6 +38,7 @@ func main() {
 		return
 	}
 	go closeOnSignal()
+	go flushBatches()
 	if err := server.StartServer(New, Version, Priority); err != nil {
 		log.Fatalf("diana: %v", err)
 	}

@@ -100,6 +100,21 @@ func (f failing) DecideAll(_ context.Context, calls []redisstore.Call) {
 	}
 }
 
+// flushBatches gives the batched units that expired unspent back to Redis every second, so that
+// a key whose traffic stopped gets them back within their window (batch.Store.Flush).
+func flushBatches() {
+	for range time.Tick(time.Second) {
+		clustersMu.Lock()
+		bs := batches
+		clustersMu.Unlock()
+		for _, b := range bs {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = b.Flush(ctx) // a failed refund loses its units, as expiry would
+			cancel()
+		}
+	}
+}
+
 // closeOnSignal waits for Kong to stop the plugin server (SIGTERM, or SIGINT), gives the
 // batched units held back to Redis (within two seconds), and exits.
 func closeOnSignal() {

@@ -226,6 +226,10 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); s.sweep(bg) }()
+	if s.batch != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.flushBatches(bg) }()
+	}
 	if s.rdb != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); s.checkRedis(bg) }()
@@ -283,6 +287,25 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.log.Info("stopped")
 	return runErr
+}
+
+// flushBatches gives the batched units that expired unspent back to Redis every second, so that
+// a key whose traffic stopped gets them back within their window (batch.Store.Flush).
+func (s *Server) flushBatches(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fctx, cancel := context.WithTimeout(ctx, time.Second)
+			if err := s.batch.Flush(fctx); err != nil {
+				s.log.Debug("batched units not given back", "err", err)
+			}
+			cancel()
+		}
+	}
 }
 
 // sweep drops the local store's expired entries every minute, giving their memory back.

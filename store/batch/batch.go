@@ -13,7 +13,8 @@
 // while the window of their grant lasts, and the sliding log): the node drops them first, so it
 // never spends a unit it gave back. Expiry is seen lazily, when a request touches the key or a
 // full shard is swept; the refunds then wait for the node's next round trip to Redis, for any key,
-// and go in front of its calls in the same pipeline, so they cost no round trip of their own. (A
+// and go in front of its calls in the same pipeline, so they cost no round trip of their own; or
+// Flush, which a front end calls every second, sweeps every key and sends them at once. (A
 // Redis that has not loaded the refund script yet runs it after the other calls of that round
 // trip: the units are back for the next batch instead.)
 //
@@ -283,6 +284,47 @@ func (s *Store) refunded(rets []redisstore.Call) int {
 	return failed
 }
 
+// Flush gives back to Redis, in one round trip of its own, the units that expired unspent since
+// the last round trip, including those of keys no request touched since (a sweep of every key
+// held). Refunds otherwise wait for the node's next round trip; a node whose traffic stops would
+// keep them past the end of their window, when they can no longer go back. dianad calls it every
+// second. It returns an error if a refund could not be sent.
+func (s *Store) Flush(ctx context.Context) error {
+	now := s.now()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for _, p := range sh.pools {
+			s.expire(p, now)
+		}
+		sh.mu.Unlock()
+	}
+	return s.sendRefunds(ctx)
+}
+
+// sendRefunds sends every refund waiting, in round trips of its own.
+func (s *Store) sendRefunds(ctx context.Context) error {
+	s.retMu.Lock()
+	rets := s.rets
+	s.rets = nil
+	s.retMu.Unlock()
+	failed := 0
+	now := s.now()
+	for i := range rets {
+		rets[i].Req.Now = now
+	}
+	for len(rets) > 0 {
+		n := min(len(rets), 256)
+		s.next.DecideAll(ctx, rets[:n])
+		failed += s.refunded(rets[:n])
+		rets = rets[n:]
+	}
+	if failed > 0 {
+		return fmt.Errorf("batch: %d refunds of unspent units failed; their units are lost until their windows end", failed)
+	}
+	return nil
+}
+
 // Close gives back to Redis every unit the Store holds and every refund still waiting, in round
 // trips of its own (bounded by ctx), and makes the Store send every later call to Redis as it is,
 // unbatched. A node calls it when it stops. Units granted to calls that race with Close are not
@@ -298,25 +340,7 @@ func (s *Store) Close(ctx context.Context) error {
 		}
 		sh.mu.Unlock()
 	}
-	s.retMu.Lock()
-	rets := s.rets
-	s.rets = nil
-	s.retMu.Unlock()
-	failed := 0
-	now = s.now()
-	for i := range rets {
-		rets[i].Req.Now = now
-	}
-	for len(rets) > 0 {
-		n := min(len(rets), 256)
-		s.next.DecideAll(ctx, rets[:n])
-		failed += s.refunded(rets[:n])
-		rets = rets[n:]
-	}
-	if failed > 0 {
-		return fmt.Errorf("batch: close: %d of the refunds of held units failed; their units are lost until their windows end", failed)
-	}
-	return nil
+	return s.sendRefunds(ctx)
 }
 
 // batched reports whether c is a decision of a batched rule.

@@ -183,3 +183,37 @@ func batchAlgOf(t *testing.T, alg algos.Algorithm) algos.Algorithm {
 	}
 	return b.Batching.Alg
 }
+
+// TestFlush: units that expired on a node that sees no more traffic go back with Flush, within
+// their window, where waiting for the node's next round trip would have lost them.
+func TestFlush(t *testing.T) {
+	const s = algos.Second
+	srv := redistest.Start(t)
+	rs := redisstore.New(srv.Client(), redisstore.Options{CallerClock: true})
+	r := rule(t, `{"algorithm":"fixed_window","limit":10,"window":"60s"}`, `{"max":10,"min":10,"max_age":"1s"}`)
+	batchAlg := batchAlgOf(t, r.Alg)
+	clk := &clock{}
+	clk.t.Store(1_000 * 60 * s)
+	a := batch.New(rs, batch.Options{Now: clk.now})
+	for range 3 {
+		if c := decide(a, r.Alg, "k", clk.now(), false); !c.Dec.Allowed {
+			t.Fatal(c)
+		}
+	}
+	if err := a.Flush(context.Background()); err != nil { // nothing expired yet
+		t.Fatal(err)
+	}
+	if _, n := count(t, rs, "k", batchAlg); n != 10 {
+		t.Fatalf("count %d before expiry, want 10", n)
+	}
+	clk.t.Add(2 * s)
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, n := count(t, rs, "k", batchAlg); n != 3 {
+		t.Fatalf("count %d after Flush, want the 3 spent", n)
+	}
+	if st := a.Stats(); st.Expired != 7 || st.Returned != 7 || st.Batches != 1 {
+		t.Fatalf("%+v: want 1 batch, 7 expired and returned", st)
+	}
+}
