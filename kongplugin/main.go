@@ -37,6 +37,8 @@ func main() {
 		os.Stdout.Write(b)
 		return
 	}
+	go closeOnSignal()
+	go flushBatches()
 	if err := server.StartServer(New, Version, Priority); err != nil {
 		log.Fatalf("diana: %v", err)
 	}

@@ -4,13 +4,17 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/diana-gw/diana/config"
 	"github.com/diana-gw/diana/internal/lograte"
 	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/store/batch"
 	"github.com/diana-gw/diana/store/failover"
 	"github.com/diana-gw/diana/store/memstore"
 	"github.com/diana-gw/diana/store/redisstore"
@@ -26,6 +30,7 @@ var (
 
 	clustersMu sync.Mutex
 	clusters   = map[redisConf]*failover.Store{} // one client per distinct connection
+	batches    []*batch.Store                    // their batched units, given back on exit
 
 	starveLog lograte.Limiter // Redis timeouts of a starved plugin server: a line a second at most
 	shareLog  lograte.Limiter // failed exchanges of the learned shares: a line a second at most
@@ -90,6 +95,7 @@ func clusterStore(rc *redisConf) rules.Store {
 		return failover.New(failing{err}, failover.Options{Timeout: timeout})
 	}
 	clusters[*rc] = st.Store
+	batches = append(batches, st.Batch)
 	return st.Store
 }
 
@@ -101,4 +107,37 @@ func (f failing) DecideAll(_ context.Context, calls []redisstore.Call) {
 	for i := range calls {
 		calls[i].Err = f.err
 	}
+}
+
+// flushBatches gives the batched units that expired unspent back to Redis every second, so that
+// a key whose traffic stopped gets them back within their window (batch.Store.Flush).
+func flushBatches() {
+	for range time.Tick(time.Second) {
+		clustersMu.Lock()
+		bs := batches
+		clustersMu.Unlock()
+		for _, b := range bs {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = b.Flush(ctx) // a failed refund loses its units, as expiry would
+			cancel()
+		}
+	}
+}
+
+// closeOnSignal waits for Kong to stop the plugin server (SIGTERM, or SIGINT), gives the
+// batched units held back to Redis (within two seconds), and exits.
+func closeOnSignal() {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGTERM, os.Interrupt)
+	<-c
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	clustersMu.Lock()
+	for _, b := range batches {
+		if err := b.Close(ctx); err != nil {
+			log.Printf("diana: batched units not given back: %v", err)
+		}
+	}
+	clustersMu.Unlock()
+	cancel()
+	os.Exit(0)
 }

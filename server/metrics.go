@@ -132,7 +132,7 @@ func (m *metrics) batches(s *batch.Store) {
 	units := func(name string, f func(batch.Stats) int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "diana_batch_units_total",
-			Help:        "Units of batched cluster rules, by what became of them: granted by Redis, spent on this node, expired unspent.",
+			Help:        "Units of batched cluster rules, by what became of them: granted by Redis, spent on this node, expired unspent (or held at shutdown), returned to Redis (of the expired).",
 			ConstLabels: prometheus.Labels{"outcome": name},
 		}, func() float64 { return float64(f(s.Stats())) })
 	}
@@ -144,6 +144,7 @@ func (m *metrics) batches(s *batch.Store) {
 		units("granted", func(st batch.Stats) int64 { return st.Granted }),
 		units("spent", func(st batch.Stats) int64 { return st.Spent }),
 		units("expired", func(st batch.Stats) int64 { return st.Expired }),
+		units("returned", func(st batch.Stats) int64 { return st.Returned }),
 	)
 }
 

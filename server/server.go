@@ -19,6 +19,7 @@ import (
 	"github.com/diana-gw/diana/internal/lograte"
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/store/batch"
 	"github.com/diana-gw/diana/store/failover"
 	"github.com/diana-gw/diana/store/memstore"
 	"github.com/diana-gw/diana/store/redisstore"
@@ -52,6 +53,7 @@ type Server struct {
 	rdb     redis.UniversalClient // nil without a redis section
 	rstore  *redisstore.Store     // the cluster rules' state, for the admin operations; nil likewise
 	cluster *failover.Store       // nil without a redis section
+	batch   *batch.Store          // the batched rules' units, given back at shutdown; nil likewise
 
 	limiter   *httplimit.Limiter
 	live      atomic.Pointer[live]
@@ -131,6 +133,7 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 		s.rdb, s.rstore, s.cluster = st.Client, st.Redis, st.Store
 		s.met.batches(st.Batch)
 		s.met.shares(st.Shares)
+		s.batch = st.Batch
 	}
 	s.transport = NewTransport()
 	s.limiter = httplimit.New(nil, httplimit.Options{})
@@ -226,6 +229,10 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); s.sweep(bg) }()
+	if s.batch != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.flushBatches(bg) }()
+	}
 	if s.rdb != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); s.checkRedis(bg) }()
@@ -276,8 +283,32 @@ func (s *Server) Run(ctx context.Context) error {
 		s.adminSrv.Close()
 		runErr = errors.Join(runErr, fmt.Errorf("server: admin shutdown: %w", err))
 	}
+	if s.batch != nil { // no more decisions: the batched units held go back to Redis
+		if err := s.batch.Close(sctx); err != nil {
+			s.log.Warn("batched units not given back", "err", err)
+		}
+	}
 	s.log.Info("stopped")
 	return runErr
+}
+
+// flushBatches gives the batched units that expired unspent back to Redis every second, so that
+// a key whose traffic stopped gets them back within their window (batch.Store.Flush).
+func (s *Server) flushBatches(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fctx, cancel := context.WithTimeout(ctx, time.Second)
+			if err := s.batch.Flush(fctx); err != nil {
+				s.log.Debug("batched units not given back", "err", err)
+			}
+			cancel()
+		}
+	}
 }
 
 // sweep drops the local store's expired entries every minute, giving their memory back.

@@ -45,6 +45,22 @@ func (l *Batching) Life(d Decision) int64 {
 	return max(0, min(l.MaxAge, d.ResetAfter-l.tail))
 }
 
+// Refund returns the algorithm that gives back to the shared store units of a grant of l.Alg
+// made at at (µs on the store's clock: the time a store reports with a partial grant, such as
+// redisstore.Call.At) which the node will not spend; nil when l.Alg cannot take units back
+// without risk of over-admission.
+//
+// The fixed window and the sliding log take units back (see Refund). The buckets do not: a
+// bucket that moved its TAT back by the units' emission interval would credit them even when
+// the bucket refilled in between, which absorbed them: in a bucket of 10 refilled at 1 per second, node A takes
+// 10 at 0 s; at 10 s the bucket is full again and node B takes 10; A giving its 10 back at
+// 10.5 s would let 10 more pass at once, 20 in half a second. Telling whether the bucket was
+// full since a grant takes state the bucket does not keep. Nor does the sliding window yet.
+func (l *Batching) Refund(at int64) *Refund { return refundable(l.Alg, at) }
+
+// Refunds tells whether Refund gives an algorithm.
+func (l *Batching) Refunds() bool { return takesBack(l.Alg) }
+
 // Left returns how long units granted elapsed µs after the grant d could be spent, at most, as
 // far as d tells: MaxAge, or for the window algorithms the time to the end of the window they
 // would count in (windows are aligned, so the window of d tells where every later one ends).

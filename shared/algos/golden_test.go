@@ -40,6 +40,8 @@ type goldenStep struct {
 	RetryAfter int64 `json:"retry_after"`
 	Delay      int64 `json:"delay,omitempty"`
 	Granted    int64 `json:"granted"`
+	// Alg is the script of a step that runs another algorithm on the trace's state (a refund).
+	Alg *Script `json:"alg,omitempty"`
 }
 
 var golden struct {
@@ -62,7 +64,11 @@ func record(t *testing.T, a Algorithm, st *State, r Request, d Decision) {
 		golden.traces[key] = tr
 		golden.order = append(golden.order, key)
 	}
-	tr.Steps = append(tr.Steps, goldenStep{r.Now, r.Cost, r.MaxWait, d.Allowed, d.Limit, d.Remaining, d.ResetAfter, d.RetryAfter, d.Delay, d.Granted})
+	step := goldenStep{r.Now, r.Cost, r.MaxWait, d.Allowed, d.Limit, d.Remaining, d.ResetAfter, d.RetryAfter, d.Delay, d.Granted, nil}
+	if sc := a.Script(); sc.Name != tr.Script.Name || !slices.Equal(sc.Args, tr.Script.Args) {
+		step.Alg = &sc
+	}
+	tr.Steps = append(tr.Steps, step)
 }
 
 func TestMain(m *testing.M) {

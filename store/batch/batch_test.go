@@ -62,16 +62,23 @@ func TestNeverOverAdmits(t *testing.T) {
 	cases := []struct {
 		name, limit string
 		check       algotest.Contract
+		batch       string // default {"max":20}
 	}{
-		{"fixed_window", `{"algorithm":"fixed_window","limit":50,"window":"1s"}`, algotest.PerWindow(50, s)},
-		{"sliding_window", `{"algorithm":"sliding_window","limit":50,"window":"1s"}`, algotest.PerWindow(50, s)},
-		{"sliding_log", `{"algorithm":"sliding_log","limit":50,"window":"1s"}`, algotest.Sliding(50, s)},
-		{"token_bucket", `{"algorithm":"token_bucket","rate":50,"period":"1s","burst":20}`, algotest.Bucket(50, s, 20)},
-		{"leaky_bucket", `{"algorithm":"leaky_bucket","rate":50,"period":"1s","burst":19,"nodelay":true}`, algotest.Bucket(50, s, 20)},
+		{"fixed_window", `{"algorithm":"fixed_window","limit":50,"window":"1s"}`, algotest.PerWindow(50, s), ""},
+		// Units that expire before their window ends go back to Redis.
+		{"fixed_window, max_age 200ms", `{"algorithm":"fixed_window","limit":50,"window":"1s"}`, algotest.PerWindow(50, s), `{"max":20,"max_age":"200ms"}`},
+		{"sliding_window", `{"algorithm":"sliding_window","limit":50,"window":"1s"}`, algotest.PerWindow(50, s), ""},
+		{"sliding_log", `{"algorithm":"sliding_log","limit":50,"window":"1s"}`, algotest.Sliding(50, s), ""},
+		{"token_bucket", `{"algorithm":"token_bucket","rate":50,"period":"1s","burst":20}`, algotest.Bucket(50, s, 20), ""},
+		{"leaky_bucket", `{"algorithm":"leaky_bucket","rate":50,"period":"1s","burst":19,"nodelay":true}`, algotest.Bucket(50, s, 20), ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := rule(t, tc.limit, `{"max":20}`)
+			bo := tc.batch
+			if bo == "" {
+				bo = `{"max":20}`
+			}
+			r := rule(t, tc.limit, bo)
 			clk := &clock{}
 			clk.t.Store(1_000 * s)
 			ns, _ := nodes(t, 4, clk)
@@ -99,7 +106,11 @@ func TestNeverOverAdmits(t *testing.T) {
 			if len(admitted) < offered/4 {
 				t.Fatalf("admitted %d of %d offered: batching starves the key", len(admitted), offered)
 			}
-			t.Logf("offered %d, admitted %d", offered, len(admitted))
+			var returned int64
+			for _, n := range ns {
+				returned += n.Stats().Returned
+			}
+			t.Logf("offered %d, admitted %d, units given back %d", offered, len(admitted), returned)
 		})
 	}
 }

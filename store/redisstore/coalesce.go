@@ -76,12 +76,12 @@ func (s *Store) DecideAll(ctx context.Context, calls []Call) {
 	select {
 	case <-w.done:
 		for i := range calls {
-			calls[i].Dec, calls[i].Err, calls[i].Cached = w.calls[i].Dec, w.calls[i].Err, false
+			calls[i].Dec, calls[i].Err, calls[i].Cached, calls[i].At = w.calls[i].Dec, w.calls[i].Err, false, w.calls[i].At
 		}
 	case <-ctx.Done():
 		for i := range calls {
 			c := &calls[i]
-			c.Dec, c.Err, c.Cached = algos.Decision{}, fmt.Errorf("redisstore: %s on %q: %w", scriptName(c), c.Key, ctx.Err()), false
+			c.Dec, c.Err, c.Cached, c.At = algos.Decision{}, fmt.Errorf("redisstore: %s on %q: %w", scriptName(c), c.Key, ctx.Err()), false, 0
 		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/diana-gw/diana/internal/redistest"
@@ -33,6 +35,7 @@ func TestGoldenLua(t *testing.T) {
 			RetryAfter int64 `json:"retry_after"`
 			Delay      int64 `json:"delay"`
 			Granted    int64 `json:"granted"`
+			Alg        *algos.Script
 		}
 	}
 	if err := json.Unmarshal(b, &traces); err != nil {
@@ -51,7 +54,17 @@ func TestGoldenLua(t *testing.T) {
 		key := "golden:" + tr.Test
 		for j, st := range tr.Steps {
 			r := algos.Request{Now: st.Now + shift, Cost: st.Cost, MaxWait: st.MaxWait}
-			got, err := s.Decide(context.Background(), key, alg, r)
+			stepAlg := alg
+			if st.Alg != nil {
+				sc := *st.Alg
+				if strings.HasSuffix(sc.Name, "_refund") {
+					// A refund's last argument is the time its units were granted at.
+					sc.Args = slices.Clone(sc.Args)
+					sc.Args[len(sc.Args)-1] += shift
+				}
+				stepAlg = scripted(sc)
+			}
+			got, err := s.Decide(context.Background(), key, stepAlg, r)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -109,6 +109,9 @@ type Call struct {
 	// Cached is set by a store in front of this one that decided the call without a round trip
 	// (store/batch, from units taken earlier in a batch): its outcome says nothing about Redis.
 	Cached bool
+	// At is set for a partial request that Redis granted: the time (µs, Redis's clock) its units
+	// count at, which algos.Batching.Refund names to give them back; 0 otherwise.
+	At int64
 }
 
 // send decides calls in one round trip: one EVALSHA, or a pipeline of them, and EVAL for the
@@ -116,13 +119,13 @@ type Call struct {
 func (s *Store) send(ctx context.Context, calls []Call) {
 	if len(calls) == 1 && s.o.WaitReplicas <= 0 { // no pipeline to fill and parse
 		c := &calls[0]
-		c.Dec, c.Err, c.Cached = algos.Decision{}, nil, false
+		c.Dec, c.Err, c.Cached, c.At = algos.Decision{}, nil, false, 0
 		e, err := s.eval(c.Key, c.Alg, c.Req)
 		if err != nil {
 			c.Err = err
 			return
 		}
-		c.Dec, c.Err = decision(e.name, c.Key, e.script.Run(ctx, s.c, e.keys, e.args...), nil)
+		c.Dec, c.At, c.Err = decision(e.name, c.Key, e.script.Run(ctx, s.c, e.keys, e.args...), nil)
 		return
 	}
 	evals := make([]eval, len(calls))
@@ -130,7 +133,7 @@ func (s *Store) send(ctx context.Context, calls []Call) {
 	p := s.c.Pipeline()
 	for i := range calls {
 		c := &calls[i]
-		c.Dec, c.Err, c.Cached = algos.Decision{}, nil, false
+		c.Dec, c.Err, c.Cached, c.At = algos.Decision{}, nil, false, 0
 		if evals[i], c.Err = s.eval(c.Key, c.Alg, c.Req); c.Err == nil {
 			cmds[i] = evals[i].script.EvalSha(ctx, p, evals[i].keys, evals[i].args...)
 		}
@@ -168,14 +171,14 @@ func (s *Store) send(ctx context.Context, calls []Call) {
 		if retried != nil && retried[i] {
 			unsent = reexecErr
 		}
-		calls[i].Dec, calls[i].Err = decision(evals[i].name, calls[i].Key, cmd, unsent)
+		calls[i].Dec, calls[i].At, calls[i].Err = decision(evals[i].name, calls[i].Key, cmd, unsent)
 		w := wait
 		if retried != nil && retried[i] {
 			w = rewait
 		}
 		if w != nil && calls[i].Err == nil && !calls[i].Req.DryRun {
 			if n, err := w.Int64(); err != nil || n < int64(s.o.WaitReplicas) {
-				calls[i].Dec, calls[i].Err = algos.Decision{}, fmt.Errorf("%w (%d of %d replicas, %v)", ErrNotReplicated, n, s.o.WaitReplicas, err)
+				calls[i].Dec, calls[i].At, calls[i].Err = algos.Decision{}, 0, fmt.Errorf("%w (%d of %d replicas, %v)", ErrNotReplicated, n, s.o.WaitReplicas, err)
 			}
 		}
 	}
@@ -250,22 +253,27 @@ func (s *Store) eval(key string, alg algos.Algorithm, r algos.Request) (eval, er
 }
 
 // decision reads the reply {allowed, limit, remaining, reset_after, retry_after, delay, granted}
-// of script name on key.
-func decision(name, key string, cmd *redis.Cmd, unsent error) (algos.Decision, error) {
+// of script name on key, and the stamp that ends a partial request's reply (see Call.At).
+func decision(name, key string, cmd *redis.Cmd, unsent error) (algos.Decision, int64, error) {
 	if cmd.Err() == nil && cmd.Val() == nil && unsent != nil {
-		return algos.Decision{}, fmt.Errorf("redisstore: %s on %q: not sent: %w", name, key, unsent)
+		return algos.Decision{}, 0, fmt.Errorf("redisstore: %s on %q: not sent: %w", name, key, unsent)
 	}
 	res, err := cmd.Int64Slice()
 	if err != nil {
-		return algos.Decision{}, fmt.Errorf("redisstore: %s on %q: %w", name, key, err)
+		return algos.Decision{}, 0, fmt.Errorf("redisstore: %s on %q: %w", name, key, err)
 	}
-	if len(res) != 7 {
-		return algos.Decision{}, fmt.Errorf("redisstore: %s on %q: reply has %d values, want 7", name, key, len(res))
+	if len(res) != 7 && len(res) != 8 {
+		return algos.Decision{}, 0, fmt.Errorf("redisstore: %s on %q: reply has %d values, want 7 or 8", name, key, len(res))
 	}
-	return algos.Decision{
+	d := algos.Decision{
 		Allowed: res[0] == 1, Limit: res[1], Remaining: res[2],
 		ResetAfter: res[3], RetryAfter: res[4], Delay: res[5], Granted: res[6],
-	}, nil
+	}
+	var at int64
+	if len(res) == 8 && d.Granted > 0 {
+		at = res[7]
+	}
+	return d, at, nil
 }
 
 // State reads what Redis holds for an identity, in the form the algorithm's Go twin keeps it:

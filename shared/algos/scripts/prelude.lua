@@ -54,7 +54,10 @@ end
 --   reply = {allowed (1/0), limit, remaining, reset_after, retry_after, delay, granted, ttl}
 --   write = the new string state, true when the code changed its sorted set itself, or nil.
 -- finish stores the state with its TTL, starts a ban on a denial, and returns the reply; on a dry
--- run it only returns the reply, the same as it would be without the flag.
+-- run it only returns the reply, the same as it would be without the flag. The reply to a partial
+-- request ends with an eighth value, stamp: the time its units count at, which a refund of them
+-- names (now; the sliding log sets the time it records them at).
+local stamp = now
 local function finish(r, write)
   if write and not dry then
     local px = math.max(1, floor((r[8] + 999) / 1000)) + pad
@@ -72,7 +75,7 @@ local function finish(r, write)
     r[4] = math.max(r[4], ban)
     if r[5] >= 0 then r[5] = math.max(r[5], ban) end
   end
-  r[8] = nil
+  if partial then r[8] = stamp else r[8] = nil end
   return r
 end
 
