@@ -17,9 +17,11 @@ vet:
 deps:
 	@build/need-packages.sh
 
-## bench: the benchmarks, each beside its anchor (x/time/rate, go-redis/redis_rate)
-bench: deps
+## bench: the benchmarks, each beside its anchor (x/time/rate, go-redis/redis_rate, ...), and the
+## Kong plugin's and the Envoy filter's cost per request beside an empty plugin and filter
+bench: deps wasm
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./bench/
+	$(GO) test -run '^$$' -bench Request -benchtime 3000x -count 5 ./kongplugin/ ./wasmfilter/
 
 ## tinygo: provisions TinyGo from the Go module proxy and Debian's LLVM 19 (cached)
 tinygo:

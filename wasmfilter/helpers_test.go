@@ -19,6 +19,10 @@ var compiled = sync.OnceValues(func() ([]byte, error) { return tinygoBuild(".") 
 // compiledEmpty is testdata/empty, the anchor of the benchmarks: a filter that does nothing.
 var compiledEmpty = sync.OnceValues(func() ([]byte, error) { return tinygoBuild("./testdata/empty") })
 
+// compiledHostCalls is testdata/hostcalls, the second anchor: a filter making the host calls
+// diana.wasm makes for one per-IP rule, and nothing else.
+var compiledHostCalls = sync.OnceValues(func() ([]byte, error) { return tinygoBuild("./testdata/hostcalls") })
+
 // tinygoBuild compiles the package in dir to wasm as make wasm does.
 func tinygoBuild(dir string) ([]byte, error) {
 	out, err := os.MkdirTemp("", "diana-wasm")
