@@ -1,5 +1,9 @@
 package algos
 
+// RefundSuffix ends the name of a refund's script: fixed_window_refund gives back fixed_window's
+// units.
+const RefundSuffix = "_refund"
+
 // Refund gives back to a shared store units of one batch grant that a node did not spend (see
 // Batching.Refund). It is an Algorithm so that every store runs it as it runs the others: Decide
 // is the transition, Script its Lua twin. A request's Cost is the number of units given back and
@@ -45,7 +49,7 @@ func refundable(alg Algorithm, at int64) *Refund {
 	}
 	sc := alg.Script()
 	args := append(append(make([]int64, 0, len(sc.Args)+1), sc.Args...), at)
-	return &Refund{alg: alg, at: at, script: Script{Name: sc.Name + "_refund", Args: args, Limit: sc.Limit, Log: sc.Log}}
+	return &Refund{alg: alg, at: at, script: Script{Name: sc.Name + RefundSuffix, Args: args, Limit: sc.Limit, Log: sc.Log}}
 }
 
 // refund takes back up to n units granted at at, at time now: only while the window the state

@@ -30,7 +30,8 @@ func Source(name string) (string, error) {
 	return string(src) + "local function decide(cost)\n" + string(body) + string(epilogue), nil
 }
 
-// Names lists the algorithms that have a script.
+// Names lists the scripts: one per algorithm, named as the algorithm, and one per refund
+// (NAME + algos.RefundSuffix, for algos.Refund).
 func Names() []string {
 	entries, _ := files.ReadDir(".")
 	var names []string
