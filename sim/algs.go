@@ -29,6 +29,10 @@ type Algo struct {
 	// the same limit (the weighted sliding window): the report counts its wrong decisions
 	// against the log and does not expect it to be exact in cluster mode.
 	Estimate bool
+	// Limit is the limit object a config gives the algorithm (its fields, without the braces):
+	// failover mode decodes its rule from it (Algo.Rule), as the registry builds New(1) from it
+	// (TestAlgoRules). Empty: failover mode does not run the algorithm.
+	Limit string
 }
 
 // Batchable reports whether batched mode runs the algorithm: whether it implements algos.Batcher.
@@ -78,10 +82,20 @@ func Algorithms(l Limit, hold int64) []Algo {
 	// One line per algorithm: a variant (another estimate of the sliding log, say) is one more
 	// entry, named below from its script; give it a distinct Name if it shares a script.
 	// Each is named as configs name it (algos' Script().Name, the registry's name).
+	limits := map[string]string{
+		"fixed_window":   fmt.Sprintf(`"algorithm": "fixed_window", "limit": %d, "window": "%dus"`, u, w),
+		"sliding_window": fmt.Sprintf(`"algorithm": "sliding_window", "limit": %d, "window": "%dus"`, u, w),
+		"sliding_log":    fmt.Sprintf(`"algorithm": "sliding_log", "limit": %d, "window": "%dus"`, u, w),
+		"token_bucket":   fmt.Sprintf(`"algorithm": "token_bucket", "rate": %d, "period": "%dus", "burst": %d`, u, w, u),
+		"warm_up":        fmt.Sprintf(`"algorithm": "warm_up", "rate": %d, "period": "%dus", "warmup": "%dus"`, u, w, w),
+		"leaky_bucket":   fmt.Sprintf(`"algorithm": "leaky_bucket", "rate": %d, "period": "%dus", "burst": %d, "nodelay": true`, u, w, u/2),
+		"concurrency":    fmt.Sprintf(`"algorithm": "concurrency", "max": %d, "lease": "%dus"`, inflight, 2*hold),
+	}
 	for i := range algs {
 		if a, err := algs[i].New(1); err == nil && algs[i].Name == "" {
 			algs[i].Name = a.Script().Name
 		}
+		algs[i].Limit = limits[algs[i].Name]
 	}
 	return algs
 }

@@ -162,7 +162,8 @@ func definitions(w int64) []Definition {
 		{"peak", "the most requests admitted for one client in any sliding window of " + win + " (the concurrency limit: the most in flight at once): " +
 			"it shows the fixed window's burst at a window boundary, which its own contract allows."},
 		{"redis_calls", "script calls sent to Redis (cluster: one per request, admitted or not; batched: one per batch or per request decided directly; " +
-			"failover: none while Redis is unreachable); redis_calls_per_admitted divides them by the admitted requests."},
+			"failover: none while Redis is unreachable, and the exchange of shares, one script call per node per second while Redis answers, is not counted); " +
+			"redis_calls_per_admitted divides them by the admitted requests."},
 		{"wrong decisions", "Cloudflare's measure of an estimate: each request is decided by the estimate (one state per client) and judged by the exact sliding log " +
 			"holding the same history (the requests the estimate admitted before it). A false allow is a request admitted that the log denies; a false deny, " +
 			"one denied that the log admits; the wrong share is (false allows + false denies) / requests. Bands split them by the client's offered rate over the trace, " +

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/conf"
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/batch"
 	"github.com/diana-gw/diana/store/failover"
@@ -26,8 +27,9 @@ type Mode struct {
 	Split bool
 	// Supports reports whether the mode runs the algorithm (nil: every one).
 	Supports func(Algo) bool
-	// Fallback makes each op carry the fail policy on_error: local, with the algorithm's limit
-	// divided by the node count as its local fallback (a cluster rule's Op.Fallback).
+	// Fallback makes each op the op of the algorithm's cluster rule with on_error: local over
+	// the trace's nodes (Algo.Rule, rules.NewOp): its local fallback is the limit divided by the
+	// node count, and stores that learn per rule (failover.Shares) know its rule.
 	Fallback bool
 	// Redis marks a mode whose stores keep state in Redis, whose keys expire on Redis's clock.
 	Redis bool
@@ -39,8 +41,17 @@ type Mode struct {
 	Wrap func(algos.Algorithm) (algos.Algorithm, error)
 	// Stores returns one store per node of t for one run, fresh and independent of every
 	// other run's. run is unique per run (it names the trace, the algorithm and the mode); now
-	// is the run's virtual clock in µs; a mode that calls Redis counts its calls in c.
+	// is the run's virtual clock in µs; a mode that calls Redis counts its calls in c. A store
+	// that is a Ticker is ticked every virtual second.
 	Stores func(run string, t *Trace, now func() int64, c *Calls) ([]rules.Store, error)
+}
+
+// Ticker is a node's store with work to do as virtual time passes, as a node does in the
+// background. A run calls Tick of every node, in node order, at each whole virtual second from
+// the trace's start (the first one second in) up to its last request, before the requests of
+// that instant, with the virtual clock at that second.
+type Ticker interface {
+	Tick(ctx context.Context) error
 }
 
 // Calls counts what a mode sent to Redis.
@@ -123,26 +134,84 @@ func Batched(c redis.UniversalClient, o BatchOptions) Mode {
 }
 
 // Failover is cluster mode through an outage: every node decides in the Redis that c reaches
-// through store/failover, as dianad does, with on_error: local; Redis cannot be reached from
-// outage[0] to outage[1] (fractions of the trace's span), and meanwhile each node decides alone
-// with its fallback, the limit divided by the node count. The breaker never opens (every call
-// during the outage fails at once) and the round-trip timeout is a minute, so that which
-// requests fall back depends on virtual time only, not on the machine's speed.
+// through store/failover, as dianad does, with on_error: local (Algo.Rule); Redis cannot be
+// reached from outage[0] to outage[1] (fractions of the trace's span), and meanwhile each node
+// decides alone with its fallback: the limit at the node's share of the rule's traffic learned
+// while Redis answered, with failover.Headroom (failover.Shares, as store/stack wires it), or
+// the limit divided by the node count without history. Each node exchanges its counts with the
+// others through Redis every virtual second while Redis is reachable (Tick), on the virtual
+// clock. The breaker never opens (every call during the outage fails at once) and the
+// round-trip timeout is a minute, so that which requests fall back depends on virtual time
+// only, not on the machine's speed. It runs the algorithms a config can name (Algo.Limit).
 func Failover(c redis.UniversalClient, outage [2]float64) Mode {
 	return Mode{Name: "failover", Redis: true, Fallback: true, Outage: &outage,
-		About: fmt.Sprintf("cluster mode, but Redis is unreachable from %.0f%% to %.0f%% of the trace; meanwhile each node decides alone with limit / nodes (on_error: local)",
-			100*outage[0], 100*outage[1]),
+		About: fmt.Sprintf("cluster mode, but Redis is unreachable from %.0f%% to %.0f%% of the trace; meanwhile each node decides alone (on_error: local) "+
+			"at its share of the traffic learned while Redis answered, +%.0f%% headroom (limit / nodes without history)",
+			100*outage[0], 100*outage[1], 100*failover.Headroom),
+		Supports: func(a Algo) bool { return a.Limit != "" },
 		Stores: func(run string, t *Trace, now func() int64, calls *Calls) ([]rules.Store, error) {
 			span := float64(t.End - t.Start)
-			down := &unreachable{next: NewCounted(c, "diana-sim:"+run+":", calls), now: now,
+			prefix := "diana-sim:" + run + ":"
+			down := &unreachable{next: NewCounted(c, prefix, calls), now: now,
 				from: t.Start + int64(outage[0]*span), to: t.Start + int64(outage[1]*span)}
+			clock := func() time.Time { return time.UnixMicro(now()) }
 			ss := make([]rules.Store, t.Nodes)
 			for i := range ss {
-				ss[i] = failover.New(down, failover.Options{Timeout: time.Minute, Failures: 1 << 30,
-					Local: memstore.New(memstore.Options{Clock: now})})
+				sh := failover.NewShares(c, failover.ShareOptions{Prefix: prefix, Node: "node-" + strconv.Itoa(i), Every: shareEvery,
+					Manual: true, Now: clock})
+				ss[i] = &sharingNode{
+					Store: failover.New(down, failover.Options{Timeout: time.Minute, Failures: 1 << 30,
+						Local: memstore.New(memstore.Options{Clock: now}), Shares: sh}),
+					shares: sh, down: down}
 			}
 			return ss, nil
 		}}
+}
+
+// shareEvery is the interval of the exchange of shares: the product's (failover.ShareOptions'
+// default), and the virtual second a run ticks at.
+const shareEvery = time.Second
+
+// sharingNode is a failover node that exchanges its shares with the others when ticked.
+type sharingNode struct {
+	*failover.Store
+	shares *failover.Shares
+	down   *unreachable
+	last   time.Time // real time of the last exchange, while Redis is reachable
+}
+
+// Tick exchanges the node's counts with the others' through Redis, unless Redis is
+// unreachable. The hash of a rule's shares expires on Redis's clock 3 exchanges after its last
+// write (failover.Shares): a replay slower than that between two ticks is refused, as it could
+// have lost the others' shares.
+func (n *sharingNode) Tick(ctx context.Context) error {
+	if !n.down.reachable() {
+		n.last = time.Time{}
+		return nil
+	}
+	if !n.last.IsZero() {
+		if real := time.Since(n.last); real >= 3*shareEvery {
+			return fmt.Errorf("a virtual second of the replay took %s, as long as the shares live in Redis: they may have expired", real.Round(time.Millisecond))
+		}
+	}
+	n.last = time.Now()
+	return n.shares.Sync(ctx)
+}
+
+// Rule decodes the rule a config gives a in failover mode: named a.Name, in cluster mode with
+// on_error: local over nodes nodes, limited by a.Limit.
+func (a Algo) Rule(nodes int) (*rules.Rule, error) {
+	doc := fmt.Sprintf(`{"name": %q, "mode": "cluster", "on_error": "local", "nodes": %d, "limit": {%s}}`, a.Name, nodes, a.Limit)
+	v, err := conf.ParseJSON([]byte(doc))
+	if err != nil {
+		return nil, fmt.Errorf("sim: %s: the rule is not JSON: %w", a.Name, err)
+	}
+	errs := &conf.Errors{Source: "the rule of " + a.Name}
+	r := rules.DecodeRule(conf.Read(v, errs))
+	if err := errs.Err(); err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+	return r, nil
 }
 
 // errOutage is the error of every call made while Redis is unreachable.
@@ -155,8 +224,14 @@ type unreachable struct {
 	from, to int64
 }
 
+// reachable reports whether Redis can be reached at the virtual time now.
+func (u *unreachable) reachable() bool {
+	n := u.now()
+	return n < u.from || n >= u.to
+}
+
 func (u *unreachable) DecideAll(ctx context.Context, calls []redisstore.Call) {
-	if n := u.now(); n >= u.from && n < u.to {
+	if !u.reachable() {
 		for i := range calls {
 			calls[i].Err = errOutage
 		}

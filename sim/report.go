@@ -281,8 +281,9 @@ func (d *Data) findings() []string {
 				when = fmt.Sprintf("from %.0f%% to %.0f%% of each trace", 100*mo.Outage[0], 100*mo.Outage[1])
 			}
 		}
-		line := fmt.Sprintf("**failover** (Redis unreachable %s, each node falling back to limit / nodes) is off over the whole trace by up to "+
-			"+%.1f%% (%s) and −%.1f%% (%s) for the exact algorithms: a node that falls back knows nothing of what Redis counted", when, x.OverPct(), at(x), y.UnderPct(), at(y))
+		line := fmt.Sprintf("**failover** (Redis unreachable %s, each node falling back to its share of the traffic learned while Redis answered, "+
+			"limit / nodes without history) is off over the whole trace by up to +%.1f%% (%s) and −%.1f%% (%s) for the exact algorithms: "+
+			"a node that falls back knows its share of the traffic, not what Redis counted", when, x.OverPct(), at(x), y.UnderPct(), at(y))
 		for _, tr := range []string{traceHeavy, traceEven} {
 			var parts []string
 			for _, al := range s.Algorithms {

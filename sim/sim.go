@@ -252,10 +252,12 @@ func runOne(ctx context.Context, nonce string, t *Trace, a Algo, m Mode, keyLife
 	}
 	op := rules.Op{Alg: alg}
 	if m.Fallback {
-		op.OnError = rules.FailLocal
-		if op.Fallback, err = a.New(int64(t.Nodes)); err != nil {
+		r, err := a.Rule(t.Nodes)
+		if err != nil {
 			return nil, err
 		}
+		op = rules.NewOp(r, "", algos.Request{})
+		op.Alg = alg // the rule's own (TestAlgoRules), or the mode's wrapping of it
 	}
 	var (
 		now   int64
@@ -272,10 +274,25 @@ func runOne(ctx context.Context, nonce string, t *Trace, a Algo, m Mode, keyLife
 	for i := range keys {
 		keys[i] = "c" + strconv.Itoa(i)
 	}
+	var tickers []Ticker
+	for _, s := range stores {
+		if tk, ok := s.(Ticker); ok {
+			tickers = append(tickers, tk)
+		}
+	}
+	tick := t.Start + algos.Second // the next Tick
 	began := time.Now()
 	flags, err := replay(t.Events, hold(t, a), func(ev Event, req algos.Request) (bool, error) {
 		if err := ctx.Err(); err != nil {
 			return false, err
+		}
+		for ; len(tickers) > 0 && tick <= req.Now; tick += algos.Second {
+			now = tick
+			for _, tk := range tickers {
+				if err := tk.Tick(ctx); err != nil {
+					return false, err
+				}
+			}
 		}
 		now = req.Now
 		op.Key, op.Req = keys[ev.Key], req

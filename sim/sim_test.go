@@ -132,8 +132,8 @@ func TestRun(t *testing.T) {
 				t.Errorf("%s, %s: failover made %d Redis calls, cluster %d: want fewer, none in the outage", r.Trace, r.Algo, r.RedisCalls, c.RedisCalls)
 			}
 		}
-		// A third of the trace decided by limit / nodes, on nodes that do not know what Redis
-		// counted before, one of them taking 60%: the exact algorithms are no longer exact.
+		// A third of the trace decided by each node alone, at its learned share of the traffic,
+		// not knowing what Redis counted before: the exact algorithms are no longer exact.
 		for _, algo := range []string{"fixed_window", "sliding_log", "token_bucket"} {
 			r, _ := rep.Result("uneven-60-20-10-10", algo, "failover")
 			if r.Under == 0 && r.Over == 0 {

@@ -158,7 +158,7 @@ func (e *Engine) Check(ctx context.Context, in *Input) Result {
 			continue
 		}
 		s.key = r.key(s.key, in)
-		op := Op{Key: string(s.key), Alg: r.Alg, Req: algos.Request{Cost: r.Cost}, OnError: r.OnError, Fallback: r.Fallback, rule: r}
+		op := NewOp(r, string(s.key), algos.Request{Cost: r.Cost})
 		if r.Action == Delay {
 			op.Req.MaxWait = r.MaxDelay
 		}
@@ -328,8 +328,7 @@ func (e *Engine) Finish(ctx context.Context, res *Result, latency int64) {
 	defer e.scratch.Put(s)
 	s.ops, s.ptrs = s.ops[:0], s.ptrs[:0]
 	for _, l := range res.leases {
-		s.ops = append(s.ops, Op{Key: l.key, Alg: l.rule.Alg, Req: algos.Request{ID: l.id, Cost: l.units, Release: true, Latency: latency},
-			OnError: l.rule.OnError, Fallback: l.rule.Fallback, rule: l.rule})
+		s.ops = append(s.ops, NewOp(l.rule, l.key, algos.Request{ID: l.id, Cost: l.units, Release: true, Latency: latency}))
 	}
 	for i := range s.ops {
 		s.ptrs = append(s.ptrs, &s.ops[i])

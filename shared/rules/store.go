@@ -24,7 +24,14 @@ type Op struct {
 	rule *Rule
 }
 
-// Rule returns the rule op decides for, or nil for an op made outside an Engine.
+// NewOp returns the op of rule r for key and req as an Engine makes it: r's algorithm, fail
+// policy and fallback, and Rule() = r. For callers that decide a rule's ops outside an Engine
+// (a simulation replaying requests through a store that learns per rule).
+func NewOp(r *Rule, key string, req algos.Request) Op {
+	return Op{Key: key, Alg: r.Alg, Req: req, OnError: r.OnError, Fallback: r.Fallback, rule: r}
+}
+
+// Rule returns the rule op decides for, or nil for an op made outside an Engine or NewOp.
 func (op *Op) Rule() *Rule { return op.rule }
 
 // Store decides ops. Each op is atomic on its own key; a store may decide a batch in one round
