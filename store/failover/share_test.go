@@ -148,8 +148,8 @@ func TestLearnedShareHoldsTheLimit(t *testing.T) {
 				for range tc.split {
 					c.add(learn)
 				}
-				for range 6 { // learning: 20 requests a second, split as the traffic is
-					c.second(scale(tc.split, 2), true)
+				for range 6 { // learning: 200 requests a second, split as the traffic is
+					c.second(scale(tc.split, 20), true)
 				}
 				outage(t, c.srv, tc.fault)
 				for range secs { // load % of the limit, in the same split
@@ -213,10 +213,10 @@ func TestLearnedShareJoinLeave(t *testing.T) {
 				}
 			}
 			for range 6 {
-				c.second(scale(before, 2), true)
+				c.second(scale(before, 20), true)
 			}
 			for range tc.settle {
-				c.second(scale(tc.after, 2), true)
+				c.second(scale(tc.after, 20), true)
 			}
 			outage(t, c.srv, "stop")
 			got := 0
@@ -375,7 +375,9 @@ func TestSharesTopologies(t *testing.T) {
 			}
 			// No share before a node's second exchange: at its first, the others may not have
 			// written yet.
-			for round, want := range []float64{0, 0.25} {
+			// The second node counted 1 request of 4, averaged at the second exchange (which counted
+			// none) to 0.5 of 2: (horizon × 0.5 + prior / 2) / (horizon × 2 + prior).
+			for round, want := range []float64{0, (horizon*0.5 + prior/2.0) / (horizon*2 + prior)} {
 				for _, sh := range shs {
 					err := sh.Sync(context.Background())
 					if tc.wantErr != "" {
@@ -500,8 +502,9 @@ func TestPinnedClient(t *testing.T) {
 		node       int
 		want, base int // admitted a window of 500: at the learned share, at limit/4
 	}{
-		{3, 51, 125},  // 10% of the traffic: 500 × 0.102
-		{0, 306, 125}, // 60%: 500 × 0.612
+		// 500 × ⌈1000 × 1.02 × (horizon × its average + prior / 4) / (horizon × the total + prior)⌉ / 1000
+		{3, 58, 125},  // 10% of the traffic: (2 × 20 + 10) / (2 × 200 + 40) = 11.4%, 11.6% with the headroom
+		{0, 290, 125}, // 60%: (2 × 120 + 10) / 440 = 56.8%, 58.0%
 	} {
 		t.Run(fmt.Sprint("node ", tc.node), func(t *testing.T) {
 			got := map[bool]int{}
@@ -512,7 +515,7 @@ func TestPinnedClient(t *testing.T) {
 					c.add(learn)
 				}
 				for range 6 {
-					c.second([]int{12, 4, 2, 2}, true)
+					c.second([]int{120, 40, 20, 20}, true)
 				}
 				c.srv.Stop()
 				pinned := netip.MustParseAddr("192.0.2.1")
