@@ -58,10 +58,11 @@ func TestAlgoRules(t *testing.T) {
 	}
 }
 
-// TestFailoverLearnsShares replays one client at exactly the limit, 90% of its requests on
-// one node of two: through the outage each node limits at its learned share (+2%), 9 and 1 of
-// the 10 per window, so failover mode admits exactly what cluster mode does, where limit / 2
-// (local-split) refuses 4 of node 0's 9 per window.
+// TestFailoverLearnsShares replays one client at exactly the limit, 1,000 requests a second,
+// 90% of them on one node of two: through the outage each node limits at its learned share
+// (drawn a little toward the even split, +2%), 91 and 11 of the 100 per window, so failover mode
+// admits exactly what cluster mode does, where limit / 2 (local-split) refuses 40 of node 0's 90
+// per window.
 func TestFailoverLearnsShares(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
@@ -71,10 +72,10 @@ func TestFailoverLearnsShares(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ms = algos.Millisecond
-	l := Limit{Units: 10, Window: 100 * ms}
+	l := Limit{Units: 100, Window: 100 * ms}
 	tr := &Trace{Name: "ninety-ten", Nodes: 2, Keys: 1, Start: start, End: start + 9*algos.Second}
-	for i := range int64(900) {
-		tr.Events = append(tr.Events, Event{At: start + i*10*ms, Node: int32(min(i%10, 1)) ^ 1}) // node 1 every tenth
+	for i := range int64(9000) {
+		tr.Events = append(tr.Events, Event{At: start + i*ms, Node: int32(min(i%10, 1)) ^ 1}) // node 1 every tenth
 	}
 	var algs []Algo
 	for _, a := range Algorithms(l, 20*ms) {
@@ -88,14 +89,14 @@ func TestFailoverLearnsShares(t *testing.T) {
 		t.Fatal(err)
 	}
 	f, _ := rep.Result(tr.Name, "fixed_window", "failover")
-	if f.Ideal != 900 || f.Admitted != f.Ideal || f.Over != 0 || f.Under != 0 {
-		t.Errorf("failover: admitted %d, ideal %d, over %d, under %d: want every one of the 900 requests, as the learned shares admit", f.Admitted, f.Ideal, f.Over, f.Under)
+	if f.Ideal != 9000 || f.Admitted != f.Ideal || f.Over != 0 || f.Under != 0 {
+		t.Errorf("failover: admitted %d, ideal %d, over %d, under %d: want every one of the 9,000 requests, as the learned shares admit", f.Admitted, f.Ideal, f.Over, f.Under)
 	}
 	s, _ := rep.Result(tr.Name, "fixed_window", "local-split")
-	if s.Under != 4*90 {
-		t.Errorf("local-split: under %d, want 4 of node 0's 9 per window, in 90 windows (360)", s.Under)
+	if s.Under != 40*90 {
+		t.Errorf("local-split: under %d, want 40 of node 0's 90 per window, in 90 windows (3,600)", s.Under)
 	}
-	if f.RedisCalls != 600 {
-		t.Errorf("failover: %d Redis calls, want one for each of the 600 requests outside the outage (the exchanges are not counted)", f.RedisCalls)
+	if f.RedisCalls != 6000 {
+		t.Errorf("failover: %d Redis calls, want one for each of the 6,000 requests outside the outage (the exchanges are not counted)", f.RedisCalls)
 	}
 }

@@ -354,13 +354,18 @@ func (sh *Shares) Each(f func(rule string, share float64)) {
 // shareScript writes one node's average for each rule (KEYS, one hash per rule) and returns the
 // sum over the nodes that wrote within the staleness and their number, "sum:nodes", dropping the
 // others. ARGV: node, now in
-// ms ("" for Redis TIME), staleness in ms, then the averages. A field is "average:ms".
+// ms ("" for Redis TIME; a given time keeps the hash an hour longer), staleness in ms, then the
+// averages. A field is "average:ms".
 var shareScript = redis.NewScript(`
 local node, stale = ARGV[1], tonumber(ARGV[3])
-local now = tonumber(ARGV[2])
+local now, life = tonumber(ARGV[2]), stale
 if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+else
+  -- A caller-given time is for tests and simulations, not Redis's clock: the hash must outlive
+  -- them however slowly they run, as the algorithm scripts' keys do.
+  life = stale + 3600000
 end
 local out = {}
 for i, key in ipairs(KEYS) do
@@ -376,7 +381,7 @@ for i, key in ipairs(KEYS) do
       total, nodes = total + tonumber(avg), nodes + 1
     end
   end
-  redis.call('PEXPIRE', key, stale)
+  redis.call('PEXPIRE', key, life)
   out[i] = tostring(total) .. ':' .. nodes
 end
 return out

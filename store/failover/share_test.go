@@ -489,7 +489,7 @@ func TestSharesAllocateNothing(t *testing.T) {
 			n.eng.Check(context.Background(), &in)
 		})
 	}
-	if a, b := allocs(learner), allocs(plain); a != b {
+	if a, b := allocs(learner), allocs(plain); a > b {
 		t.Errorf("a decision at the learned share allocates %v times, at limit/2 %v", a, b)
 	}
 }
