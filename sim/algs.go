@@ -33,6 +33,10 @@ type Algo struct {
 	// failover mode decodes its rule from it (Algo.Rule), as the registry builds New(1) from it
 	// (TestAlgoRules). Empty: failover mode does not run the algorithm.
 	Limit string
+	// Meter, for an estimate, returns it without a limit (algos.MaxCount): it counts every
+	// request, admitted or not, as Cloudflare's counter does, for Cloudflare's own measure of
+	// wrong decisions (Wrong.Meter).
+	Meter func() (algos.Algorithm, error)
 }
 
 // Batchable reports whether batched mode runs the algorithm: whether it implements algos.Batcher.
@@ -72,7 +76,8 @@ func Algorithms(l Limit, hold int64) []Algo {
 	per := fmt.Sprintf("%d per %s", u, duration(w))
 	algs := []Algo{
 		{About: per + ", aligned windows", New: fixed, Contract: same(fixed), Window: w, Aligned: true},
-		{About: per + ", weighted estimate (judged against the exact sliding log)", New: sliding, Contract: same(log), Window: w, Estimate: true},
+		{About: per + ", weighted estimate (judged against the exact sliding log)", New: sliding, Contract: same(log), Window: w, Estimate: true,
+			Meter: func() (algos.Algorithm, error) { return algos.NewSlidingWindow(algos.MaxCount, w) }},
 		{About: per + ", exact", New: log, Contract: same(log), Window: w},
 		{About: fmt.Sprintf("GCRA, %s, burst %d", per, u), New: gcra, Contract: same(gcra), Window: w},
 		{About: fmt.Sprintf("%s stable, warm-up %s, cold factor 3", per, duration(w)), New: warm, Contract: same(warm), Window: w},

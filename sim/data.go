@@ -164,10 +164,13 @@ func definitions(w int64) []Definition {
 		{"redis_calls", "script calls sent to Redis (cluster: one per request, admitted or not; batched: one per batch or per request decided directly; " +
 			"failover: none while Redis is unreachable, and the exchange of shares, one script call per node per second while Redis answers, is not counted); " +
 			"redis_calls_per_admitted divides them by the admitted requests."},
-		{"wrong decisions", "Cloudflare's measure of an estimate: each request is decided by the estimate (one state per client) and judged by the exact sliding log " +
+		{"wrong decisions", "the limiter's own measure of an estimate: each request is decided by the estimate (one state per client) and judged by the exact sliding log " +
 			"holding the same history (the requests the estimate admitted before it). A false allow is a request admitted that the log denies; a false deny, " +
 			"one denied that the log admits; the wrong share is (false allows + false denies) / requests. Bands split them by the client's offered rate over the trace, " +
 			"in % of the limit."},
+		{"meter_wrong", "Cloudflare's measure (its 2017 blog's \"wrongly allowed or rate limited\", 0.003% of 400 million requests): its counter counts every request " +
+			"of a client, admitted or not, so each request is wrong when the estimate over all the client's requests and the exact count of them, the request included, " +
+			"disagree on whether they exceed the limit; over every request."},
 	}
 }
 

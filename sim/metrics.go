@@ -217,14 +217,19 @@ func floorDiv(a, b int64) int64 {
 // Wrong counts the decisions of an estimate (Algo.Estimate: the weighted sliding window) on a
 // trace that the exact sliding log of the same limit would have made differently, given the
 // same history: each request is judged by both against the requests the estimate admitted
-// before it, one state per client, in one place. These are Cloudflare's definitions: a false
-// allow is a request admitted that the log denies, a false deny one denied that it admits.
+// before it, one state per client, in one place. A false allow is a request admitted that the
+// log denies, a false deny one denied that it admits.
+//
+// Meter is Cloudflare's own measure, which counts every request of a client, admitted or not
+// (its counter is not the limiter's): the requests for which the estimate over all of them and
+// the exact count of them disagree on whether the client is over the limit.
 type Wrong struct {
 	Trace       string `json:"trace"`
 	Algo        string `json:"algorithm"`
 	Requests    int64  `json:"requests"`
 	FalseAllows int64  `json:"false_allows"`
 	FalseDenies int64  `json:"false_denies"`
+	Meter       int64  `json:"meter_wrong"`
 	// Bands splits the counts by the client's offered rate over the trace, relative to the
 	// limit (Bands' bounds).
 	Bands []Band `json:"bands"`
@@ -239,6 +244,7 @@ type Band struct {
 	Requests    int64 `json:"requests"`
 	FalseAllows int64 `json:"false_allows"`
 	FalseDenies int64 `json:"false_denies"`
+	Meter       int64 `json:"meter_wrong"`
 }
 
 // bands are the bounds of Wrong.Bands, in % of the limit: below 50%, 50 to 150%, 150% and above.
@@ -261,9 +267,16 @@ func (w Wrong) Rate() float64 { return pct(w.FalseAllows+w.FalseDenies, w.Reques
 // Rate is the share of wrong decisions of the band's requests, in %.
 func (b Band) Rate() float64 { return pct(b.FalseAllows+b.FalseDenies, b.Requests) }
 
+// MeterRate is the share of requests wrong by Cloudflare's measure (Wrong.Meter), in %.
+func (w Wrong) MeterRate() float64 { return pct(w.Meter, w.Requests) }
+
+// MeterRate is the share of the band's requests wrong by Cloudflare's measure, in %.
+func (b Band) MeterRate() float64 { return pct(b.Meter, b.Requests) }
+
 // wrongDecisions replays t through est (one state per client) and counts its decisions that
-// differ from those of the exact sliding log of limit per window µs on the same history.
-func wrongDecisions(t *Trace, est algos.Algorithm, limit, window int64) (Wrong, error) {
+// differ from those of the exact sliding log of limit per window µs on the same history, and,
+// with meter (est without a limit), the requests wrong by Cloudflare's measure.
+func wrongDecisions(t *Trace, est, meter algos.Algorithm, limit, window int64) (Wrong, error) {
 	if t.End <= t.Start {
 		return Wrong{}, fmt.Errorf("sim: trace %s: empty span", t.Name)
 	}
@@ -290,8 +303,9 @@ func wrongDecisions(t *Trace, est algos.Algorithm, limit, window int64) (Wrong, 
 		}
 	}
 
-	states := map[int32]*algos.State{}
+	states, meters := map[int32]*algos.State{}, map[int32]*algos.State{}
 	logs := map[int32][]int64{} // per client: the times the estimate admitted, live ones last
+	all := map[int32][]int64{}  // per client: the times of every request, live ones last
 	for _, ev := range t.Events {
 		st := states[ev.Key]
 		if st == nil {
@@ -318,6 +332,25 @@ func wrongDecisions(t *Trace, est algos.Algorithm, limit, window int64) (Wrong, 
 			log = append(log, ev.At)
 		}
 		logs[ev.Key] = log
+
+		// Cloudflare's measure: the estimate of every request (the meter's count before this
+		// one, read by a dry run, plus one) against the exact count of every request.
+		m := meters[ev.Key]
+		if m == nil {
+			m = &algos.State{}
+			meters[ev.Key] = m
+		}
+		used := algos.MaxCount - meter.Decide(m, algos.Request{Now: ev.At, DryRun: true}).Remaining
+		meter.Decide(m, algos.Request{Now: ev.At, Cost: 1})
+		seen := append(all[ev.Key], ev.At)
+		for seen[0] <= ev.At-window {
+			seen = seen[1:]
+		}
+		all[ev.Key] = seen
+		if (used+1 > limit) != (int64(len(seen)) > limit) {
+			w.Meter++
+			b.Meter++
+		}
 	}
 	return w, nil
 }

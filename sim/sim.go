@@ -146,7 +146,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			if err != nil {
 				return nil, fmt.Errorf("sim: %s: %w", a.Name, err)
 			}
-			w, err := wrongDecisions(t, est, o.Limit.Units, o.Limit.Window)
+			meter, err := a.Meter()
+			if err != nil {
+				return nil, fmt.Errorf("sim: %s: %w", a.Name, err)
+			}
+			w, err := wrongDecisions(t, est, meter, o.Limit.Units, o.Limit.Window)
 			if err != nil {
 				return nil, err
 			}
