@@ -1,9 +1,7 @@
 package bench
 
 import (
-	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,7 +13,6 @@ import (
 
 	"github.com/diana-gw/diana/internal/gatewaytest"
 	"github.com/diana-gw/diana/internal/redistest"
-	"github.com/diana-gw/diana/server"
 )
 
 // authConfig is dianad's config for BenchmarkForwardAuth: the decision service only, trusting
@@ -43,23 +40,7 @@ func BenchmarkForwardAuth(b *testing.B) {
 		io.WriteString(w, `{"ok":true}`+"\n")
 	}))
 	b.Cleanup(up.Close)
-	cfg, err := server.Parse([]byte(authConfig), "bench.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
-	s, err := server.New(cfg, server.Options{Logger: slog.New(slog.DiscardHandler), ShutdownTimeout: 10 * time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	b.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			b.Errorf("dianad: %v", err)
-		}
-	})
+	s := runDianad(b, authConfig)
 	conf, err := os.ReadFile("../examples/nginx.conf")
 	if err != nil {
 		b.Fatal(err)

@@ -118,7 +118,12 @@ func BenchmarkProxy(b *testing.B) {
 
 // startDiana runs dianad with ProxyConfig in front of upstream, and returns its proxy's URL.
 func startDiana(b *testing.B, upstream string) string {
-	cfg, err := server.Parse([]byte(ProxyConfig("127.0.0.1:0", upstream)), "bench.yaml")
+	return "http://" + runDianad(b, ProxyConfig("127.0.0.1:0", upstream)).ProxyAddr()
+}
+
+// runDianad runs dianad in process with the config yaml until the benchmark ends.
+func runDianad(b *testing.B, yaml string) *server.Server {
+	cfg, err := server.Parse([]byte(yaml), "bench.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -135,7 +140,7 @@ func startDiana(b *testing.B, upstream string) string {
 			b.Errorf("dianad: %v", err)
 		}
 	})
-	return "http://" + s.ProxyAddr()
+	return s
 }
 
 // startPlain runs the anchor, a plain httputil.ReverseProxy to upstream with dianad's transport,
@@ -177,9 +182,8 @@ type load struct {
 	lat     []time.Duration // the latency of each timed request
 	elapsed time.Duration   // the rounds' total wall time
 	cpu     time.Duration   // the process's CPU time (user and system) in the rounds
-	mu      sync.Mutex
-	failed  int
-	first   error
+	mu      sync.Mutex      // guards limitHeader
+	failures
 }
 
 func newLoad(b *testing.B, name, base string) *load {
@@ -200,7 +204,7 @@ func newLoad(b *testing.B, name, base string) *load {
 // reset prepares for a run of n timed requests.
 func (l *load) reset(n int) {
 	l.lat = make([]time.Duration, 0, n)
-	l.elapsed, l.cpu, l.failed, l.first = 0, 0, 0, nil
+	l.elapsed, l.cpu, l.failures = 0, 0, failures{}
 }
 
 // round sends n timed requests.
@@ -252,20 +256,27 @@ func (l *load) run(n int, lat []time.Duration) {
 	wg.Wait()
 }
 
-func (l *load) fail(err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.failed++; l.first == nil {
-		l.first = err
+// failures counts the failed requests of a load, keeping the first error.
+type failures struct {
+	mu     sync.Mutex
+	failed int
+	first  error
+}
+
+func (f *failures) fail(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failed++; f.first == nil {
+		f.first = err
 	}
 }
 
 // err reports the failed requests since the last reset, if any.
-func (l *load) err() error {
-	if l.failed == 0 {
+func (f *failures) err() error {
+	if f.failed == 0 {
 		return nil
 	}
-	return fmt.Errorf("%d requests failed, the first with: %w", l.failed, l.first)
+	return fmt.Errorf("%d requests failed, the first with: %w", f.failed, f.first)
 }
 
 // loadStats are the figures of a run.

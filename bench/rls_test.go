@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"math"
 	"net"
@@ -287,9 +286,7 @@ type rlsLoad struct {
 	reqs    []*pb.RateLimitRequest
 	lat     []time.Duration
 	elapsed time.Duration
-	mu      sync.Mutex
-	failed  int
-	first   error
+	failures
 }
 
 func newRLSLoad(b *testing.B, name, addr string, pid int) *rlsLoad {
@@ -310,7 +307,7 @@ func newRLSLoad(b *testing.B, name, addr string, pid int) *rlsLoad {
 
 func (l *rlsLoad) reset(n int) {
 	l.lat = make([]time.Duration, 0, n)
-	l.elapsed, l.cpu, l.failed, l.first = 0, 0, 0, nil
+	l.elapsed, l.cpu, l.failures = 0, 0, failures{}
 }
 
 func (l *rlsLoad) round(clients, n int) {
@@ -351,21 +348,6 @@ func (l *rlsLoad) run(clients, n int, lat []time.Duration) {
 		})
 	}
 	wg.Wait()
-}
-
-func (l *rlsLoad) fail(err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.failed++; l.first == nil {
-		l.first = err
-	}
-}
-
-func (l *rlsLoad) err() error {
-	if l.failed == 0 {
-		return nil
-	}
-	return fmt.Errorf("%d requests failed, the first with: %w", l.failed, l.first)
 }
 
 func (l *rlsLoad) stats() loadStats {

@@ -228,10 +228,10 @@ func (s *Server) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); s.loader.Run(bg) }()
 	}
 	wg.Add(1)
-	go func() { defer wg.Done(); s.sweep(bg) }()
+	go func() { defer wg.Done(); every(bg, time.Minute, s.sweep) }()
 	if s.batch != nil {
 		wg.Add(1)
-		go func() { defer wg.Done(); s.flushBatches(bg) }()
+		go func() { defer wg.Done(); every(bg, time.Second, s.flushBatches) }()
 	}
 	if s.rdb != nil {
 		wg.Add(1)
@@ -292,37 +292,33 @@ func (s *Server) Run(ctx context.Context) error {
 	return runErr
 }
 
-// flushBatches gives the batched units that expired unspent back to Redis every second, so that
-// a key whose traffic stopped gets them back within their window (batch.Store.Flush).
+// flushBatches gives the batched units that expired unspent back to Redis, so that a key whose
+// traffic stopped gets them back within their window (batch.Store.Flush; called every second).
 func (s *Server) flushBatches(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			fctx, cancel := context.WithTimeout(ctx, time.Second)
-			if err := s.batch.Flush(fctx); err != nil {
-				s.log.Debug("batched units not given back", "err", err)
-			}
-			cancel()
-		}
+	fctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := s.batch.Flush(fctx); err != nil {
+		s.log.Debug("batched units not given back", "err", err)
 	}
 }
 
-// sweep drops the local store's expired entries every minute, giving their memory back.
-func (s *Server) sweep(ctx context.Context) {
-	t := time.NewTicker(time.Minute)
+// sweep drops the local store's expired entries, giving their memory back (called every minute).
+func (s *Server) sweep(context.Context) {
+	if n := s.mem.Sweep(); n > 0 {
+		s.log.Debug("local store swept", "dropped", n)
+	}
+}
+
+// every calls f every d until ctx ends.
+func every(ctx context.Context, d time.Duration, f func(context.Context)) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if n := s.mem.Sweep(); n > 0 {
-				s.log.Debug("local store swept", "dropped", n)
-			}
+			f(ctx)
 		}
 	}
 }

@@ -9,6 +9,7 @@ package check
 import (
 	"errors"
 	"strconv"
+	"strings"
 
 	"github.com/diana-gw/diana/shared/conf"
 )
@@ -27,30 +28,49 @@ type Request struct {
 	Headers [][2]string
 }
 
+// field is one of Request's string fields on the wire.
+type field struct {
+	name   string
+	v      *string
+	always bool // written even when empty
+}
+
+// fields are Request's string fields by their JSON names, in order: the one statement of the
+// wire format that AppendJSON, ParseRequest and the errors' field list follow. "headers" follows
+// them.
+func (r *Request) fields() [6]field {
+	return [6]field{{"method", &r.Method, true}, {"host", &r.Host, true}, {"path", &r.Path, true},
+		{"client_ip", &r.ClientIP, false}, {"consumer", &r.Consumer, false}, {"route", &r.Route, false}}
+}
+
 // requestFields are Request's fields by their JSON names, in order, for errors.
-const requestFields = "method, host, path, client_ip, consumer, route, headers"
+var requestFields = func() string {
+	var names []string
+	for _, f := range new(Request).fields() {
+		names = append(names, f.name)
+	}
+	return strings.Join(append(names, "headers"), ", ")
+}()
 
 // AppendJSON appends r as JSON. Headers that would take b past max bytes are left out (dianad
 // refuses bodies over 64 KiB), as a request must still be decided without them.
 func (r *Request) AppendJSON(b []byte, max int) []byte {
-	b = appendField(b, '{', "method", r.Method)
-	b = appendField(b, ',', "host", r.Host)
-	b = appendField(b, ',', "path", r.Path)
-	for _, f := range [...]struct{ name, v string }{{"client_ip", r.ClientIP}, {"consumer", r.Consumer}, {"route", r.Route}} {
-		if f.v != "" {
-			b = appendField(b, ',', f.name, f.v)
+	sep := byte('{')
+	for _, f := range r.fields() {
+		if f.always || *f.v != "" {
+			b, sep = appendField(b, sep, f.name, *f.v), ','
 		}
 	}
 	b = append(b, `,"headers":{`...)
-	sep := false
+	first := true
 	for _, kv := range r.Headers {
 		if len(b)+len(kv[0])+len(kv[1])+16 > max { // 16: quotes, colon, comma and the closing "}}"
 			continue
 		}
-		if sep {
+		if !first {
 			b = append(b, ',')
 		}
-		sep = true
+		first = false
 		b = conf.AppendJSONString(b, kv[0])
 		b = append(b, ':')
 		b = conf.AppendJSONString(b, kv[1])
@@ -64,12 +84,9 @@ func (r *Request) AppendJSON(b []byte, max int) []byte {
 func ParseRequest(body []byte) (Request, error) {
 	var r Request
 	err := conf.DecodeObject(body, requestFields, func(o *conf.Obj) {
-		r.Method = o.String("method", "")
-		r.Host = o.String("host", "")
-		r.Path = o.String("path", "")
-		r.ClientIP = o.String("client_ip", "")
-		r.Consumer = o.String("consumer", "")
-		r.Route = o.String("route", "")
+		for _, f := range r.fields() {
+			*f.v = o.String(f.name, "")
+		}
 		names, vals := o.StringMap("headers")
 		if len(names) > 0 {
 			r.Headers = make([][2]string, len(names))

@@ -290,16 +290,21 @@ func (s *Store) refunded(rets []redisstore.Call) int {
 // keep them past the end of their window, when they can no longer go back. dianad calls it every
 // second. It returns an error if a refund could not be sent.
 func (s *Store) Flush(ctx context.Context) error {
+	s.eachPool(s.expire)
+	return s.sendRefunds(ctx)
+}
+
+// eachPool applies f to every key's pool at the store's time, one shard locked at a time.
+func (s *Store) eachPool(f func(p *pool, now int64)) {
 	now := s.now()
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for _, p := range sh.pools {
-			s.expire(p, now)
+			f(p, now)
 		}
 		sh.mu.Unlock()
 	}
-	return s.sendRefunds(ctx)
 }
 
 // sendRefunds sends every refund waiting, in round trips of its own.
@@ -331,15 +336,7 @@ func (s *Store) sendRefunds(ctx context.Context) error {
 // given back: they expire unspent. It returns an error if a refund could not be sent.
 func (s *Store) Close(ctx context.Context) error {
 	s.closed.Store(true)
-	now := s.now()
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		for _, p := range sh.pools {
-			s.drop(p, now)
-		}
-		sh.mu.Unlock()
-	}
+	s.eachPool(s.drop)
 	return s.sendRefunds(ctx)
 }
 

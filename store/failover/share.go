@@ -36,7 +36,8 @@ const shareQuantum = 1000
 const minTotal = 1
 
 // horizon is about how many intervals a node's moving average spans: each interval's count
-// weighs half of it.
+// moves the average by 1/horizon of its difference from it (with 2, half the new count, half
+// the old average).
 const horizon = 2
 
 // prior is the weight, in units counted over the horizon, of the even split a learned share
@@ -253,7 +254,7 @@ func (sh *Shares) Sync(ctx context.Context) error {
 		if rs.avg < 0 {
 			rs.avg = c // a node's first interval stands for its past: no ramp from 0
 		} else {
-			rs.avg = (rs.avg + c) / 2
+			rs.avg += (c - rs.avg) / horizon
 		}
 		if c == 0 {
 			rs.idle++
