@@ -44,10 +44,33 @@ func main() {
 	}
 }
 
-// limiter is one decision function under test.
+// limiter is one decision function under test: decide makes one decision per key, in one
+// call when per (default 1) keys come at once.
 type limiter struct {
 	name   string
 	decide func(ctx context.Context, key string) error
+	per    int
+	many   func(ctx context.Context, keys []string) error
+}
+
+// run makes a decision on each key, per at a time.
+func (l limiter) run(ctx context.Context, keys []string) error {
+	if l.many == nil {
+		for _, k := range keys {
+			if err := l.decide(ctx, k); err != nil {
+				return fmt.Errorf("%s: %w", l.name, err)
+			}
+		}
+		return nil
+	}
+	for len(keys) > 0 {
+		n := min(l.per, len(keys))
+		if err := l.many(ctx, keys[:n]); err != nil {
+			return fmt.Errorf("%s: %w", l.name, err)
+		}
+		keys = keys[n:]
+	}
+	return nil
 }
 
 func run(n int, parts bool) error {
@@ -96,18 +119,22 @@ func run(n int, parts bool) error {
 		list = scriptParts(c)
 	}
 	for _, lim := range list {
-		for i := range 100 {
-			if err := lim.decide(ctx, "warm"+strconv.Itoa(i)); err != nil {
-				return fmt.Errorf("%s: %w", lim.name, err)
-			}
+		warm := make([]string, 96)
+		for i := range warm {
+			warm[i] = "warm" + strconv.Itoa(i)
+		}
+		if err := lim.run(ctx, warm); err != nil {
+			return err
 		}
 		if err := exec.Command("callgrind_control", "-z", pid).Run(); err != nil {
 			return fmt.Errorf("callgrind_control -z: %w", err)
 		}
-		for i := range n {
-			if err := lim.decide(ctx, "k"+strconv.Itoa(i%1000)); err != nil {
-				return fmt.Errorf("%s: %w", lim.name, err)
-			}
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = "k" + strconv.Itoa(i%1000)
+		}
+		if err := lim.run(ctx, keys); err != nil {
+			return err
 		}
 		ir, err := dump(dir, pid)
 		if err != nil {
@@ -130,14 +157,23 @@ func limiters(c *redis.Client) []limiter {
 	out := []limiter{{"go-redis/redis_rate v10 (GCRA)", func(ctx context.Context, key string) error {
 		_, err := rr.Allow(ctx, "rr:"+key, rrLimit)
 		return err
-	}}, {"ulule/limiter v3 (fixed window)", func(ctx context.Context, key string) error {
+	}, 0, nil}, {"ulule/limiter v3 (fixed window)", func(ctx context.Context, key string) error {
 		_, err := ululeLimiter.Get(ctx, key)
 		return err
-	}}, {"INCRBY + EXPIRE, pipelined (envoyproxy/ratelimit's fixed window)", func(ctx context.Context, key string) error {
+	}, 0, nil}, {"INCRBY + EXPIRE, pipelined (envoyproxy/ratelimit's fixed window)", func(ctx context.Context, key string) error {
 		k := "ie:" + key + ":" + strconv.FormatInt(time.Now().Unix(), 10)
 		p := c.Pipeline()
 		p.IncrBy(ctx, k, 1)
 		p.Expire(ctx, k, time.Second)
+		_, err := p.Exec(ctx)
+		return err
+	}, 0, nil}, {"INCRBY + EXPIRE, 16 decisions per pipeline", nil, 16, func(ctx context.Context, keys []string) error {
+		p := c.Pipeline()
+		for _, key := range keys {
+			k := "ie16:" + key + ":" + strconv.FormatInt(time.Now().Unix(), 10)
+			p.IncrBy(ctx, k, 1)
+			p.Expire(ctx, k, time.Second)
+		}
 		_, err := p.Exec(ctx)
 		return err
 	}}}
@@ -162,8 +198,22 @@ func limiters(c *redis.Client) []limiter {
 			}
 			_, err := s.Decide(ctx, a.name+":"+key, a.alg, algos.Request{Cost: 1, ID: id})
 			return err
-		}})
+		}, 0, nil})
 	}
+	fw := must(algos.NewFixedWindow(1_000_000, algos.Second))
+	out = append(out, limiter{"Diana fixed window, 16 decisions per call", nil, 16, func(ctx context.Context, keys []string) error {
+		calls := make([]redisstore.Call, len(keys))
+		for i, k := range keys {
+			calls[i] = redisstore.Call{Key: "fw16:" + k, Alg: fw, Req: algos.Request{Cost: 1}}
+		}
+		s.DecideAll(ctx, calls)
+		for _, c := range calls {
+			if c.Err != nil {
+				return c.Err
+			}
+		}
+		return nil
+	}})
 	return out
 }
 
@@ -194,7 +244,7 @@ func scriptParts(c *redis.Client) []limiter {
 				err = nil
 			}
 			return err
-		}})
+		}, 0, nil})
 	}
 	out = append(out, limiter{"INCRBY and PEXPIRE, pipelined (no script)", func(ctx context.Context, key string) error {
 		p := c.Pipeline()
@@ -202,7 +252,7 @@ func scriptParts(c *redis.Client) []limiter {
 		p.PExpire(ctx, "plain:"+key, time.Minute)
 		_, err := p.Exec(ctx)
 		return err
-	}})
+	}, 0, nil})
 	return out
 }
 

@@ -156,6 +156,10 @@ func TestHealthy(t *testing.T) {
 	for i, l := range limits {
 		ops[i] = &rules.Op{Key: "batch:" + l.Name, Alg: l.Alg, Req: algos.Request{Now: 1_000_000, Cost: 1, ID: 1}}
 	}
+	r.s.Decide(ctx, ops) // loads the batch scripts (scripts.Batch): NOSCRIPT, then EVAL
+	for i, l := range limits {
+		ops[i] = &rules.Op{Key: "batch2:" + l.Name, Alg: l.Alg, Req: algos.Request{Now: 1_000_000, Cost: 1, ID: 2}}
+	}
 	before := r.sent.n.Load()
 	r.s.Decide(ctx, ops)
 	if n := r.sent.n.Load() - before; n != 1 {

@@ -1,7 +1,7 @@
 // Package redisstore runs the algorithms of shared/algos in Redis, so that every gateway node
 // shares one limit. State changes only inside each algorithm's Lua twin (shared/algos/scripts):
-// one EVALSHA per decision (go-redis reloads the script on NOSCRIPT) or one pipeline of them per
-// batch (DecideAll), time from Redis TIME, a TTL on every key the script writes, and the keys of
+// one EVALSHA per decision (go-redis reloads the script on NOSCRIPT) or, for many (DecideAll),
+// one pipeline of EVALSHA of the algorithms' batch scripts, time from Redis TIME, a TTL on every key the script writes, and the keys of
 // one identity under one hash tag, so the same code runs on a standalone Redis, behind Sentinel
 // or on a Redis Cluster.
 package redisstore
@@ -48,7 +48,8 @@ type Store struct {
 	c       redis.UniversalClient
 	o       Options
 	scripts map[string]*redis.Script
-	cluster bool // a Redis Cluster client: calls are not shared (see coalesce.go)
+	batches map[string]*redis.Script // each algorithm's batch script (scripts.Batch)
+	cluster bool                     // a Redis Cluster client: calls are not shared (see coalesce.go)
 	co      coalescer
 }
 
@@ -60,10 +61,12 @@ func New(c redis.UniversalClient, o Options) *Store {
 		o.Prefix = "diana:"
 	}
 	_, cluster := c.(*redis.ClusterClient)
-	s := &Store{c: c, o: o, scripts: map[string]*redis.Script{}, cluster: cluster}
+	s := &Store{c: c, o: o, scripts: map[string]*redis.Script{}, batches: map[string]*redis.Script{}, cluster: cluster}
 	for _, name := range scripts.Names() {
 		src, _ := scripts.Source(name)
 		s.scripts[name] = redis.NewScript(src)
+		src, _ = scripts.Batch(name)
+		s.batches[name] = redis.NewScript(src)
 	}
 	return s
 }
@@ -114,8 +117,35 @@ type Call struct {
 	At int64
 }
 
+// maxBatch is the most decisions one batch script call makes: Redis runs a script to its end
+// before it serves anyone else, so a call of many decisions must not hold it for long (64
+// fixed-window decisions take Redis about as long as one GET of 1 MB).
+const maxBatch = 64
+
+// command is one script call of a round trip: one call by its algorithm's script, or a run of
+// calls of one algorithm by its batch script (scripts.Batch), whose reply holds each one's.
+type command struct {
+	first, n int // the calls it decides: calls[first : first+n]
+	e        eval
+	keys     []string
+	args     []any
+	cmd      *redis.Cmd
+	retried  bool // sent again with EVAL after NOSCRIPT
+}
+
+// script is what the command runs.
+func (c *command) script() *redis.Script {
+	if c.n > 1 {
+		return c.e.batch
+	}
+	return c.e.script
+}
+
 // send decides calls in one round trip: one EVALSHA, or a pipeline of them, and EVAL for the
-// calls that met NOSCRIPT.
+// commands that met NOSCRIPT. On a standalone or Sentinel Redis, a run of calls of one
+// algorithm goes in one batch script call (up to maxBatch): Redis then pays a script call's
+// overhead and its clock once for them all, and they share its time. Not on a Cluster, where
+// a script's keys must share a slot.
 func (s *Store) send(ctx context.Context, calls []Call) {
 	if len(calls) == 1 && s.o.WaitReplicas <= 0 { // no pipeline to fill and parse
 		c := &calls[0]
@@ -125,72 +155,96 @@ func (s *Store) send(ctx context.Context, calls []Call) {
 			c.Err = err
 			return
 		}
-		c.Dec, c.At, c.Err = decision(e.name, c.Key, e.script.Run(ctx, s.c, e.keys, e.args...), nil)
+		keys, args := e.single()
+		c.Dec, c.At, c.Err = decision(e.name, c.Key, e.script.Run(ctx, s.c, keys, args...), nil)
 		return
 	}
 	evals := make([]eval, len(calls))
-	cmds := make([]*redis.Cmd, len(calls))
-	p := s.c.Pipeline()
+	var cmds []*command
 	for i := range calls {
 		c := &calls[i]
 		c.Dec, c.Err, c.Cached, c.At = algos.Decision{}, nil, false, 0
-		if evals[i], c.Err = s.eval(c.Key, c.Alg, c.Req); c.Err == nil {
-			cmds[i] = evals[i].script.EvalSha(ctx, p, evals[i].keys, evals[i].args...)
+		if evals[i], c.Err = s.eval(c.Key, c.Alg, c.Req); c.Err != nil {
+			continue
 		}
+		if n := len(cmds); n > 0 && !s.cluster {
+			if last := cmds[n-1]; last.first+last.n == i && last.e.name == evals[i].name && last.n < maxBatch {
+				last.n++
+				continue
+			}
+		}
+		cmds = append(cmds, &command{first: i, n: 1, e: evals[i]})
 	}
-	if p.Len() == 0 {
+	if len(cmds) == 0 {
 		return
 	}
-	wait := s.wait(ctx, p, calls, cmds)
+	p := s.c.Pipeline()
+	for _, c := range cmds {
+		if c.n == 1 {
+			c.keys, c.args = c.e.single()
+		} else {
+			for _, e := range evals[c.first : c.first+c.n] {
+				c.keys, c.args = e.appendBatch(c.keys, c.args)
+			}
+		}
+		c.cmd = c.script().EvalSha(ctx, p, c.keys, c.args...)
+	}
+	wait := s.wait(ctx, p, calls)
 	// Each command carries its own error, except when the pipeline could not be sent at all (no
 	// connection, or one whose AUTH failed: WRONGPASS, NOAUTH): then only Exec returns it.
 	_, execErr := p.Exec(ctx)
 	// A NOSCRIPT command did not run: sending it again with the script's source applies it once.
 	var retry redis.Pipeliner
-	var retried []bool
-	for i, cmd := range cmds {
-		if cmd != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+	for _, c := range cmds {
+		if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
 			if retry == nil {
-				retry, retried = s.c.Pipeline(), make([]bool, len(cmds))
+				retry = s.c.Pipeline()
 			}
-			cmds[i] = evals[i].script.Eval(ctx, retry, evals[i].keys, evals[i].args...)
-			retried[i] = true
+			c.cmd, c.retried = c.script().Eval(ctx, retry, c.keys, c.args...), true
 		}
 	}
 	var rewait *redis.Cmd
 	var reexecErr error
 	if retry != nil {
-		rewait = s.wait(ctx, retry, calls, cmds)
+		rewait = s.wait(ctx, retry, calls)
 		_, reexecErr = retry.Exec(ctx)
 	}
-	for i, cmd := range cmds {
-		if cmd == nil {
-			continue
+	for _, c := range cmds {
+		unsent, w := execErr, wait
+		if c.retried {
+			unsent, w = reexecErr, rewait
 		}
-		unsent := execErr
-		if retried != nil && retried[i] {
-			unsent = reexecErr
+		var replies []any
+		var err error
+		if c.n > 1 {
+			replies, err = batchReplies(c.e.name, calls[c.first].Key, c.cmd, unsent, c.n)
 		}
-		calls[i].Dec, calls[i].At, calls[i].Err = decision(evals[i].name, calls[i].Key, cmd, unsent)
-		w := wait
-		if retried != nil && retried[i] {
-			w = rewait
-		}
-		if w != nil && calls[i].Err == nil && !calls[i].Req.DryRun {
-			if n, err := w.Int64(); err != nil || n < int64(s.o.WaitReplicas) {
-				calls[i].Dec, calls[i].At, calls[i].Err = algos.Decision{}, 0, fmt.Errorf("%w (%d of %d replicas, %v)", ErrNotReplicated, n, s.o.WaitReplicas, err)
+		for i := c.first; i < c.first+c.n; i++ {
+			call := &calls[i]
+			switch {
+			case c.n == 1:
+				call.Dec, call.At, call.Err = decision(c.e.name, call.Key, c.cmd, unsent)
+			case err != nil:
+				call.Err = err
+			default:
+				call.Dec, call.At, call.Err = decisionOf(c.e.name, call.Key, replies[i-c.first], nil)
+			}
+			if w != nil && call.Err == nil && !call.Req.DryRun {
+				if n, err := w.Int64(); err != nil || n < int64(s.o.WaitReplicas) {
+					call.Dec, call.At, call.Err = algos.Decision{}, 0, fmt.Errorf("%w (%d of %d replicas, %v)", ErrNotReplicated, n, s.o.WaitReplicas, err)
+				}
 			}
 		}
 	}
 }
 
 // wait adds WAIT to p when Options.WaitReplicas asks for it and p holds a call that writes.
-func (s *Store) wait(ctx context.Context, p redis.Pipeliner, calls []Call, cmds []*redis.Cmd) *redis.Cmd {
+func (s *Store) wait(ctx context.Context, p redis.Pipeliner, calls []Call) *redis.Cmd {
 	if s.o.WaitReplicas <= 0 {
 		return nil
 	}
-	for i, cmd := range cmds {
-		if cmd != nil && !calls[i].Req.DryRun {
+	for i := range calls {
+		if calls[i].Err == nil && !calls[i].Req.DryRun {
 			timeout := s.o.WaitTimeout
 			if timeout <= 0 {
 				timeout = 50 * time.Millisecond
@@ -201,15 +255,39 @@ func (s *Store) wait(ctx context.Context, p redis.Pipeliner, calls []Call, cmds 
 	return nil
 }
 
-// eval is one script call, ready to send.
+// eval is one decision, ready to send.
 type eval struct {
-	name   string // the algorithm's script, for error messages
-	script *redis.Script
-	keys   []string
-	args   []any
+	name          string        // the algorithm's script, for error messages
+	script, batch *redis.Script // its script, and its batch script
+	state, ban    string        // the identity's keys
+	banned        bool          // the algorithm bans: the script reads the ban key
+	packed        []byte        // the integer arguments (see prelude.lua)
+	id            string        // the lease id, "" for none
 }
 
-// eval builds the script call that applies r to key under alg (see algos.Script).
+// single is the keys and arguments of e's script.
+func (e *eval) single() ([]string, []any) {
+	keys := []string{e.state}
+	if e.banned {
+		keys = append(keys, e.ban) // the script reads the ban key only when it bans
+	}
+	args := []any{e.packed}
+	if e.id != "" {
+		args = append(args, e.id)
+	}
+	return keys, args
+}
+
+// appendBatch appends e's keys and arguments to a batch script's.
+func (e *eval) appendBatch(keys []string, args []any) ([]string, []any) {
+	id := e.id
+	if id == "" {
+		id = "0"
+	}
+	return append(keys, e.state, e.ban), append(args, e.packed, id)
+}
+
+// eval builds the decision that applies r to key under alg (see algos.Script).
 func (s *Store) eval(key string, alg algos.Algorithm, r algos.Request) (eval, error) {
 	r = r.Bounded()
 	sc := alg.Script()
@@ -237,19 +315,15 @@ func (s *Store) eval(key string, alg algos.Algorithm, r algos.Request) (eval, er
 		}
 		flags |= 8
 	}
-	buf := make([]byte, 0, 9*(6+len(sc.Args)))
-	buf = appendInts(buf, now, r.Cost, r.MaxWait, flags, sc.Ban, sc.Limit)
-	buf = appendInts(buf, sc.Args...)
-	args := []any{buf}
+	e := eval{name: sc.Name, script: script, batch: s.batches[sc.Name], banned: sc.Ban != 0}
+	e.packed = make([]byte, 0, 9*(6+len(sc.Args)))
+	e.packed = appendInts(e.packed, now, r.Cost, r.MaxWait, flags, sc.Ban, sc.Limit)
+	e.packed = appendInts(e.packed, sc.Args...)
 	if r.ID != 0 {
-		args = append(args, strconv.FormatInt(r.ID, 10))
+		e.id = strconv.FormatInt(r.ID, 10)
 	}
-	stateKey, banKey := s.Keys(key)
-	keys := []string{stateKey, banKey}
-	if sc.Ban == 0 {
-		keys = keys[:1] // the script reads the ban key only when it bans
-	}
-	return eval{name: sc.Name, script: script, keys: keys, args: args}, nil
+	e.state, e.ban = s.Keys(key)
+	return e, nil
 }
 
 // decision reads the reply {allowed, limit, remaining, reset_after, retry_after, delay, granted}
@@ -258,22 +332,53 @@ func decision(name, key string, cmd *redis.Cmd, unsent error) (algos.Decision, i
 	if cmd.Err() == nil && cmd.Val() == nil && unsent != nil {
 		return algos.Decision{}, 0, fmt.Errorf("redisstore: %s on %q: not sent: %w", name, key, unsent)
 	}
-	res, err := cmd.Int64Slice()
+	return decisionOf(name, key, cmd.Val(), cmd.Err())
+}
+
+// decisionOf reads one decision's reply, v, or its error.
+func decisionOf(name, key string, v any, err error) (algos.Decision, int64, error) {
+	if e, ok := v.(error); ok && err == nil {
+		err = e // a batch script's reply for a decision that failed
+	}
 	if err != nil {
 		return algos.Decision{}, 0, fmt.Errorf("redisstore: %s on %q: %w", name, key, err)
 	}
-	if len(res) != 7 && len(res) != 8 {
-		return algos.Decision{}, 0, fmt.Errorf("redisstore: %s on %q: reply has %d values, want 7 or 8", name, key, len(res))
+	vs, _ := v.([]any)
+	if len(vs) != 7 && len(vs) != 8 {
+		return algos.Decision{}, 0, fmt.Errorf("redisstore: %s on %q: reply %v: want 7 or 8 integers", name, key, v)
+	}
+	var res [8]int64
+	for i, x := range vs {
+		n, ok := x.(int64)
+		if !ok {
+			return algos.Decision{}, 0, fmt.Errorf("redisstore: %s on %q: reply %v: want 7 or 8 integers", name, key, v)
+		}
+		res[i] = n
 	}
 	d := algos.Decision{
 		Allowed: res[0] == 1, Limit: res[1], Remaining: res[2],
 		ResetAfter: res[3], RetryAfter: res[4], Delay: res[5], Granted: res[6],
 	}
 	var at int64
-	if len(res) == 8 && d.Granted > 0 {
+	if len(vs) == 8 && d.Granted > 0 {
 		at = res[7]
 	}
 	return d, at, nil
+}
+
+// batchReplies reads a batch script's reply: one value per decision, n of them.
+func batchReplies(name, key string, cmd *redis.Cmd, unsent error, n int) ([]any, error) {
+	if cmd.Err() == nil && cmd.Val() == nil && unsent != nil {
+		return nil, fmt.Errorf("redisstore: %s on %q and %d more: not sent: %w", name, key, n-1, unsent)
+	}
+	if err := cmd.Err(); err != nil {
+		return nil, fmt.Errorf("redisstore: %s on %q and %d more: %w", name, key, n-1, err)
+	}
+	vs, ok := cmd.Val().([]any)
+	if !ok || len(vs) != n {
+		return nil, fmt.Errorf("redisstore: %s on %q and %d more: reply %v: want %d replies", name, key, n-1, cmd.Val(), n)
+	}
+	return vs, nil
 }
 
 // State reads what Redis holds for an identity, in the form the algorithm's Go twin keeps it:

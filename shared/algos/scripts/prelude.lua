@@ -15,8 +15,11 @@ local id = ARGV[2] or '0'
 local partial, release, dry = flags % 2 == 1, flags % 4 >= 2, flags >= 8
 local pad = 0
 if now < 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if not clock then -- Redis's clock, read once per script call (a batch's decisions share it)
+    local t = redis.call('TIME')
+    clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  now = clock
 else
   -- A caller-given time is for tests only: it is not Redis's clock, so keys must outlive the
   -- test instead of expiring on Redis's clock in the middle of it.

@@ -15,8 +15,44 @@ import (
 //go:embed *.lua
 var files embed.FS
 
-// Source returns the complete script for the algorithm whose Script().Name is name.
+// Source returns the complete script for the algorithm whose Script().Name is name: one
+// decision, KEYS and ARGV as prelude.lua describes them.
 func Source(name string) (string, error) {
+	body, err := decision(name)
+	if err != nil {
+		return "", err
+	}
+	return "local clock\n" + body, nil
+}
+
+// Batch returns the script that makes many decisions of the algorithm name in one call, in
+// order, each as Source's script would make it: KEYS holds two keys per decision (its state and
+// its ban), ARGV two arguments (the packed integers and the lease id, "0" for none). The reply
+// holds each decision's reply, or an error reply for one that failed (the others still run).
+// Redis's TIME is read once, for every decision of the call: one call costs Redis the call's
+// overhead and the clock once instead of once per decision.
+func Batch(name string) (string, error) {
+	body, err := decision(name)
+	if err != nil {
+		return "", err
+	}
+	return "local clock\nlocal function one(KEYS, ARGV)\n" + body + `end
+local out = {}
+for i = 1, #ARGV / 2 do
+  local ok, r = pcall(one, {KEYS[2 * i - 1], KEYS[2 * i]}, {ARGV[2 * i - 1], ARGV[2 * i]})
+  if not ok then
+    if type(r) == 'table' then r = r.err end -- redis.call's errors are tables
+    r = {err = tostring(r)}
+  end
+  out[i] = r
+end
+return out
+`, nil
+}
+
+// decision is the code of one decision of algorithm name: the prelude, the algorithm's code as
+// the function decide(cost), and the epilogue.
+func decision(name string) (string, error) {
 	body, err := files.ReadFile(name + ".lua")
 	if err != nil {
 		return "", fmt.Errorf("no Lua script for algorithm %q", name)
