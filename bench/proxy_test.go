@@ -283,6 +283,7 @@ func (f *failures) err() error {
 type loadStats struct {
 	rps, p50, p99 float64 // requests per second; latencies in µs
 	cpu           float64 // CPU µs per request
+	redisCPU      float64 // redis-server's CPU µs per request (BenchmarkRLS)
 }
 
 func (l *load) stats() loadStats {

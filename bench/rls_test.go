@@ -58,7 +58,9 @@ descriptors:
 // own server, both separate processes on the same redis-server with the same descriptor config,
 // under the same closed-loop load of 16 and 64 concurrent clients: requests (each two
 // descriptors, so two counts in Redis) per second, their p99 latency, and the CPU time of the
-// server's process per request (Redis's and the clients' not included).
+// server's process per request (Redis's and the clients' not included). A third server, "empty"
+// (bench/rlsempty), answers without deciding: the ceiling of requests per second that any
+// server can reach under this load on this machine, whose cores the clients share.
 func BenchmarkRLS(b *testing.B) {
 	rs := redistest.Start(b)
 	root := b.TempDir()
@@ -71,7 +73,11 @@ func BenchmarkRLS(b *testing.B) {
 	}
 	rlAddr, rlPid := startRatelimit(b, root, rs.Addr)
 	dianaAddr, dianaPid, metrics := startDianaRLS(b, cfgDir, rs.Addr)
-	loads := []*rlsLoad{newRLSLoad(b, "ratelimit", rlAddr, rlPid), newRLSLoad(b, "diana", dianaAddr, dianaPid)}
+	emptyAddr, emptyPid := startEmptyRLS(b)
+	loads := []*rlsLoad{newRLSLoad(b, "ratelimit", rlAddr, rlPid), newRLSLoad(b, "diana", dianaAddr, dianaPid), newRLSLoad(b, "empty", emptyAddr, emptyPid)}
+	for _, l := range loads {
+		l.redisPid = rs.Pid()
+	}
 	for _, l := range loads {
 		l.run(64, rlsWarmup, nil)
 		if err := l.err(); err != nil {
@@ -86,11 +92,8 @@ func BenchmarkRLS(b *testing.B) {
 			b.ResetTimer()
 			for k := 0; k*rlsRound < b.N; k++ {
 				n := min(rlsRound, b.N-k*rlsRound)
-				pair := [2]*rlsLoad{loads[0], loads[1]}
-				if k%2 == 1 {
-					pair = [2]*rlsLoad{loads[1], loads[0]}
-				}
-				for _, l := range pair {
+				for j := range loads { // each round in another order
+					l := loads[(k+j)%len(loads)]
 					runtime.GC()
 					l.round(clients, n)
 				}
@@ -101,8 +104,11 @@ func BenchmarkRLS(b *testing.B) {
 					b.Fatalf("%s: %v", l.name, err)
 				}
 			}
-			r, d := loads[0].stats(), loads[1].stats()
+			r, d, e := loads[0].stats(), loads[1].stats(), loads[2].stats()
 			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(e.rps, "empty-req/s")
+			b.ReportMetric(e.cpu, "empty-cpu-µs/req")
+			b.ReportMetric(e.rps/r.rps, "empty/ratelimit-req/s")
 			b.ReportMetric(r.rps, "ratelimit-req/s")
 			b.ReportMetric(d.rps, "diana-req/s")
 			b.ReportMetric(r.p99, "ratelimit-p99-µs")
@@ -110,6 +116,8 @@ func BenchmarkRLS(b *testing.B) {
 			b.ReportMetric(r.cpu, "ratelimit-cpu-µs/req")
 			b.ReportMetric(d.cpu, "diana-cpu-µs/req")
 			b.ReportMetric(d.rps/r.rps, "diana/ratelimit-req/s")
+			b.ReportMetric(r.redisCPU, "ratelimit-redis-cpu-µs/req")
+			b.ReportMetric(d.redisCPU, "diana-redis-cpu-µs/req")
 			if r.cpu > 0 { // a run of a few requests can fall within one clock tick
 				b.ReportMetric(d.cpu/r.cpu, "diana/ratelimit-cpu")
 			}
@@ -163,6 +171,18 @@ rls: {listen: "` + grpcAddr + `", config_dir: "` + cfgDir + `", mode: cluster}
 	cmd := exec.Command(bin, "--config", cfg, "--log-level", "warn")
 	pid := startProcess(b, cmd, grpcAddr)
 	return grpcAddr, pid, "http://" + admin + "/metrics"
+}
+
+// startEmptyRLS builds and runs bench/rlsempty, the ceiling: a rate limit service that decides
+// nothing.
+func startEmptyRLS(b *testing.B) (string, int) {
+	bin := filepath.Join(b.TempDir(), "rlsempty")
+	build := exec.Command(goTool(), "build", "-o", bin, "./rlsempty")
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("go build rlsempty: %v\n%s", err, out)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(freePort(b))
+	return addr, startProcess(b, exec.Command(bin, "-listen", addr), addr)
 }
 
 // startProcess starts cmd, stopped when the benchmark ends, waits until the rate limit service
@@ -279,13 +299,15 @@ func rlsRequest(i int) *pb.RateLimitRequest {
 
 // rlsLoad is the closed-loop load of one target.
 type rlsLoad struct {
-	name    string
-	pid     int                         // the server's process
-	cpu     time.Duration               // its CPU time in the rounds
-	clients []pb.RateLimitServiceClient // one per connection
-	reqs    []*pb.RateLimitRequest
-	lat     []time.Duration
-	elapsed time.Duration
+	name     string
+	pid      int                         // the server's process
+	cpu      time.Duration               // its CPU time in the rounds
+	redisPid int                         // redis-server's process
+	redisCPU time.Duration               // its CPU time in the rounds
+	clients  []pb.RateLimitServiceClient // one per connection
+	reqs     []*pb.RateLimitRequest
+	lat      []time.Duration
+	elapsed  time.Duration
 	failures
 }
 
@@ -307,14 +329,15 @@ func newRLSLoad(b *testing.B, name, addr string, pid int) *rlsLoad {
 
 func (l *rlsLoad) reset(n int) {
 	l.lat = make([]time.Duration, 0, n)
-	l.elapsed, l.cpu, l.failures = 0, 0, failures{}
+	l.elapsed, l.cpu, l.redisCPU, l.failures = 0, 0, 0, failures{}
 }
 
 func (l *rlsLoad) round(clients, n int) {
-	start, cpu := time.Now(), procCPU(l.pid)
+	start, cpu, redisCPU := time.Now(), procCPU(l.pid), procCPU(l.redisPid)
 	l.run(clients, n, l.lat[len(l.lat):len(l.lat)+n])
 	l.elapsed += time.Since(start)
 	l.cpu += procCPU(l.pid) - cpu
+	l.redisCPU += procCPU(l.redisPid) - redisCPU
 	l.lat = l.lat[:len(l.lat)+n]
 }
 
@@ -355,9 +378,10 @@ func (l *rlsLoad) stats() loadStats {
 	slices.Sort(lat)
 	i := max(int(math.Ceil(0.99*float64(len(lat))))-1, 0)
 	return loadStats{
-		rps: float64(len(lat)) / l.elapsed.Seconds(),
-		p99: float64(lat[i]) / float64(time.Microsecond),
-		cpu: float64(l.cpu) / float64(time.Microsecond) / float64(len(lat)),
+		rps:      float64(len(lat)) / l.elapsed.Seconds(),
+		p99:      float64(lat[i]) / float64(time.Microsecond),
+		cpu:      float64(l.cpu) / float64(time.Microsecond) / float64(len(lat)),
+		redisCPU: float64(l.redisCPU) / float64(time.Microsecond) / float64(len(lat)),
 	}
 }
 

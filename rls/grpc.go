@@ -1,6 +1,8 @@
 package rls
 
 import (
+	"runtime"
+
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -19,9 +21,16 @@ type GRPC struct {
 	health *health.Server
 }
 
-// NewGRPC returns a gRPC server serving s.
-func NewGRPC(s *Service, opts ...grpc.ServerOption) *GRPC {
-	g := &GRPC{Server: grpc.NewServer(opts...), health: health.NewServer()}
+// ServerOptions are the gRPC server's options: requests up to 4 MiB, and stream workers, so
+// that a call runs on a goroutine whose stack has grown already instead of a new goroutine per
+// call that grows its stack through the call (6% of dianad's CPU in BenchmarkRLS).
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(4 << 20), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))}
+}
+
+// NewGRPC returns a gRPC server serving s, with ServerOptions.
+func NewGRPC(s *Service) *GRPC {
+	g := &GRPC{Server: grpc.NewServer(ServerOptions()...), health: health.NewServer()}
 	pb.RegisterRateLimitServiceServer(g.Server, s)
 	healthpb.RegisterHealthServer(g.Server, g.health)
 	reflection.Register(g.Server)

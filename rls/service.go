@@ -273,6 +273,11 @@ func override(domain string, d *rlv3.RateLimitDescriptor) (*Limit, error) {
 // escaped so that no two descriptors share a key. "rls:" cannot start a rule's key.
 func storeKey(domain string, entries []*rlv3.RateLimitDescriptor_Entry, l *Limit, shared []string) string {
 	var b strings.Builder
+	n := len("rls:|3600|") + len(domain) + len(l.Algorithm)
+	for _, e := range entries {
+		n += len(e.Key) + len(e.Value) + 2
+	}
+	b.Grow(n + n/8) // room for a few escapes: one allocation
 	b.WriteString("rls:")
 	escape(&b, domain)
 	b.WriteString("|")

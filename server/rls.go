@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"runtime"
 	"time"
 
 	"google.golang.org/grpc"
@@ -57,10 +56,7 @@ func (s *Server) newRLS() error {
 		o.Store = rules.Each(s.mem.Decide)
 	}
 	st := &rlsState{svc: rls.New(cfg, o), reload: make(chan struct{}, 1), sig: sig}
-	// Stream workers: a call runs on a worker goroutine whose stack has grown already, instead
-	// of a new goroutine per call that grows its stack through the call (6% of dianad's CPU in
-	// BenchmarkRLS).
-	st.grpc = rls.NewGRPC(st.svc, grpc.MaxRecvMsgSize(4<<20), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
+	st.grpc = rls.NewGRPC(st.svc)
 	if st.ln, err = net.Listen("tcp", r.Listen); err != nil {
 		return fmt.Errorf("server: rls.listen: %w", err)
 	}

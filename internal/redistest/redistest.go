@@ -64,6 +64,9 @@ type Server struct {
 	done chan struct{} // closed when cmd has exited
 }
 
+// Pid is the server's process id, for benchmarks that read its CPU time.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
 // Options change what StartWith starts.
 type Options struct {
 	// TLS makes the server speak TLS only, with a certificate for 127.0.0.1, ::1 and localhost

@@ -127,7 +127,11 @@ func (s *Store) flush(q []*waiter) {
 			ctx, cancel = context.WithDeadline(ctx, deadline)
 			defer cancel()
 		}
-		var all []Call
+		n := 0
+		for _, w := range q {
+			n += len(w.calls)
+		}
+		all := make([]Call, 0, n)
 		for _, w := range q {
 			all = append(all, w.calls...)
 		}

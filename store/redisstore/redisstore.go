@@ -76,16 +76,20 @@ func New(c redis.UniversalClient, o Options) *Store {
 // one hashes the whole key, so an identity that is empty or holds a '}' gets a tag with each '}'
 // made ')' (or "_" if empty), followed by the identity itself to keep keys unique.
 func (s *Store) Keys(key string) (state, ban string) {
-	if key != "" && strings.IndexByte(key, '}') < 0 {
-		state = s.o.Prefix + "{" + key + "}"
-	} else {
-		tag := strings.ReplaceAll(key, "}", ")")
-		if tag == "" {
-			tag = "_"
-		}
-		state = s.o.Prefix + "{" + tag + "}:" + key
-	}
+	state = s.stateKey(key)
 	return state, state + ":ban"
+}
+
+// stateKey is the state key of Keys.
+func (s *Store) stateKey(key string) string {
+	if key != "" && strings.IndexByte(key, '}') < 0 {
+		return s.o.Prefix + "{" + key + "}"
+	}
+	tag := strings.ReplaceAll(key, "}", ")")
+	if tag == "" {
+		tag = "_"
+	}
+	return s.o.Prefix + "{" + tag + "}:" + key
 }
 
 // Decide applies r to the identity key under alg, atomically in Redis, in one round trip. An
@@ -183,6 +187,7 @@ func (s *Store) send(ctx context.Context, calls []Call) {
 		if c.n == 1 {
 			c.keys, c.args = c.e.single()
 		} else {
+			c.keys, c.args = make([]string, 0, 2*c.n), make([]any, 0, 2*c.n)
 			for _, e := range evals[c.first : c.first+c.n] {
 				c.keys, c.args = e.appendBatch(c.keys, c.args)
 			}
@@ -259,7 +264,7 @@ func (s *Store) wait(ctx context.Context, p redis.Pipeliner, calls []Call) *redi
 type eval struct {
 	name          string        // the algorithm's script, for error messages
 	script, batch *redis.Script // its script, and its batch script
-	state, ban    string        // the identity's keys
+	state, ban    string        // the identity's keys (ban only when banned)
 	banned        bool          // the algorithm bans: the script reads the ban key
 	packed        []byte        // the integer arguments (see prelude.lua)
 	id            string        // the lease id, "" for none
@@ -278,13 +283,17 @@ func (e *eval) single() ([]string, []any) {
 	return keys, args
 }
 
-// appendBatch appends e's keys and arguments to a batch script's.
+// appendBatch appends e's keys and arguments to a batch script's. Without a ban, the state key
+// stands in for the ban key, which the script does not read then.
 func (e *eval) appendBatch(keys []string, args []any) ([]string, []any) {
-	id := e.id
+	id, ban := e.id, e.state
 	if id == "" {
 		id = "0"
 	}
-	return append(keys, e.state, e.ban), append(args, e.packed, id)
+	if e.banned {
+		ban = e.ban
+	}
+	return append(keys, e.state, ban), append(args, e.packed, id)
 }
 
 // eval builds the decision that applies r to key under alg (see algos.Script).
@@ -322,7 +331,11 @@ func (s *Store) eval(key string, alg algos.Algorithm, r algos.Request) (eval, er
 	if r.ID != 0 {
 		e.id = strconv.FormatInt(r.ID, 10)
 	}
-	e.state, e.ban = s.Keys(key)
+	if e.banned {
+		e.state, e.ban = s.Keys(key)
+	} else {
+		e.state = s.stateKey(key)
+	}
 	return e, nil
 }
 
