@@ -83,7 +83,7 @@ func check(a algos.Algorithm) bool {
 // it must fall to min_limit, then grow.
 func checkAdaptive() bool {
 	a, err := algos.NewAdaptive(algos.AdaptiveConfig{Percentile: 90, SLO: 5 * algos.Millisecond, MinLimit: 2, MaxLimit: 64,
-		Interval: 100 * algos.Millisecond, Smoothing: 100, ProbeEvery: algos.Minute, ProbeSamples: 10})
+		Interval: 100 * algos.Millisecond, Smoothing: 100, ProbeEvery: algos.Minute, ProbeSamples: 10, Backoff: 90})
 	if err != nil {
 		println("tinygocheck: FAIL:", err.Error())
 		return false

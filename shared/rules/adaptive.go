@@ -27,12 +27,14 @@ func init() {
 				Doc: "how often the baseline is re-measured (the limit held at min_limit meanwhile), as Envoy's min RTT sampling; at least interval; also how long an idle state is kept"},
 			{Name: "probe_samples", Type: Count, Default: 50, Min: algos.AdaptiveMinSamples, Max: 10_000,
 				Doc: "how many requests a probe measures"},
+			{Name: "backoff", Type: Count, Default: 90, Min: 50, Max: 99,
+				Doc: "the share, in percent, of the limit kept when the backend fails a request (a 5xx status, a timeout): one cut per interval at most, as Netflix's AIMD backoff ratio"},
 		},
 		Build: func(p Params, _ int64) (algos.Algorithm, error) {
 			return algorithm(algos.NewAdaptive(algos.AdaptiveConfig{
 				Percentile: p["percentile"], Tolerance: p["tolerance"], SLO: p["slo"],
 				MinLimit: p["min_limit"], MaxLimit: p["max_limit"], Interval: p["interval"], Smoothing: p["smoothing"],
-				ProbeEvery: p["probe_every"], ProbeSamples: p["probe_samples"]}))
+				ProbeEvery: p["probe_every"], ProbeSamples: p["probe_samples"], Backoff: p["backoff"]}))
 		},
 		Leases:    true,
 		Latency:   true,
