@@ -33,6 +33,13 @@ func TestAdaptiveTargets(t *testing.T) {
 	if ours.Goodput < vg.Goodput || ours.Goodput < g2.Goodput-0.01 {
 		t.Errorf("goodput %.2f; Gradient2 %.2f, Vegas %.2f", ours.Goodput, g2.Goodput, vg.Goodput)
 	}
+	// On a backend that sheds load with fast 503s, the drops hold the limit (and the goodput)
+	// where the latency alone would let it grow.
+	shed, blind := MeasureShed("diana", dianaAdaptive, seeds), MeasureShed("latency only", latencyOnly, seeds)
+	t.Logf("shedding: diana %+v; latency only %+v", shed, blind)
+	if shed.Goodput < 0.9 || blind.Goodput > 0.9*shed.Goodput {
+		t.Errorf("shedding backend: goodput %.2f, %.2f with the latency only: want ≥ 0.9, and the latency alone to lose", shed.Goodput, blind.Goodput)
+	}
 	// The harness can fail: with no limit the P99 runs away and never converges.
 	if none.P99 <= 2*u99 || none.Converge >= 0 {
 		t.Errorf("no limit: P99 %d µs, converged %d: the harness does not load the backend", none.P99, none.Converge)
