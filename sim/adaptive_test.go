@@ -9,7 +9,7 @@ import (
 // TestAdaptiveTargets is the study of docs/adaptive.md on 2 seeds instead of 8 (virtual time,
 // deterministic): Diana's adaptive limit must meet the targets, at 3× overload a P99 of admitted
 // requests within 2× unloaded and goodput ≥ 90% of capacity, and after the servers halve
-// convergence within 5 s; and beat Netflix's Gradient2 on convergence and Vegas on goodput.
+// convergence within 5 s; and beat Netflix's Gradient2 on convergence and P99 and Vegas on goodput.
 func TestAdaptiveTargets(t *testing.T) {
 	const seeds = 2
 	u99 := UnloadedP99()
@@ -29,6 +29,9 @@ func TestAdaptiveTargets(t *testing.T) {
 	}
 	if ours.Converge < 0 || ours.Converge > 5*algos.Second || g2.Converge >= 0 && ours.Converge > g2.Converge {
 		t.Errorf("converged %d µs after the halving (Gradient2: %d): want within 5 s and no later", ours.Converge, g2.Converge)
+	}
+	if ours.P99 > g2.P99 || ours.P99Halved > g2.P99Halved || ours.P99Slowed > g2.P99Slowed {
+		t.Errorf("P99 %d, %d, %d µs (knee, halving, slowing); Gradient2 %d, %d, %d", ours.P99, ours.P99Halved, ours.P99Slowed, g2.P99, g2.P99Halved, g2.P99Slowed)
 	}
 	if ours.Goodput < vg.Goodput || ours.Goodput < g2.Goodput-0.01 {
 		t.Errorf("goodput %.2f; Gradient2 %.2f, Vegas %.2f", ours.Goodput, g2.Goodput, vg.Goodput)

@@ -85,11 +85,11 @@ func adaptiveDefaults() string {
 }
 
 // The study's setting: the backend, the load and the unloaded P99 it is judged against. The
-// shedding backend refuses a request that would be the 5th to wait, with a 503 that takes a
+// shedding backend refuses a request that would be the 3rd to wait, with a 503 that takes a
 // server 2 ms.
 var (
 	adBackend  = AdBackend{Servers: 16, ServiceUs: 5 * algos.Millisecond}
-	adShedding = AdBackend{Servers: 16, ServiceUs: 5 * algos.Millisecond, ShedQueue: 4, ShedUs: 2 * algos.Millisecond}
+	adShedding = AdBackend{Servers: 16, ServiceUs: 5 * algos.Millisecond, ShedQueue: 2, ShedUs: 2 * algos.Millisecond}
 	adLoad     = AdLoad{From: 0.5, To: 3, RampUs: 10 * algos.Second}
 )
 
