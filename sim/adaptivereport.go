@@ -52,6 +52,14 @@ type AdaptiveStudy struct {
 	Seeds       int // runs per limiter and backend
 	Rows        []AdaptiveRow
 	Shed        []ShedRow
+	Checks      []CheckRow
+}
+
+// CheckRow is a limiter's figures in a setting the defaults were not chosen on: other seeds,
+// other server counts.
+type CheckRow struct {
+	Setting string
+	AdaptiveRow
 }
 
 const (
@@ -94,8 +102,10 @@ var (
 )
 
 // UnloadedP99 is the backend's P99 at 0.1× load with no limit, µs.
-func UnloadedP99() int64 {
-	un := AdSimulate(adBackend, AdLoad{From: 0.1, To: 0.1}, NoLimit{}, 20*algos.Second, 1)
+func UnloadedP99() int64 { return unloadedP99(adBackend) }
+
+func unloadedP99(b AdBackend) int64 {
+	un := AdSimulate(b, AdLoad{From: 0.1, To: 0.1}, NoLimit{}, 20*algos.Second, 1)
 	_, u99 := un.Window(0, 20*algos.Second)
 	return u99
 }
@@ -104,18 +114,25 @@ func UnloadedP99() int64 {
 // seed, and returns the means of goodput and P99 and the longest convergence (-1 if a run never
 // converged); the runs of the first seed are kept for the charts.
 func Measure(name string, mk func(seed uint64) AdLimiter, seeds int, u99 int64) AdaptiveRow {
+	return measureOn(adBackend, name, mk, 1, uint64(seeds), u99)
+}
+
+// measureOn is Measure on backend b (halving and slowing as the study's) with the seeds first
+// to last.
+func measureOn(b AdBackend, name string, mk func(seed uint64) AdLimiter, first, last uint64, u99 int64) AdaptiveRow {
 	row := AdaptiveRow{Name: name}
-	halving, slowing := adBackend, adBackend
+	halving, slowing := b, b
 	halving.HalveAt, slowing.SlowAt = adHalveAt, adHalveAt
-	c, n := adBackend.Capacity(), float64(seeds)
+	seeds := int(last - first + 1)
+	c, n := b.Capacity(), float64(seeds)
 	worst := func(a, b int64) int64 {
 		if a < 0 || b < 0 {
 			return -1
 		}
 		return max(a, b)
 	}
-	for seed := uint64(1); seed <= uint64(seeds); seed++ {
-		knee := AdSimulate(adBackend, adLoad, mk(seed), adHalveAt, seed)
+	for seed := first; seed <= last; seed++ {
+		knee := AdSimulate(b, adLoad, mk(seed), adHalveAt, seed)
 		g, p := knee.Window(12*algos.Second, adHalveAt)
 		row.Goodput += g / c / n
 		row.P99 += p / int64(seeds)
@@ -129,7 +146,7 @@ func Measure(name string, mk func(seed uint64) AdLimiter, seeds int, u99 int64) 
 		row.GoodputSlowed += 2 * g / c / n
 		row.P99Slowed += p / int64(seeds)
 		row.ConvergeSlow = worst(row.ConvergeSlow, sl.Converged(adHalveAt, adEnd, 4*u99))
-		if seed == 1 {
+		if seed == first {
 			row.knee, row.halving = knee, h
 		}
 	}
@@ -189,6 +206,21 @@ func RunAdaptiveStudy(seeds int) AdaptiveStudy {
 		MeasureShed("diana adaptive", dianaAdaptive, seeds),
 		MeasureShed("diana adaptive, latency only (503s not reported as drops)", latencyOnly, seeds),
 	}
+	for _, c := range []struct {
+		servers     int
+		first, last uint64
+	}{{16, 9, 24}, {32, 1, 8}, {8, 1, 8}} {
+		b := adBackend
+		b.Servers = c.servers
+		u := unloadedP99(b)
+		setting := fmt.Sprintf("%d servers, seeds %d to %d", c.servers, c.first, c.last)
+		for _, l := range []struct {
+			name string
+			mk   func(uint64) AdLimiter
+		}{{"Gradient2 (Netflix)", gradient2}, {"Vegas (Netflix)", vegas}, {"diana adaptive", dianaAdaptive}} {
+			s.Checks = append(s.Checks, CheckRow{setting, measureOn(b, l.name, l.mk, c.first, c.last, u)})
+		}
+	}
 	return s
 }
 
@@ -222,15 +254,18 @@ converged within 5 s after the capacity halves.
 | limiter | knee: goodput at 3× | knee: P99 at 3× | halving: goodput after | halving: P99 after | halving: converged | slowing: goodput after | slowing: P99 after | slowing: converged |
 | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 `, s.Seeds, s.Seeds, 16, s.Capacity, ms(s.UnloadedP99), s.Capacity/2, s.BestStatic, adaptiveDefaults(), ms(2*s.UnloadedP99))
-	for _, r := range s.Rows {
-		conv := func(us int64) string {
-			if us < 0 {
-				return "never"
-			}
-			return fmt.Sprintf("%.1f s", float64(us)/1e6)
+	conv := func(us int64) string {
+		if us < 0 {
+			return "never"
 		}
-		fmt.Fprintf(&b, "| %s | %.0f%% | %s | %.0f%% | %s | %s | %.0f%% | %s | %s |\n", r.Name, 100*r.Goodput, ms(r.P99),
+		return fmt.Sprintf("%.1f s", float64(us)/1e6)
+	}
+	row := func(first string, r AdaptiveRow) {
+		fmt.Fprintf(&b, "| %s | %.0f%% | %s | %.0f%% | %s | %s | %.0f%% | %s | %s |\n", first, 100*r.Goodput, ms(r.P99),
 			100*r.GoodputHalved, ms(r.P99Halved), conv(r.Converge), 100*r.GoodputSlowed, ms(r.P99Slowed), conv(r.ConvergeSlow))
+	}
+	for _, r := range s.Rows {
+		row(r.Name, r)
 	}
 	fmt.Fprintf(&b, `
 Goodput is requests completed per second, as a share of the capacity (after 20 s: of the halved
@@ -252,6 +287,17 @@ backend's answers.
 `, adShedding.ShedQueue+1, ordinal(adShedding.ShedQueue+1), ms(adShedding.ShedUs))
 	for _, r := range s.Shed {
 		fmt.Fprintf(&b, "| %s | %.0f%% | %s | %.0f%% |\n", r.Name, 100*r.Goodput, ms(r.P99), 100*r.Shed)
+	}
+	b.WriteString(`
+**Other settings.** The defaults were chosen on the runs above; the same study on seeds they
+were not chosen on, and on backends of 32 and 8 servers (capacity and unloaded P99 as measured
+for each; 8 servers halve to 4, ` + "`min_limit`" + `):
+
+| setting, limiter | knee: goodput at 3× | knee: P99 at 3× | halving: goodput after | halving: P99 after | halving: converged | slowing: goodput after | slowing: P99 after | slowing: converged |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- |
+`)
+	for _, r := range s.Checks {
+		row(r.Setting+": "+r.Name, r.AdaptiveRow)
 	}
 	b.WriteString(`
 ![the limit over time on the halving backend](img/adaptive-limit.svg)
