@@ -88,22 +88,22 @@ const (
 //
 // Drops. A release with Request.Dropped (the backend failed the request: a 5xx status, a
 // timeout, a refused connection) is not a sample: an overloaded backend that sheds load answers
-// fast, and its fast failures would pull the percentile down and the limit up. Instead it cuts the
-// limit at once, limit = max(limit × backoff / 100, min_limit) (backoff 90: by 10%, as Netflix's
-// AIMD backoff ratio 0.9), unless a drop already cut it less than interval ago (the drops of one
-// overload come together; one cut per interval, like TCP's once per window; never with a clock
-// that went backwards since); and an interval during which a drop came may not raise the limit
-// (proposed = min(proposed, limit)). A backend that fails everything gets no interval closed (no
-// samples) and a cut each interval, down to min_limit.
+// fast, and its fast failures would pull the percentile down and the limit up. Instead it cuts
+// the limit at once, limit = max(limit × backoff / 100, min_limit) (in thousandths, truncated;
+// backoff 90: by 10%, as Netflix's AIMD backoff ratio 0.9), unless a drop already cut it less
+// than interval ago (the drops of one overload come together; one cut per interval, like TCP's
+// once per window; never with a clock that went backwards since); and an interval during which
+// a drop came may not raise the limit (proposed = min(proposed, limit)). A backend that fails
+// everything gets no interval closed (no samples) and a cut each interval, down to min_limit.
 //
 // Requests. take n ≥ 1: admitted iff inflight + n ≤ L, where L = ⌊limit⌋, or min_limit while
 // probing; n > max_limit is never admitted (RetryAfter Never); otherwise a denial has RetryAfter
 // = interval, when the limit is next recomputed (a release may free a slot sooner). take 0: a
 // peek. release (Request.Release, Cost = the slots taken): inflight −= n (not below 0) and, if
-// Dropped, a drop (above), else if Latency > 0, the latency is a sample; always allowed, Granted 0. Every request but a dry run
-// first closes the interval or the probe if it is due. Limit = L, Remaining = L − inflight (≥ 0),
-// ResetAfter = 0 when nothing is in flight, else interval; TTL = probe_every: a state idle that
-// long starts afresh (a lost release is forgotten then).
+// Dropped, a drop (above), else if Latency > 0, the latency is a sample; always allowed, Granted
+// 0. Every request but a dry run first closes the interval or the probe if it is due. Limit = L,
+// Remaining = L − inflight (≥ 0), ResetAfter = 0 when nothing is in flight, else interval; TTL =
+// probe_every: a state idle that long starts afresh (a lost release is forgotten then).
 //
 // A dry run decides on the state as it is, without closing an interval. A clock that goes
 // backwards closes nothing and counts no probe sample. Arithmetic: limit × 1000 ≤ 10^9 and a
