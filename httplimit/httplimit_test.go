@@ -349,6 +349,9 @@ func TestAdaptiveDrop(t *testing.T) {
 		if err := http.NewResponseController(w).Flush(); err != nil {
 			t.Errorf("flush through the status wrapper: %v", err)
 		}
+		if _, ok := w.(http.Flusher); !ok {
+			t.Error("the status wrapper is no http.Flusher")
+		}
 	}))
 	limit := func(want int) string {
 		res, _ := get(t, srv, "/", "")

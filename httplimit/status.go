@@ -5,7 +5,7 @@ import "net/http"
 // statusWriter records the status of the response next writes, so that adaptive rules learn
 // when the upstream failed a request (algos.Request.Dropped). Unwrap lets
 // http.ResponseController (which ReverseProxy uses to flush and to switch protocols) reach the
-// writer it wraps.
+// writer it wraps; a handler that asserts http.Hijacker on it directly gets nothing.
 type statusWriter struct {
 	http.ResponseWriter
 	status int // the first final status written; 0 before
@@ -33,6 +33,9 @@ func (s *statusWriter) FlushError() error {
 	}
 	return http.NewResponseController(s.ResponseWriter).Flush()
 }
+
+// Flush is FlushError for handlers that look for an http.Flusher (server-sent events).
+func (s *statusWriter) Flush() { s.FlushError() }
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
