@@ -85,16 +85,17 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 		}
 		in := st.opts.Input(r)
 		res := st.engine.Check(r.Context(), &in)
-		var start time.Time // when the upstream call began; zero if it never did
+		var start time.Time  // when the upstream call began; zero if it never did
+		var sw *statusWriter // the response's status, for the adaptive rules
 		if res.HasLeases() {
 			// Leases are given back whatever happens next, even if the client has gone, with
-			// the upstream call's latency for the adaptive rules.
+			// the upstream call's latency and failure for the adaptive rules.
 			defer func() {
 				latency := int64(0)
 				if !start.IsZero() {
 					latency = max(time.Since(start).Microseconds(), 1)
 				}
-				st.engine.Finish(context.WithoutCancel(r.Context()), &res, latency)
+				st.engine.Finish(context.WithoutCancel(r.Context()), &res, latency, sw.dropped(r))
 			}()
 		}
 		if !res.Allowed {
@@ -110,6 +111,10 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 		SetHeaders(w.Header(), &res)
 		if res.HasLeases() { // only lease holders report a latency: no clock read otherwise
 			start = time.Now()
+		}
+		if res.Learns() { // only adaptive rules read the status: no wrapper otherwise
+			sw = &statusWriter{ResponseWriter: w}
+			w = sw
 		}
 		next.ServeHTTP(w, r)
 	})

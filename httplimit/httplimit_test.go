@@ -335,3 +335,50 @@ func TestAdaptiveLatency(t *testing.T) {
 		t.Errorf("RateLimit-Limit %s after 20 ms answers over an SLO of 5 ms, want 1", got)
 	}
 }
+
+// TestAdaptiveDrop: a 5xx from the upstream is a drop, which cuts an adaptive rule's limit by
+// its backoff (10%) per interval however fast it came; the status is read through a wrapper
+// that http.ResponseController still sees through.
+func TestAdaptiveDrop(t *testing.T) {
+	e := engine(t, `[{"name":"a","limit":{"algorithm":"adaptive","percentile":90,"slo":"5ms","min_limit":1,"max_limit":8,
+		"interval":"1ms","smoothing":100,"probe_every":"1h"}}]`, nil)
+	var status atomic.Int64
+	status.Store(200)
+	srv := serve(t, httplimit.New(e, httplimit.Options{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(int(status.Load()))
+		if err := http.NewResponseController(w).Flush(); err != nil {
+			t.Errorf("flush through the status wrapper: %v", err)
+		}
+		if _, ok := w.(http.Flusher); !ok {
+			t.Error("the status wrapper is no http.Flusher")
+		}
+	}))
+	limit := func(want int) string {
+		res, _ := get(t, srv, "/", "")
+		if res.StatusCode != want {
+			t.Fatalf("sequential request: %d, want %d", res.StatusCode, want)
+		}
+		time.Sleep(time.Millisecond) // an interval: one cut per interval at most
+		return res.Header.Get("RateLimit-Limit")
+	}
+	var got string
+	for range 60 {
+		got = limit(200)
+	}
+	if got != "4" {
+		t.Fatalf("RateLimit-Limit %s after fast answers, want 4", got)
+	}
+	for _, s := range []int{503, 502} { // 502: dianad's answer to a transport error or timeout
+		status.Store(int64(s))
+		for range 20 {
+			got = limit(s)
+		}
+		if got != "1" {
+			t.Errorf("RateLimit-Limit %s after fast %d answers, want min_limit 1", got, s)
+		}
+		status.Store(200)
+		for range 60 {
+			got = limit(200)
+		}
+	}
+}

@@ -32,6 +32,7 @@ type kongReq struct {
 	Service    string
 	Headers    map[string]string // lower-case names
 	Shared     map[string]any    // kong.ctx.shared, kept from access to log
+	Status     int               // the response's status, for kong.response.get_status
 }
 
 // kongResult is what the plugin did during one event.
@@ -116,6 +117,8 @@ func answer(conn net.Conn, r *kongReq, rpcReturn bool) (res kongResult, closed b
 				return res, false, err
 			}
 			ret = bridge.WrapString(r.Headers[strings.ToLower(name.V)])
+		case "kong.response.get_status":
+			ret = &kpp.Int{V: int32(r.Status)}
 		case "kong.response.set_headers":
 			var st structpb.Struct
 			if err := proto.Unmarshal(args, &st); err != nil {

@@ -213,7 +213,9 @@ func (c *Config) logUnlimited(kong *pdk.PDK, in *rules.Input, res *rules.Result)
 
 // Log gives back the concurrency leases the request took, with the time from the end of its
 // access phase to its log phase as its latency (the upstream call and the response to the
-// client), which adaptive limits learn from: no PDK call measures it. Instances without a
+// client), which adaptive limits learn from: no PDK call measures it. For adaptive limits it
+// also asks the response's status: one ≥ 500 (the upstream's, or Kong's 502 or 504 when the
+// upstream failed or timed out) is a drop, which cuts the limit. Instances without a
 // concurrency or adaptive limit return at once, without a PDK call.
 func (c *Config) Log(kong *pdk.PDK) {
 	defer recovered("log")
@@ -226,7 +228,13 @@ func (c *Config) Log(kong *pdk.PDK) {
 	}
 	if v, ok := leases.LoadAndDelete(id); ok {
 		h := v.(held)
-		h.engine.Finish(context.Background(), &h.res, max(clock().Sub(h.start).Microseconds(), 1))
+		latency := max(clock().Sub(h.start).Microseconds(), 1) // before the PDK call below
+		dropped := false
+		if h.res.Learns() {
+			status, err := kong.Response.GetStatus()
+			dropped = err == nil && status >= 500
+		}
+		h.engine.Finish(context.Background(), &h.res, latency, dropped)
 	}
 }
 

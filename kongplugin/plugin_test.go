@@ -493,6 +493,51 @@ func TestAdaptiveLatencyFromLog(t *testing.T) {
 	}
 }
 
+// A request whose response is a 5xx (the upstream failed, or Kong's 502/504) is a drop: its log
+// phase reads the status, and the limit falls by the backoff (10%) though the latency is short.
+func TestAdaptiveDropFromLog(t *testing.T) {
+	base := time.Now()
+	var elapsed atomic.Int64 // µs on the plugin's clock
+	clock = func() time.Time { return base.Add(time.Duration(elapsed.Load()) * time.Microsecond) }
+	defer func() { clock = time.Now }()
+	c := newConfig(t, map[string]any{"algorithm": "adaptive", "limit": 1000})
+	mustValid(t, c)
+	// round admits as many requests as the limit does, ends each 1 ms later with status, and
+	// returns the limit the refusal reported.
+	round := func(status int) int {
+		var held []*kongReq
+		limit := 0
+		for {
+			r := &kongReq{IP: "10.0.0.1", Status: status}
+			res := event(t, c, "access", r)
+			if res.Exit {
+				limit, _ = strconv.Atoi(res.Headers["Ratelimit-Limit"][0])
+				break
+			}
+			held = append(held, r)
+		}
+		elapsed.Add(1000)
+		for _, r := range held {
+			if res := event(t, c, "log", r); !slices.Contains(res.Calls, "kong.response.get_status") {
+				t.Fatalf("log calls %v: no status asked", res.Calls)
+			}
+		}
+		return limit
+	}
+	l := 0
+	for end := time.Now().Add(5 * time.Second); l <= 20 && time.Now().Before(end); {
+		l = round(200)
+	}
+	if l <= 20 {
+		t.Fatalf("limit %d after 1 ms answers, want above 20", l)
+	}
+	round(503)
+	// The limit word was under l + 1: 90% of it is at most ⌊(l + 1) × 0.9⌋.
+	if got := round(200); got > (l+1)*9/10 {
+		t.Errorf("limit %d after a round of 503s, want at most 90%% of %d (+1)", got, l)
+	}
+}
+
 // subwindows reaches every limit of the instance: the main one and the groups'.
 func TestSubWindows(t *testing.T) {
 	cfg := newConfig(t, map[string]any{"algorithm": "sliding_window", "limit": 10, "window": "1m", "subwindows": 60, "ip_limit": 5})

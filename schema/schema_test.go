@@ -209,7 +209,7 @@ func validDocs() map[string]doc {
 	docs := map[string]doc{}
 	// adaptive is local only: every parameter, and the slo form.
 	adaptive := `"rules": [{"name": "a", "mode": "local", "limit": {"algorithm": "adaptive", "percentile": 90, "tolerance": 100, "min_limit": 2,
-		"max_limit": 500, "interval": "200ms", "smoothing": 30, "probe_every": "1m", "probe_samples": 100}},
+		"max_limit": 500, "interval": "200ms", "smoothing": 30, "probe_every": "1m", "probe_samples": 100, "backoff": 75}},
 		{"name": "b", "limit": {"algorithm": "adaptive", "slo": "250ms"}}]}`
 	docs["dianad adaptive"] = doc{json: `{"version": 1,` + adaptive}
 	docs["remote adaptive"] = doc{json: `{"version": 1,` + adaptive, remote: true}

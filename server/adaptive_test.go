@@ -106,3 +106,37 @@ rules:
 		t.Errorf("%s%s, want 4..500", metric, v)
 	}
 }
+
+// TestAdaptiveDropOnUpstreamFailure: when dianad cannot reach the upstream, its 502 is a drop,
+// which cuts an adaptive rule's limit (here from 4 to min_limit 1) however fast the failure came:
+// with the latency alone, 1 ms failures under an slo of 1 s would keep it.
+func TestAdaptiveDropOnUpstreamFailure(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	ts := startFile(t, header+`upstreams:
+  - name: up
+    url: "`+up.URL+`"
+rules:
+  - name: adaptive
+    limit: {algorithm: adaptive, percentile: 50, slo: 1s, min_limit: 1, max_limit: 8, interval: 1ms, smoothing: 100}
+`)
+	// requests sends n requests one at a time, an interval apart, and returns the last limit.
+	requests := func(n, want int) string {
+		var r reply
+		for range n {
+			if r = get(t, ts.proxy+"/", ""); r.status != want {
+				t.Fatalf("status %d, want %d: %s", r.status, want, r.body)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		return r.header.Get("RateLimit-Limit")
+	}
+	// One at a time is at least half of limits 1 and 2: it grows to 4, no further.
+	if got := requests(40, http.StatusOK); got != "4" {
+		t.Fatalf("RateLimit-Limit %s after fast answers, want 4", got)
+	}
+	up.Close() // connections refused: dianad answers 502
+	requests(20, http.StatusBadGateway)
+	if got := get(t, ts.proxy+"/", "").header.Get("RateLimit-Limit"); got != "1" {
+		t.Errorf("RateLimit-Limit %s after 20 upstream failures, want min_limit 1", got)
+	}
+}

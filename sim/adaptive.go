@@ -22,6 +22,11 @@ type AdBackend struct {
 	HalveAt   int64 // µs: at this time the servers halve (0: never)
 	SlowAt    int64 // µs: from this time every service takes twice as long (0: never)
 	ServiceUs int64 // the service time's constant part; the exponential part has the same mean
+	// Shedding (ShedUs > 0): a request that arrives while every server is busy and ShedQueue
+	// or more wait is refused with a 503 that takes a server ShedUs, ahead of the queue (the
+	// server reads it and answers at once): fast, but not free.
+	ShedQueue int
+	ShedUs    int64
 }
 
 // Capacity is the backend's throughput at saturation, requests per second, before any halving.
@@ -37,8 +42,8 @@ type AdLoad struct {
 type AdLimiter interface {
 	Name() string
 	Admit(now int64) bool
-	Done(now, latency int64)
-	Limit() int64 // the current limit, for the charts (0: none)
+	Done(now, latency int64, dropped bool) // dropped: the backend refused it (503)
+	Limit() int64                          // the current limit, for the charts (0: none)
 }
 
 // AdRun is the outcome of one simulation.
@@ -48,8 +53,10 @@ type AdRun struct {
 	Goodput []float64 // requests per second
 	P99     []int64
 	Limits  []int64
-	// Latencies of completed requests with their completion time, for windows.
+	// Latencies of completed requests with their completion time, for windows; when the
+	// backend's 503s came.
 	done []sample
+	shed []int64
 }
 
 type sample struct{ at, latency int64 }
@@ -60,6 +67,7 @@ type event struct {
 	at      int64
 	arrival bool
 	start   int64 // a completion: when the request was admitted
+	shed    bool  // a completion: a 503
 }
 
 type events []event
@@ -97,7 +105,7 @@ func AdSimulate(b AdBackend, load AdLoad, lim AdLimiter, durUs int64, seed uint6
 	var q events
 	heap.Push(&q, event{at: 0, arrival: true})
 	busy, servers := 0, b.Servers
-	var waiting []int64 // admission times of queued requests, FIFO
+	var waiting, shedding []int64 // admission times of queued requests and of 503s to send, FIFO
 	for q.Len() > 0 {
 		ev := heap.Pop(&q).(event)
 		now := ev.at
@@ -112,18 +120,30 @@ func AdSimulate(b AdBackend, load AdLoad, lim AdLimiter, durUs int64, seed uint6
 			if !lim.Admit(now) {
 				continue
 			}
-			if busy < servers {
+			switch {
+			case busy < servers:
 				busy++
 				heap.Push(&q, event{at: now + service(now), start: now})
-			} else {
+			case b.ShedUs > 0 && len(waiting) >= b.ShedQueue:
+				shedding = append(shedding, now)
+			default:
 				waiting = append(waiting, now)
 			}
 			continue
 		}
 		latency := now - ev.start
-		lim.Done(now, latency)
-		run.done = append(run.done, sample{now, latency})
+		lim.Done(now, latency, ev.shed)
+		if ev.shed {
+			run.shed = append(run.shed, now)
+		} else {
+			run.done = append(run.done, sample{now, latency})
+		}
 		busy--
+		for busy < servers && len(shedding) > 0 {
+			busy++
+			heap.Push(&q, event{at: now + b.ShedUs, start: shedding[0], shed: true})
+			shedding = shedding[1:]
+		}
 		for busy < servers && len(waiting) > 0 {
 			busy++
 			heap.Push(&q, event{at: now + service(now), start: waiting[0]})
@@ -157,6 +177,17 @@ func (r *AdRun) latencies(from, to int64) []int64 {
 func (r *AdRun) Window(from, to int64) (float64, int64) {
 	lat := r.latencies(from, to)
 	return float64(len(lat)) * 1e6 / float64(to-from), p99of(lat, 99)
+}
+
+// Shed returns the share of the requests the backend answered in [from, to) that were 503s.
+func (r *AdRun) Shed(from, to int64) float64 {
+	lo, _ := slices.BinarySearch(r.shed, from)
+	hi, _ := slices.BinarySearch(r.shed, to)
+	n := len(r.latencies(from, to))
+	if hi-lo+n == 0 {
+		return 0
+	}
+	return float64(hi-lo) / float64(hi-lo+n)
 }
 
 // Converged returns how long after at the run's P99, over windows of 500 ms, stays at most
@@ -201,10 +232,10 @@ func p99of(v []int64, p int) int64 {
 // NoLimit admits everything.
 type NoLimit struct{}
 
-func (NoLimit) Name() string      { return "no limit" }
-func (NoLimit) Admit(int64) bool  { return true }
-func (NoLimit) Done(int64, int64) {}
-func (NoLimit) Limit() int64      { return 0 }
+func (NoLimit) Name() string            { return "no limit" }
+func (NoLimit) Admit(int64) bool        { return true }
+func (NoLimit) Done(int64, int64, bool) {}
+func (NoLimit) Limit() int64            { return 0 }
 
 // Static is a fixed concurrency limit.
 type Static struct {
@@ -212,9 +243,9 @@ type Static struct {
 	inflight int64
 }
 
-func (s *Static) Name() string      { return "static " + strconv.FormatInt(s.Max, 10) }
-func (s *Static) Done(int64, int64) { s.inflight-- }
-func (s *Static) Limit() int64      { return s.Max }
+func (s *Static) Name() string            { return "static " + strconv.FormatInt(s.Max, 10) }
+func (s *Static) Done(int64, int64, bool) { s.inflight-- }
+func (s *Static) Limit() int64            { return s.Max }
 func (s *Static) Admit(int64) bool {
 	if s.inflight >= s.Max {
 		return false
@@ -233,14 +264,22 @@ func (a *Adaptive) Name() string { return "diana adaptive" }
 func (a *Adaptive) Admit(now int64) bool {
 	return a.Alg.Decide(&a.st, algos.Request{Now: now, Cost: 1}).Allowed
 }
-func (a *Adaptive) Done(now, latency int64) {
-	a.Alg.Decide(&a.st, algos.Request{Now: now, Cost: 1, Release: true, Latency: latency})
+func (a *Adaptive) Done(now, latency int64, dropped bool) {
+	a.Alg.Decide(&a.st, algos.Request{Now: now, Cost: 1, Release: true, Latency: latency, Dropped: dropped})
 }
-func (a *Adaptive) Limit() int64 { return a.Alg.Limit(&a.st) }
+
+// LatencyOnly is a limiter told nothing of the backend's 503s: each is a request that took its
+// latency, as a front end that did not report drops would have it.
+type LatencyOnly struct{ AdLimiter }
+
+func (l LatencyOnly) Name() string                    { return l.AdLimiter.Name() + ", latency only" }
+func (l LatencyOnly) Done(now, latency int64, _ bool) { l.AdLimiter.Done(now, latency, false) }
+func (a *Adaptive) Limit() int64                      { return a.Alg.Limit(&a.st) }
 
 // Gradient2 is Netflix concurrency-limits' Gradient2Limit as published (defaults: initial 20,
 // smoothing 0.2, queue size 4, long window 600), updated on every sample with the requests in
-// flight when it was admitted; min and max limits as ours, for a fair comparison.
+// flight when it was admitted; min and max limits as ours, for a fair comparison. Like the
+// original, it takes a dropped request's latency as a sample, and nothing else of the drop.
 type Gradient2 struct {
 	MinLimit, MaxLimit float64
 	limit              float64
@@ -278,7 +317,7 @@ func (g *Gradient2) inflightAt(start int64) int64 {
 	}
 	return v
 }
-func (g *Gradient2) Done(now, rtt int64) {
+func (g *Gradient2) Done(now, rtt int64, _ bool) {
 	inflight := g.inflightAt(now - rtt)
 	g.inflight--
 	short := float64(rtt)
@@ -304,7 +343,9 @@ func (g *Gradient2) Limit() int64 { return int64(g.limit) }
 
 // Vegas is Netflix concurrency-limits' VegasLimit as published (defaults: initial 20, alpha
 // 3·log10, beta 6·log10, threshold log10, increase and decrease by log10, smoothing 1, a probe
-// of rtt_noload every 30 × limit × jitter samples, jitter in [0.5, 1) from the run's seed).
+// of rtt_noload every 30 × limit × jitter samples, jitter in [0.5, 1) from the run's seed). A
+// dropped request is a sample too, which, past the probe and rtt_noload checks, decreases the
+// limit by log10 (didDrop).
 type Vegas struct {
 	MaxLimit float64
 	Seed     uint64
@@ -331,7 +372,7 @@ func (v *Vegas) Admit(now int64) bool {
 	return true
 }
 func log10i(l float64) float64 { return math.Max(1, math.Floor(math.Log10(l))) }
-func (v *Vegas) Done(now, rtt int64) {
+func (v *Vegas) Done(now, rtt int64, dropped bool) {
 	inflight := v.g.inflightAt(now - rtt)
 	v.g.inflight--
 	v.probes++
@@ -345,11 +386,15 @@ func (v *Vegas) Done(now, rtt int64) {
 		v.noload = rtt
 		return
 	}
+	l := v.limit
+	if dropped {
+		v.limit = math.Max(1, l-log10i(l))
+		return
+	}
 	if float64(inflight)*2 < v.limit {
 		return
 	}
 	queue := math.Ceil(v.limit * (1 - float64(v.noload)/float64(rtt)))
-	l := v.limit
 	alpha, beta, threshold := 3*log10i(l), 6*log10i(l), log10i(l)
 	switch {
 	case queue <= threshold:

@@ -80,10 +80,10 @@ func check(a algos.Algorithm) bool {
 
 // checkAdaptive runs the adaptive limit (which a burst check cannot: its slots are given back
 // by releases, not by time) through rounds of 10 ms requests under an SLO of 5 ms, then 1 ms ones:
-// it must fall to min_limit, then grow.
+// it must fall to min_limit, then grow, and a drop must cut it.
 func checkAdaptive() bool {
 	a, err := algos.NewAdaptive(algos.AdaptiveConfig{Percentile: 90, SLO: 5 * algos.Millisecond, MinLimit: 2, MaxLimit: 64,
-		Interval: 100 * algos.Millisecond, Smoothing: 100, ProbeEvery: algos.Minute, ProbeSamples: 10})
+		Interval: 100 * algos.Millisecond, Smoothing: 100, ProbeEvery: algos.Minute, ProbeSamples: 10, Backoff: 90})
 	if err != nil {
 		println("tinygocheck: FAIL:", err.Error())
 		return false
@@ -108,8 +108,12 @@ func checkAdaptive() bool {
 		round(algos.Millisecond)
 	}
 	fast := a.Limit(&st)
-	println("adaptive limit", slow, "at 10 ms,", fast, "at 1 ms")
-	ok := slow == 2 && fast == 64
+	// A dropped request (the backend failed it) cuts the limit to 90%: 57.
+	a.Decide(&st, algos.Request{Now: now, Cost: 1})
+	a.Decide(&st, algos.Request{Now: now + algos.Millisecond, Cost: 1, Release: true, Latency: algos.Millisecond, Dropped: true})
+	dropped := a.Limit(&st)
+	println("adaptive limit", slow, "at 10 ms,", fast, "at 1 ms,", dropped, "after a drop")
+	ok := slow == 2 && fast == 64 && dropped == 57
 	if !ok {
 		println("tinygocheck: FAIL: adaptive")
 	}

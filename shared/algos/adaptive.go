@@ -44,6 +44,8 @@ const (
 	awLastProbe          // µs: when the last probe ended (or the state was created)
 	awOver               // intervals at a low limit over the baseline, less those not (see tick)
 	awHigh               // the highest limit since the last probe ended, in thousandths
+	awCutAt              // µs: when a dropped request last cut the limit
+	awDrops              // dropped requests released during the interval
 	awHist               // first histogram bucket
 	adaptiveWords = awHist + adaptiveBuckets
 )
@@ -77,20 +79,31 @@ const (
 //
 //	proposed = limit × target / P, clamped to [limit / 2, 2 × limit];
 //	           limit itself when proposed > limit and the peak in flight during the interval was
-//	           under limit / 2 (the traffic, not the backend, bounds it: no upward drift)
+//	           under limit / 2 (the traffic, not the backend, bounds it: no upward drift), or a
+//	           request was dropped during the interval
 //	limit   += (proposed − limit) × smoothing / 100  (truncated towards 0)
 //	limit    = clamp(limit, min_limit, max_limit)
 //
-// and a new interval starts with an empty histogram. A state starts at min_limit.
+// and a new interval starts with an empty histogram (and no drops). A state starts at min_limit.
+//
+// Drops. A release with Request.Dropped (the backend failed the request: a 5xx status, a
+// timeout, a refused connection) is not a sample: an overloaded backend that sheds load answers
+// fast, and its fast failures would pull the percentile down and the limit up. Instead it cuts
+// the limit at once, limit = max(limit × backoff / 100, min_limit) (in thousandths, truncated;
+// backoff 90: by 10%, as Netflix's AIMD backoff ratio 0.9), unless a drop already cut it less
+// than interval ago (the drops of one overload come together; one cut per interval, like TCP's
+// once per window; never with a clock that went backwards since); and an interval during which
+// a drop came may not raise the limit (proposed = min(proposed, limit)). A backend that fails
+// everything gets no interval closed (no samples) and a cut each interval, down to min_limit.
 //
 // Requests. take n ≥ 1: admitted iff inflight + n ≤ L, where L = ⌊limit⌋, or min_limit while
 // probing; n > max_limit is never admitted (RetryAfter Never); otherwise a denial has RetryAfter
 // = interval, when the limit is next recomputed (a release may free a slot sooner). take 0: a
 // peek. release (Request.Release, Cost = the slots taken): inflight −= n (not below 0) and, if
-// Latency > 0, the latency is a sample; always allowed, Granted 0. Every request but a dry run
-// first closes the interval or the probe if it is due. Limit = L, Remaining = L − inflight (≥ 0),
-// ResetAfter = 0 when nothing is in flight, else interval; TTL = probe_every: a state idle that
-// long starts afresh (a lost release is forgotten then).
+// Dropped, a drop (above), else if Latency > 0, the latency is a sample; always allowed, Granted
+// 0. Every request but a dry run first closes the interval or the probe if it is due. Limit = L,
+// Remaining = L − inflight (≥ 0), ResetAfter = 0 when nothing is in flight, else interval; TTL =
+// probe_every: a state idle that long starts afresh (a lost release is forgotten then).
 //
 // A dry run decides on the state as it is, without closing an interval. A clock that goes
 // backwards closes nothing and counts no probe sample. Arithmetic: limit × 1000 ≤ 10^9 and a
@@ -101,6 +114,7 @@ type Adaptive struct {
 	pct, tolerance, slo      int64
 	minL, maxL               int64
 	interval, smoothing      int64
+	backoff                  int64
 	probeEvery, probeSamples int64
 	minSamples               int64 // max(AdaptiveMinSamples, ⌈100 / (100 − percentile)⌉)
 	script                   Script
@@ -118,6 +132,7 @@ type AdaptiveConfig struct {
 	Smoothing    int64 // 1..100: % of the proposed change applied per interval
 	ProbeEvery   int64 // µs between two probes of the baseline, ≥ Interval
 	ProbeSamples int64 // 10..10000: samples a probe takes
+	Backoff      int64 // 50..99: % of the limit kept when a request is dropped
 }
 
 // NewAdaptive returns an adaptive concurrency limit, or a *ParamError naming the parameter (by
@@ -139,6 +154,7 @@ func NewAdaptive(c AdaptiveConfig) (*Adaptive, error) {
 		{"smoothing", "", c.Smoothing, 1, 100, ""},
 		{"probe_every", "interval", c.ProbeEvery, c.Interval, Day, " µs"},
 		{"probe_samples", "", c.ProbeSamples, AdaptiveMinSamples, 10_000, ""},
+		{"backoff", "", c.Backoff, 50, 99, ""},
 	}
 	for _, k := range checks {
 		bound := itoa(k.lo) + k.unit
@@ -153,7 +169,7 @@ func NewAdaptive(c AdaptiveConfig) (*Adaptive, error) {
 		}
 	}
 	a := &Adaptive{pct: c.Percentile, tolerance: c.Tolerance, slo: c.SLO, minL: c.MinLimit, maxL: c.MaxLimit,
-		interval: c.Interval, smoothing: c.Smoothing, probeEvery: c.ProbeEvery, probeSamples: c.ProbeSamples,
+		interval: c.Interval, smoothing: c.Smoothing, backoff: c.Backoff, probeEvery: c.ProbeEvery, probeSamples: c.ProbeSamples,
 		minSamples: max(AdaptiveMinSamples, ceilDiv(100, 100-c.Percentile))}
 	a.probeSamples = max(a.probeSamples, a.minSamples)
 	a.script = Script{Name: name, Args: []int64{c.MinLimit, c.MaxLimit}, Limit: c.MaxLimit, Log: true}
@@ -190,7 +206,10 @@ func (a *Adaptive) Decide(st *State, r Request) Decision {
 	case r.Release:
 		if !r.DryRun {
 			w[awInflight] = max(w[awInflight]-n, 0)
-			if r.Latency > 0 {
+			switch {
+			case r.Dropped:
+				a.drop(w, now)
+			case r.Latency > 0:
 				a.sample(w, now, r.Latency)
 			}
 		}
@@ -242,6 +261,7 @@ func (a *Adaptive) fresh(w []int64, now int64) []int64 {
 	clear(w)
 	w[awLimit] = a.minL * 1000
 	w[awStart], w[awLastProbe] = now, now
+	w[awCutAt] = now - a.interval // a first drop cuts at once
 	if a.slo == 0 {
 		w[awProbing] = 1
 	}
@@ -278,6 +298,16 @@ func (a *Adaptive) sample(w []int64, now, latency int64) {
 	w[awMaxSample] = max(w[awMaxSample], latency)
 }
 
+// drop cuts the limit for a dropped request, unless a drop cut it less than interval ago.
+func (a *Adaptive) drop(w []int64, now int64) {
+	w[awDrops]++
+	if now-w[awCutAt] < a.interval { // a backwards clock too
+		return
+	}
+	w[awLimit] = max(w[awLimit]*a.backoff/100, a.minL*1000)
+	w[awCutAt] = now
+}
+
 // tick closes the probe or the interval when it is due, and starts a probe when one is due.
 func (a *Adaptive) tick(w []int64, now int64) {
 	elapsed := now - w[awStart]
@@ -300,7 +330,7 @@ func (a *Adaptive) tick(w []int64, now int64) {
 		p, t, l := a.percentile(w), a.target(w), w[awLimit]
 		q, _ := mulDiv(l, t, p)
 		q = min(max(q, l/2), 2*l)
-		if q > l && 2*w[awPeak]*1000 < l {
+		if q > l && (2*w[awPeak]*1000 < l || w[awDrops] > 0) {
 			q = l
 		}
 		l += (q - l) * a.smoothing / 100
@@ -325,7 +355,7 @@ func (a *Adaptive) tick(w []int64, now int64) {
 // restart empties the histogram and starts an interval (or a probe) at now.
 func (a *Adaptive) restart(w []int64, now int64) {
 	clear(w[awHist:])
-	w[awCount], w[awMinSample], w[awMaxSample], w[awStart], w[awPeak] = 0, 0, 0, now, w[awInflight]
+	w[awCount], w[awMinSample], w[awMaxSample], w[awStart], w[awPeak], w[awDrops] = 0, 0, 0, now, w[awInflight], 0
 }
 
 // percentile returns the configured percentile of the histogram (count ≥ 1): the bucket holding

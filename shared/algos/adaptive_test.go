@@ -12,7 +12,7 @@ import (
 func adaptiveTest(t *testing.T, slo int64) *Adaptive {
 	t.Helper()
 	a, err := NewAdaptive(AdaptiveConfig{Percentile: 90, Tolerance: 50, SLO: slo, MinLimit: 2, MaxLimit: 100,
-		Interval: 100 * Millisecond, Smoothing: 100, ProbeEvery: 10 * Second, ProbeSamples: 10})
+		Interval: 100 * Millisecond, Smoothing: 100, ProbeEvery: 10 * Second, ProbeSamples: 10, Backoff: 90})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func TestAdaptiveBuckets(t *testing.T) {
 
 func TestAdaptiveParams(t *testing.T) {
 	ok := AdaptiveConfig{Percentile: 99, Tolerance: 50, MinLimit: 1, MaxLimit: 10, Interval: Second,
-		Smoothing: 50, ProbeEvery: Minute, ProbeSamples: 50}
+		Smoothing: 50, ProbeEvery: Minute, ProbeSamples: 50, Backoff: 90}
 	tests := []struct {
 		param string
 		edit  func(*AdaptiveConfig)
@@ -289,6 +289,8 @@ func TestAdaptiveParams(t *testing.T) {
 		{"smoothing", func(c *AdaptiveConfig) { c.Smoothing = 0 }},
 		{"probe_every", func(c *AdaptiveConfig) { c.ProbeEvery = c.Interval - 1 }},
 		{"probe_samples", func(c *AdaptiveConfig) { c.ProbeSamples = 9 }},
+		{"backoff", func(c *AdaptiveConfig) { c.Backoff = 49 }},
+		{"backoff", func(c *AdaptiveConfig) { c.Backoff = 100 }},
 	}
 	if _, err := NewAdaptive(ok); err != nil {
 		t.Fatal(err)
@@ -309,9 +311,9 @@ func TestAdaptiveParams(t *testing.T) {
 // in its bounds, inflight never goes negative, and a dry run changes nothing.
 func TestAdaptiveExtremes(t *testing.T) {
 	configs := []AdaptiveConfig{
-		{Percentile: 99, Tolerance: 1000, MinLimit: 1, MaxLimit: MaxAdaptiveLimit, Interval: Millisecond, Smoothing: 100, ProbeEvery: Millisecond, ProbeSamples: 10},
-		{Percentile: 50, SLO: MaxAdaptiveLatency, MinLimit: MaxAdaptiveLimit, MaxLimit: MaxAdaptiveLimit, Interval: Hour, Smoothing: 1, ProbeEvery: Day, ProbeSamples: 10_000},
-		{Percentile: 99, SLO: 1, MinLimit: 1, MaxLimit: MaxAdaptiveLimit, Interval: Millisecond, Smoothing: 100, ProbeEvery: Millisecond, ProbeSamples: 10},
+		{Percentile: 99, Tolerance: 1000, MinLimit: 1, MaxLimit: MaxAdaptiveLimit, Interval: Millisecond, Smoothing: 100, ProbeEvery: Millisecond, ProbeSamples: 10, Backoff: 50},
+		{Percentile: 50, SLO: MaxAdaptiveLatency, MinLimit: MaxAdaptiveLimit, MaxLimit: MaxAdaptiveLimit, Interval: Hour, Smoothing: 1, ProbeEvery: Day, ProbeSamples: 10_000, Backoff: 99},
+		{Percentile: 99, SLO: 1, MinLimit: 1, MaxLimit: MaxAdaptiveLimit, Interval: Millisecond, Smoothing: 100, ProbeEvery: Millisecond, ProbeSamples: 10, Backoff: 50},
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i, c := range configs {
@@ -325,7 +327,7 @@ func TestAdaptiveExtremes(t *testing.T) {
 			now += rng.Int64N(2*Millisecond) - Millisecond/4 // sometimes backwards
 			r := Request{Now: now, Cost: rng.Int64N(3), DryRun: rng.IntN(5) == 0}
 			if rng.IntN(2) == 0 {
-				r.Release, r.Latency = true, rng.Int64N(1<<62)
+				r.Release, r.Latency, r.Dropped = true, rng.Int64N(1<<62), rng.IntN(8) == 0
 				r.DryRun = false
 			}
 			before := slices.Clone(st.Log)
@@ -369,4 +371,63 @@ func scale(s []int64, k int64) []int64 {
 		s[i] *= k
 	}
 	return s
+}
+
+// TestAdaptiveDrops checks the drop signal: a dropped release cuts the limit by backoff (90%)
+// at most once an interval, is no sample, and an interval with a drop does not raise the limit.
+func TestAdaptiveDrops(t *testing.T) {
+	ms := Millisecond
+	a := adaptiveTest(t, 5*ms)
+	var st State
+	now := int64(0)
+	drive(a, &st, &now, 20, 25*ms, ms, func() int64 { return a.Limit(&st) }) // 2 → 32, as above
+	if got := a.Limit(&st); got != 32 {
+		t.Fatalf("limit %d, want 32", got)
+	}
+	drop := func(at, latency int64) Decision {
+		a.Decide(&st, Request{Now: at, Cost: 1})
+		return a.Decide(&st, Request{Now: at + latency, Cost: 1, Release: true, Latency: latency, Dropped: true})
+	}
+	steps := []struct {
+		name      string
+		at        int64
+		limit     int64 // after the drop
+		thousands int64 // the limit word, in thousandths
+	}{
+		{"a drop cuts by 10%", now, 28, 28_800},
+		{"one cut per interval", now + 50*ms, 28, 28_800},
+		{"a clock gone back does not cut", now - 10*ms, 28, 28_800},
+		{"an interval later, another cut", now + 100*ms, 25, 25_920},
+	}
+	for _, s := range steps {
+		d := drop(s.at, ms)
+		if d.Limit != s.limit || st.Log[awLimit] != s.thousands || !d.Allowed || d.Granted != 0 {
+			t.Fatalf("%s: decision %+v, limit word %d; want limit %d (%d)", s.name, d, st.Log[awLimit], s.limit, s.thousands)
+		}
+	}
+	if st.Log[awCount] != 0 {
+		t.Errorf("drops were taken as samples: %d in the histogram", st.Log[awCount])
+	}
+	// An interval of fast samples (1 ms, against an SLO of 5 ms: ×2 proposed) with a drop in it
+	// keeps the limit, and the next one without a drop doubles it.
+	now += 200 * ms
+	drive(a, &st, &now, 4, 25*ms, ms, func() int64 { return a.Limit(&st) })
+	drop(now, ms)
+	limitWord := st.Log[awLimit]
+	drive(a, &st, &now, 4, 25*ms, ms, func() int64 { return a.Limit(&st) })
+	if st.Log[awLimit] != limitWord {
+		t.Errorf("an interval with a drop moved the limit from %d to %d thousandths", limitWord, st.Log[awLimit])
+	}
+	drive(a, &st, &now, 5, 25*ms, ms, func() int64 { return a.Limit(&st) })
+	if got := st.Log[awLimit]; got != 2*limitWord {
+		t.Errorf("the interval after: limit %d thousandths, want %d", got, 2*limitWord)
+	}
+	// A backend that fails everything: a cut per interval down to min_limit.
+	for range 40 {
+		drop(now, ms)
+		now += 100 * ms
+	}
+	if got := a.Limit(&st); got != 2 {
+		t.Errorf("after 40 intervals of drops only: limit %d, want min_limit 2", got)
+	}
 }

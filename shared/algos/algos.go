@@ -55,6 +55,9 @@ type Request struct {
 	// Latency is what a released request took, µs, measured by the front end around the
 	// upstream call (adaptive); 0: not measured.
 	Latency int64
+	// Dropped says that the released request failed at the backend (a 5xx status, a timeout, a
+	// transport error): adaptive cuts its limit instead of taking the latency as a sample.
+	Dropped bool
 	// DryRun asks for the decision the request would get, leaving the state as it was (no
 	// units taken, no ban started): rules check every limit of a request before committing any.
 	// Every algorithm honours it; a release is never a dry run.

@@ -9,9 +9,9 @@ func init() {
 	RegisterAlgorithm("adaptive", AlgorithmKind{
 		Doc: "concurrency limit that follows the backend's latency: the limit moves so that a percentile of latency stays at a target (local mode only)",
 		Params: []Param{
-			{Name: "percentile", Type: Count, Default: 99, Min: 50, Max: 99,
+			{Name: "percentile", Type: Count, Default: 50, Min: 50, Max: 99,
 				Doc: "the percentile of the latencies held at the target, per interval (90: P90)"},
-			{Name: "tolerance", Type: Count, Default: 20, Min: 0, Max: 1000,
+			{Name: "tolerance", Type: Count, Default: 8, Min: 0, Max: 1000,
 				Doc: "how far over the baseline, in percent, the percentile may go: target = baseline × (100 + tolerance) / 100"},
 			{Name: "slo", Type: Duration, Default: 0, Min: 0, Max: algos.Minute, Excludes: "tolerance",
 				Doc: "an absolute target for the percentile instead of the baseline (no probes then)"},
@@ -25,14 +25,16 @@ func init() {
 				Doc: "the share, in percent, of the proposed change applied at each interval"},
 			{Name: "probe_every", Type: Duration, Default: 30 * algos.Second, Min: algos.Millisecond, Max: algos.Day,
 				Doc: "how often the baseline is re-measured (the limit held at min_limit meanwhile), as Envoy's min RTT sampling; at least interval; also how long an idle state is kept"},
-			{Name: "probe_samples", Type: Count, Default: 50, Min: algos.AdaptiveMinSamples, Max: 10_000,
+			{Name: "probe_samples", Type: Count, Default: 100, Min: algos.AdaptiveMinSamples, Max: 10_000,
 				Doc: "how many requests a probe measures"},
+			{Name: "backoff", Type: Count, Default: 90, Min: 50, Max: 99,
+				Doc: "the share, in percent, of the limit kept when the backend fails a request (a 5xx status, a timeout): one cut per interval at most, as Netflix's AIMD backoff ratio"},
 		},
 		Build: func(p Params, _ int64) (algos.Algorithm, error) {
 			return algorithm(algos.NewAdaptive(algos.AdaptiveConfig{
 				Percentile: p["percentile"], Tolerance: p["tolerance"], SLO: p["slo"],
 				MinLimit: p["min_limit"], MaxLimit: p["max_limit"], Interval: p["interval"], Smoothing: p["smoothing"],
-				ProbeEvery: p["probe_every"], ProbeSamples: p["probe_samples"]}))
+				ProbeEvery: p["probe_every"], ProbeSamples: p["probe_samples"], Backoff: p["backoff"]}))
 		},
 		Leases:    true,
 		Latency:   true,

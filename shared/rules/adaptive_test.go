@@ -21,7 +21,7 @@ func TestAdaptiveRule(t *testing.T) {
 	// Rounds every 25 ms of as many requests as the limit admits, each from a new client (per_ip
 	// admits one per client), finished after latency.
 	n := 0
-	rounds := func(k int, latency int64) int64 {
+	rounds := func(k int, latency int64, dropped bool) int64 {
 		var limit int64
 		for range k {
 			var held []rules.Result
@@ -37,19 +37,24 @@ func TestAdaptiveRule(t *testing.T) {
 			}
 			e.clock.Add(latency)
 			for i := range held {
-				e.eng.Finish(ctx, &held[i], latency)
+				e.eng.Finish(ctx, &held[i], latency, dropped)
 			}
 			e.clock.Add(25*algos.Millisecond - latency)
 		}
 		return limit
 	}
-	if got := rounds(1, algos.Millisecond); got != 2 {
+	if got := rounds(1, algos.Millisecond, false); got != 2 {
 		t.Fatalf("limit %d at first, want min_limit 2", got)
 	}
-	if got := rounds(30, algos.Millisecond); got != 50 {
+	if got := rounds(30, algos.Millisecond, false); got != 50 {
 		t.Fatalf("limit %d after 1 ms latencies under an SLO of 5 ms, want max_limit 50", got)
 	}
-	if got := rounds(30, 20*algos.Millisecond); got != 2 {
+	// A round of dropped requests (failed fast) cuts it by backoff, 90%, once.
+	rounds(1, algos.Millisecond, true)
+	if got := rounds(1, algos.Millisecond, false); got != 45 {
+		t.Fatalf("limit %d after a round of drops, want 45", got)
+	}
+	if got := rounds(30, 20*algos.Millisecond, false); got != 2 {
 		t.Fatalf("limit %d after 20 ms latencies, want min_limit 2", got)
 	}
 	// A request refused by per_ip takes no slot of ad; Release (no latency) gives slots back.
@@ -93,7 +98,7 @@ func TestAdaptiveLimitHook(t *testing.T) {
 	var got []string
 	e.build(mustDecode(t, doc), rules.Options{Limit: func(r *rules.Rule, l int64) { got = append(got, r.Name+":"+strconv.FormatInt(l, 10)) }})
 	res := e.check(ip("10.0.0.1"))
-	e.eng.Finish(context.Background(), &res, algos.Millisecond)
+	e.eng.Finish(context.Background(), &res, algos.Millisecond, false)
 	if strings.Join(got, " ") != "ad:3 ad:3" {
 		t.Errorf("reported %v, want ad:3 twice (the decision and the release)", got)
 	}

@@ -313,14 +313,26 @@ func retryLater(a, b int64) bool {
 // HasLeases reports whether the request holds concurrency leases, which Release gives back.
 func (r *Result) HasLeases() bool { return len(r.leases) > 0 }
 
+// Learns reports whether the request holds a lease of a rule that learns from how it ends
+// (adaptive): its latency and whether the backend failed it, which Finish reports.
+func (r *Result) Learns() bool {
+	for _, l := range r.leases {
+		if l.rule.Learns {
+			return true
+		}
+	}
+	return false
+}
+
 // Release gives back the concurrency leases a request took; call it when the request ends,
 // whatever the verdict (a request refused by a racing commit may hold leases of other rules).
 // It is a no-op for results without leases.
-func (e *Engine) Release(ctx context.Context, res *Result) { e.Finish(ctx, res, 0) }
+func (e *Engine) Release(ctx context.Context, res *Result) { e.Finish(ctx, res, 0, false) }
 
 // Finish is Release for a request whose upstream call took latency µs (0: not measured, as
-// when the request never reached the upstream): adaptive rules learn from it.
-func (e *Engine) Finish(ctx context.Context, res *Result, latency int64) {
+// when the request never reached the upstream) and, if dropped, failed (a 5xx status, a
+// timeout, a transport error): adaptive rules learn from it (algos.Request's Latency, Dropped).
+func (e *Engine) Finish(ctx context.Context, res *Result, latency int64, dropped bool) {
 	if len(res.leases) == 0 {
 		return
 	}
@@ -328,7 +340,7 @@ func (e *Engine) Finish(ctx context.Context, res *Result, latency int64) {
 	defer e.scratch.Put(s)
 	s.ops, s.ptrs = s.ops[:0], s.ptrs[:0]
 	for _, l := range res.leases {
-		s.ops = append(s.ops, NewOp(l.rule, l.key, algos.Request{ID: l.id, Cost: l.units, Release: true, Latency: latency}))
+		s.ops = append(s.ops, NewOp(l.rule, l.key, algos.Request{ID: l.id, Cost: l.units, Release: true, Latency: latency, Dropped: dropped}))
 	}
 	for i := range s.ops {
 		s.ptrs = append(s.ptrs, &s.ops[i])
