@@ -1,9 +1,9 @@
 // Package redisstore runs the algorithms of shared/algos in Redis, so that every gateway node
 // shares one limit. State changes only inside each algorithm's Lua twin (shared/algos/scripts):
 // one EVALSHA per decision (go-redis reloads the script on NOSCRIPT) or, for many (DecideAll),
-// one pipeline of EVALSHA of the algorithms' batch scripts, time from Redis TIME, a TTL on every key the script writes, and the keys of
-// one identity under one hash tag, so the same code runs on a standalone Redis, behind Sentinel
-// or on a Redis Cluster.
+// one pipeline of EVALSHA of the algorithms' batch scripts; time from Redis TIME, a TTL on every
+// key the script writes, and the keys of one identity under one hash tag, so the same code runs
+// on a standalone Redis, behind Sentinel or on a Redis Cluster.
 package redisstore
 
 import (
