@@ -54,13 +54,27 @@ descriptors:
         rate_limit: {unit: minute, requests_per_unit: 4000000000}
 `
 
+// rlsBatched is rlsDescriptors with Diana's batch extension: each dianad takes the limits'
+// units from Redis in batches of up to 1,000.
+const rlsBatched = `domain: bench
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: hour, requests_per_unit: 4000000000}
+    batch: {max: 1000}
+    descriptors:
+      - key: path
+        rate_limit: {unit: minute, requests_per_unit: 4000000000}
+        batch: {max: 1000}
+`
+
 // BenchmarkRLS compares dianad's rate limit service in cluster mode with envoyproxy/ratelimit's
 // own server, both separate processes on the same redis-server with the same descriptor config,
 // under the same closed-loop load of 16 and 64 concurrent clients: requests (each two
 // descriptors, so two counts in Redis) per second, their p99 latency, and the CPU time of the
 // server's process per request (Redis's and the clients' not included). A third server, "empty"
 // (bench/rlsempty), answers without deciding: the ceiling of requests per second that any
-// server can reach under this load on this machine, whose cores the clients share.
+// server can reach under this load on this machine, whose cores the clients share. A fourth,
+// "batched", is dianad with the same limits in batched mode (Diana's batch extension).
 func BenchmarkRLS(b *testing.B) {
 	rs := redistest.Start(b)
 	root := b.TempDir()
@@ -71,10 +85,19 @@ func BenchmarkRLS(b *testing.B) {
 	if err := os.WriteFile(filepath.Join(cfgDir, "bench.yaml"), []byte(rlsDescriptors), 0o644); err != nil {
 		b.Fatal(err)
 	}
+	batchedDir := filepath.Join(root, "batched")
+	if err := os.MkdirAll(batchedDir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(batchedDir, "bench.yaml"), []byte(rlsBatched), 0o644); err != nil {
+		b.Fatal(err)
+	}
 	rlAddr, rlPid := startRatelimit(b, root, rs.Addr)
 	dianaAddr, dianaPid, metrics := startDianaRLS(b, cfgDir, rs.Addr)
 	emptyAddr, emptyPid := startEmptyRLS(b)
-	loads := []*rlsLoad{newRLSLoad(b, "ratelimit", rlAddr, rlPid), newRLSLoad(b, "diana", dianaAddr, dianaPid), newRLSLoad(b, "empty", emptyAddr, emptyPid)}
+	batchedAddr, batchedPid, batchedMetrics := startDianaRLS(b, batchedDir, rs.Addr)
+	loads := []*rlsLoad{newRLSLoad(b, "ratelimit", rlAddr, rlPid), newRLSLoad(b, "diana", dianaAddr, dianaPid),
+		newRLSLoad(b, "empty", emptyAddr, emptyPid), newRLSLoad(b, "batched", batchedAddr, batchedPid)}
 	for _, l := range loads {
 		l.redisPid = rs.Pid()
 	}
@@ -104,8 +127,12 @@ func BenchmarkRLS(b *testing.B) {
 					b.Fatalf("%s: %v", l.name, err)
 				}
 			}
-			r, d, e := loads[0].stats(), loads[1].stats(), loads[2].stats()
+			r, d, e, bd := loads[0].stats(), loads[1].stats(), loads[2].stats(), loads[3].stats()
 			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(bd.rps, "batched-req/s")
+			b.ReportMetric(bd.cpu, "batched-cpu-µs/req")
+			b.ReportMetric(bd.redisCPU, "batched-redis-cpu-µs/req")
+			b.ReportMetric(bd.rps/r.rps, "batched/ratelimit-req/s")
 			b.ReportMetric(e.rps, "empty-req/s")
 			b.ReportMetric(e.cpu, "empty-cpu-µs/req")
 			b.ReportMetric(e.rps/r.rps, "empty/ratelimit-req/s")
@@ -124,8 +151,10 @@ func BenchmarkRLS(b *testing.B) {
 		})
 	}
 	// Every decision of dianad's was Redis's: none came from on_error.
-	if n := scrape(b, metrics, `diana_backend_errors_total{rule="rls:bench.remote_address"}`); n != 0 {
-		b.Fatalf("dianad: %v decisions made by on_error: Redis did not answer in time", n)
+	for _, m := range []string{metrics, batchedMetrics} {
+		if n := scrape(b, m, `diana_backend_errors_total{rule="rls:bench.remote_address"}`); n != 0 {
+			b.Fatalf("dianad: %v decisions made by on_error: Redis did not answer in time", n)
+		}
 	}
 }
 

@@ -82,11 +82,17 @@ func (c *Config) Domains() int { return len(c.domains) }
 type ParseOptions struct {
 	// Nodes divides every limit into a node's share for on_error local; default 1.
 	Nodes int64
+	// Cluster says the limits are counted in Redis, where Diana's batch extension applies.
+	Cluster bool
 }
 
-// algorithmField is Diana's extension: next to rate_limit, the name of the algorithm of
-// shared/rules that counts the limit instead of a fixed window.
-const algorithmField = "algorithm"
+// Diana's extensions, next to rate_limit: algorithmField names the algorithm of shared/rules
+// that counts the limit instead of a fixed window; batchField puts it in batched mode (cluster
+// mode only), as a rule's batch field does.
+const (
+	algorithmField = "algorithm"
+	batchField     = "batch"
+)
 
 // Parse reads the descriptor config files into one Config, refusing a duplicate domain. Every
 // error names the file and the field.
@@ -177,8 +183,12 @@ func (p *parser) descriptors(o *conf.Obj, n *node, prefix string) {
 		alg := d.String(algorithmField, "")
 		if d.Has("rate_limit") {
 			child.limit = p.limit(d, full, alg, shadow, detailed)
-		} else if d.Has(algorithmField) {
-			d.Fail(algorithmField, "applies only beside rate_limit")
+		} else {
+			for _, f := range []string{algorithmField, batchField} {
+				if d.Has(f) {
+					d.Fail(f, "applies only beside rate_limit")
+				}
+			}
 		}
 		if strings.HasSuffix(name, "*") {
 			n.wildcards = append(n.wildcards, name)
@@ -230,31 +240,37 @@ func (p *parser) limit(d *conf.Obj, full, algName string, shadow, detailed bool)
 	l.RequestsPerUnit = uint32(rpu)
 	l.proto = &pb.RateLimitResponse_RateLimit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit, Name: l.Name}
 	if l.Unlimited {
-		if algName != "" {
-			d.Fail(algorithmField, "cannot be set on an unlimited limit")
+		for _, f := range []string{algorithmField, batchField} {
+			if d.Has(f) {
+				d.Fail(f, "cannot be set on an unlimited limit")
+			}
 		}
 		return l
+	}
+	if d.Has(batchField) && !p.o.Cluster {
+		d.Fail(batchField, "applies only to rls.mode cluster: in local mode the limits are decided in this process already")
 	}
 	kind, alg, reason := algorithmFor(algName)
 	if reason != "" {
 		d.Fail(algorithmField, reason)
-		return l
-	}
-	l.Algorithm = alg
-	if rpu == 0 || secs == 0 {
-		return l
-	}
-	build := func(nodes int64) algos.Algorithm {
-		a, err := kind.Build(params(kind, rpu, secs*algos.Second), nodes)
-		if err != nil {
-			d.Fail("rate_limit", "cannot be counted by "+alg+": "+err.Error())
-			return nil
+	} else if l.Algorithm = alg; rpu > 0 && secs > 0 {
+		build := func(nodes int64) algos.Algorithm {
+			a, err := kind.Build(params(kind, rpu, secs*algos.Second), nodes)
+			if err != nil {
+				d.Fail("rate_limit", "cannot be counted by "+alg+": "+err.Error())
+				return nil
+			}
+			return a
 		}
-		return a
+		l.Alg = build(1)
+		if l.Alg != nil && p.o.Nodes > 1 {
+			l.Fallback = build(p.o.Nodes)
+		}
 	}
-	l.Alg = build(1)
-	if l.Alg != nil && p.o.Nodes > 1 {
-		l.Fallback = build(p.o.Nodes)
+	if p.o.Cluster {
+		// Batched mode; the batch object is read (and checked) even when there is nothing to
+		// batch: requests_per_unit 0 refuses every hit.
+		l.Alg = rules.Batch(d, l.Alg, alg)
 	}
 	return l
 }

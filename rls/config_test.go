@@ -9,6 +9,8 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/diana-gw/diana/shared/rules"
 )
 
 // The config errors envoyproxy/ratelimit refuses (its test/config cases), and the ones Diana adds;
@@ -56,6 +58,18 @@ func TestParseErrors(t *testing.T) {
 			`a.yaml: descriptors[0].algorithm: must be one of`},
 		{"algorithm without limit", []string{"domain: d\ndescriptors:\n  - key: k\n    algorithm: sliding_window\n"},
 			`a.yaml: descriptors[0].algorithm: applies only beside rate_limit`},
+		{"batch without limit", []string{"domain: d\ndescriptors:\n  - key: k\n    batch: {max: 10}\n"},
+			`a.yaml: descriptors[0].batch: applies only beside rate_limit`},
+		{"batch of an unlimited limit", []string{"domain: d\ndescriptors:\n  - key: k\n    batch: {max: 10}\n    rate_limit: {unlimited: true}\n"},
+			`a.yaml: descriptors[0].batch: cannot be set on an unlimited limit`},
+		{"local: batch", []string{"domain: d\ndescriptors:\n  - key: k\n    batch: {max: 10}\n    rate_limit: {unit: second, requests_per_unit: 5}\n"},
+			`a.yaml: descriptors[0].batch: applies only to rls.mode cluster`},
+		{"batch without max", []string{"domain: d\ndescriptors:\n  - key: k\n    batch: {min: 2}\n    rate_limit: {unit: second, requests_per_unit: 5}\n"},
+			`a.yaml: descriptors[0].batch.max: is required`},
+		{"batch min over max", []string{"domain: d\ndescriptors:\n  - key: k\n    batch: {min: 20, max: 10}\n    rate_limit: {unit: second, requests_per_unit: 5}\n"},
+			`a.yaml: descriptors[0].batch.min: must be at most max (10), got 20`},
+		{"batch misspelt", []string{"domain: d\ndescriptors:\n  - key: k\n    batch: {max: 10, maxage: 1s}\n    rate_limit: {unit: second, requests_per_unit: 5}\n"},
+			`a.yaml: descriptors[0].batch.maxage: unknown field`},
 		{"algorithm bound", []string{"domain: d\ndescriptors:\n  - key: k\n    algorithm: sliding_log\n    rate_limit: {unit: second, requests_per_unit: 20000}\n"},
 			`a.yaml: descriptors[0].rate_limit: cannot be counted by sliding_log`},
 	} {
@@ -64,7 +78,7 @@ func TestParseErrors(t *testing.T) {
 			for i, data := range tc.files {
 				files = append(files, File{Name: string(rune('a'+i)) + ".yaml", Data: []byte(data)})
 			}
-			_, err := Parse(files, ParseOptions{})
+			_, err := Parse(files, ParseOptions{Cluster: !strings.HasPrefix(tc.name, "local:")})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Parse: %v\nwant an error with %q", err, tc.want)
 			}
@@ -221,5 +235,24 @@ func TestDocsExamples(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("no descriptor config in the docs")
+	}
+}
+
+// Diana's batch extension puts a limit in batched mode, with its algorithm, in cluster mode; a
+// limit of 0 requests reads it and has nothing to batch.
+func TestParseBatch(t *testing.T) {
+	doc := "domain: d\ndescriptors:\n  - key: k\n    batch: {max: 100, min: 5}\n    algorithm: sliding_window\n    rate_limit: {unit: second, requests_per_unit: 1000}\n" +
+		"  - key: z\n    batch: {max: 100}\n    rate_limit: {unit: second, requests_per_unit: 0}\n"
+	c, err := Parse([]File{{Name: "a.yaml", Data: []byte(doc)}}, ParseOptions{Cluster: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := c.lookup("d", []*rlv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}})
+	b, ok := m.limit.Alg.(*rules.Batched)
+	if !ok || b.Min != 5 || b.Max != 100 || b.Algorithm.Script().Name != "sliding_window" {
+		t.Fatalf("limit k: %T %+v, want a batched sliding window of 5 to 100", m.limit.Alg, m.limit.Alg)
+	}
+	if m, _ := c.lookup("d", []*rlv3.RateLimitDescriptor_Entry{{Key: "z", Value: "v"}}); m.limit == nil || m.limit.Alg != nil {
+		t.Fatalf("limit z: %+v, want a limit refusing every hit", m.limit)
 	}
 }

@@ -201,6 +201,49 @@ func TestRLSCluster(t *testing.T) {
 	}
 }
 
+// TestRLSBatch: a descriptor with Diana's batch extension is counted in batched mode: across
+// two instances sharing Redis it admits no more than its limit, and Redis sees far fewer script
+// calls than requests.
+func TestRLSBatch(t *testing.T) {
+	rs := redistest.Start(t)
+	dir := t.TempDir()
+	doc := "domain: d\ndescriptors:\n  - key: k\n    batch: {max: 50}\n    rate_limit: {unit: year, requests_per_unit: 300}\n"
+	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	yaml := rlsConfig(dir, "  mode: cluster\n") + "redis: {addrs: [\"" + rs.Addr + "\"], timeout: " + exactTimeout + "}\n"
+	a, b := startFile(t, yaml), startFile(t, yaml)
+	ca, _ := rlsClient(t, a)
+	cb, _ := rlsClient(t, b)
+	ctx := context.Background()
+	before, err := rs.CommandStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := 0
+	for i := range 400 {
+		c := ca
+		if i%4 == 3 { // uneven: 3 of 4 requests through a
+			c = cb
+		}
+		if code, _ := ask(t, c, "d", 1, rlsDesc("k", "shared")); code == "OK" {
+			ok++
+		}
+	}
+	if ok > 300 || ok < 250 {
+		t.Fatalf("%d of 400 requests allowed by a limit of 300 in batches of up to 50 on two instances, want 250 to 300", ok)
+	}
+	after, err := rs.CommandStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := after["evalsha"].Calls + after["eval"].Calls - before["evalsha"].Calls - before["eval"].Calls
+	if calls > 100 {
+		t.Fatalf("%d script calls for 400 requests, want far fewer (batches of up to 50)", calls)
+	}
+	t.Logf("%d of 400 allowed by a limit of 300; %d script calls", ok, calls)
+}
+
 // The rls section's errors name the field; the descriptor config's, the file and the field.
 func TestRLSConfigErrors(t *testing.T) {
 	for _, tc := range []struct{ doc, want string }{

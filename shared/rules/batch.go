@@ -23,45 +23,81 @@ const MaxBatch = 1_000_000
 
 // decodeBatch reads the rule's batch object and wraps r.Alg in Batched.
 func (r *Rule) decodeBatch(o *conf.Obj) {
-	if !o.Has("batch") {
-		return
-	}
-	bo := o.Obj("batch")
-	if o.Failed("batch") {
-		return
-	}
-	bo.Require("max")
-	hi := bo.Int("max", 1, 1, MaxBatch)
-	lo := bo.Int("min", 1, 1, MaxBatch)
-	age := bo.Duration("max_age", 0, 0, algos.MaxSpan)
-	bo.Done()
+	b, ok := readBatch(o)
 	switch {
-	case lo > hi && !bo.Failed("min") && !bo.Failed("max"):
-		bo.Fail("min", "must be at most max ("+strconv.FormatInt(hi, 10)+"), got "+strconv.FormatInt(lo, 10))
+	case !ok:
 	case r.Mode != Cluster:
 		o.Fail("batch", "applies only to cluster mode: a local rule already decides in this process")
 	case r.Action == Delay:
 		o.Fail("batch", "cannot be combined with action delay: a node spending batched units cannot hold requests")
 	case r.Alg == nil:
-		return // the limit's errors are reported already
+		// the limit's errors are reported already
 	default:
-		l, ok := r.Alg.(algos.Batcher)
-		if !ok {
-			o.Fail("batch", r.Algorithm+" cannot be batched (batched mode takes "+strings.Join(AlgorithmsWhere(AlgorithmKind.Batches), ", ")+")")
-			return
+		if a := b.wrap(o, r.Alg, r.Algorithm); a != nil {
+			r.Alg = a
 		}
-		batching, err := l.Batching(age)
-		if err != nil {
-			switch pe, ok := err.(*algos.ParamError); {
-			case ok && pe.Param == "max_age":
-				bo.Fail("max_age", pe.Reason)
-			case ok:
-				o.Fail("batch", r.Algorithm+" cannot be batched: "+pe.Param+" "+pe.Reason)
-			default:
-				o.Fail("batch", err.Error())
-			}
-			return
-		}
-		r.Alg = &Batched{Algorithm: r.Alg, Batching: batching, Min: lo, Max: hi}
 	}
+}
+
+// Batch reads the batch object of o, if it has one, and returns alg (of the algorithm named
+// name) in batched mode, as a rule's batch field does; else, or when the object is invalid (the
+// error recorded on o), alg itself. For configs other than rules (the rate limit service's
+// descriptors), in cluster mode.
+func Batch(o *conf.Obj, alg algos.Algorithm, name string) algos.Algorithm {
+	b, ok := readBatch(o)
+	if !ok || alg == nil {
+		return alg
+	}
+	if a := b.wrap(o, alg, name); a != nil {
+		return a
+	}
+	return alg
+}
+
+// batchFields are a batch object's fields.
+type batchFields struct {
+	bo       *conf.Obj
+	min, max int64
+	age      int64
+}
+
+// readBatch reads o's batch object: false when o has none or it is invalid.
+func readBatch(o *conf.Obj) (batchFields, bool) {
+	if !o.Has("batch") {
+		return batchFields{}, false
+	}
+	bo := o.Obj("batch")
+	if o.Failed("batch") {
+		return batchFields{}, false
+	}
+	bo.Require("max")
+	b := batchFields{bo: bo, max: bo.Int("max", 1, 1, MaxBatch), min: bo.Int("min", 1, 1, MaxBatch), age: bo.Duration("max_age", 0, 0, algos.MaxSpan)}
+	bo.Done()
+	if b.min > b.max && !bo.Failed("min") && !bo.Failed("max") {
+		bo.Fail("min", "must be at most max ("+strconv.FormatInt(b.max, 10)+"), got "+strconv.FormatInt(b.min, 10))
+		return b, false
+	}
+	return b, true
+}
+
+// wrap returns alg (named name) batched, or nil with the reason recorded on o.
+func (b batchFields) wrap(o *conf.Obj, alg algos.Algorithm, name string) algos.Algorithm {
+	l, ok := alg.(algos.Batcher)
+	if !ok {
+		o.Fail("batch", name+" cannot be batched (batched mode takes "+strings.Join(AlgorithmsWhere(AlgorithmKind.Batches), ", ")+")")
+		return nil
+	}
+	batching, err := l.Batching(b.age)
+	if err != nil {
+		switch pe, ok := err.(*algos.ParamError); {
+		case ok && pe.Param == "max_age":
+			b.bo.Fail("max_age", pe.Reason)
+		case ok:
+			o.Fail("batch", name+" cannot be batched: "+pe.Param+" "+pe.Reason)
+		default:
+			o.Fail("batch", err.Error())
+		}
+		return nil
+	}
+	return &Batched{Algorithm: alg, Batching: batching, Min: b.min, Max: b.max}
 }
