@@ -87,8 +87,8 @@ func TestPage(t *testing.T) {
 			t.Logf("the page:\n%s", md)
 		}
 		names, _, err := quotes(md)
-		if err != nil || strings.Join(names, " ") != "proxy memory redis" {
-			t.Errorf("quotes %v, %v: want proxy, memory and redis", names, err)
+		if err != nil || strings.Join(names, " ") != "proxy memory redis rls" {
+			t.Errorf("quotes %v, %v: want proxy, memory, redis and rls", names, err)
 		}
 		if len(charts) != 3 {
 			t.Errorf("%d charts, want 3", len(charts))
