@@ -22,13 +22,15 @@ func (c *Config) lookup(domain string, entries []*rlv3.RateLimitDescriptor_Entry
 	if n == nil {
 		return m, false
 	}
-	var detailed, valued strings.Builder
-	detailed.WriteString(domain)
+	size := len(domain) // of a metric key, so that it is built in one allocation
+	for _, e := range entries {
+		size += len(e.Key) + len(e.Value) + 2
+	}
+	var valued strings.Builder
+	valued.Grow(size)
 	valued.WriteString(domain)
 	for i, e := range entries {
 		name := e.Key + "_" + e.Value
-		detailed.WriteString(".")
-		detailed.WriteString(name)
 		next, wild := n.children[name], ""
 		if next == nil {
 			for _, w := range n.wildcards {
@@ -81,24 +83,27 @@ func (c *Config) lookup(domain string, entries []*rlv3.RateLimitDescriptor_Entry
 	if m.limit == nil {
 		return match{}, true
 	}
-	switch {
-	case !m.limit.Detailed:
+	if !m.limit.Detailed {
 		m.metric = valued.String()
-	case m.shared != nil:
-		var b strings.Builder
-		b.WriteString(domain)
-		for i, e := range entries {
-			b.WriteString(".")
-			b.WriteString(e.Key)
-			if v := m.shared[i]; v != "" {
-				b.WriteString("_" + v)
-			} else if e.Value != "" {
-				b.WriteString("_" + e.Value)
-			}
-		}
-		m.metric = b.String()
-	default:
-		m.metric = detailed.String()
+		return m, true
 	}
+	// detailed_metric: every entry's key and value (a share_threshold entry's by its wildcard
+	// value); a limit was found, so the loop went through every entry.
+	var b strings.Builder
+	b.Grow(size)
+	b.WriteString(domain)
+	for i, e := range entries {
+		b.WriteString(".")
+		b.WriteString(e.Key)
+		v := e.Value
+		if m.shared != nil && m.shared[i] != "" {
+			v = m.shared[i]
+		}
+		if v != "" || m.shared == nil {
+			b.WriteString("_")
+			b.WriteString(v)
+		}
+	}
+	m.metric = b.String()
 	return m, true
 }
