@@ -26,6 +26,9 @@
 //
 // Memory is bounded at rules × Slots × SlotBytes(Entries) = 1 + (Entries + 1) × 56 bytes per
 // vm_id, and grows with the slots in use (a slot is created when first written).
+//
+// States (states.go) keeps the states that no slot entry holds (adaptive's list of words) whole,
+// one key per identity: only for rules whose dimensions configuration bounds.
 package slotstore
 
 import (
