@@ -169,13 +169,18 @@ func TestAdaptiveClusterReply(t *testing.T) {
 	const cfg = `{"rules": [{"name": "one", "limit": {"algorithm": "adaptive", "slo": "1s", "min_limit": 1, "max_limit": 1}}],
 		"cluster": {"name": "dianad", "on_failure": "closed"}}`
 	e := start(t, &vmContext{now: nowMicro}, cfg)
-	for i := 0; i < 3; i++ {
-		r := e.request("/")
-		if r.action != types.ActionPause {
-			t.Fatalf("request %d: not paused for the callout (status %d)", i, r.status)
+	for i := 0; i < 3; i++ { // the streams stay open: the reply itself gives the slot back
+		id := e.InitializeHttpContext()
+		if a := e.CallOnRequestHeaders(id, [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", "example.com"}}, true); a != types.ActionPause {
+			t.Fatalf("request %d: not paused for the callout", i)
 		}
-		if r = e.answer(r, [][2]string{{":status", "500"}}, ""); r.status != 503 {
-			t.Fatalf("request %d: status %d, want 503 (on_failure closed), not 429 by a kept slot", i, r.status)
+		calls := e.GetCalloutAttributesFromContext(id)
+		if len(calls) != 1 {
+			t.Fatalf("request %d: %d callouts, want 1 (not denied by a kept slot)", i, len(calls))
+		}
+		e.CallOnHttpCallResponse(calls[0].CalloutID, [][2]string{{":status", "500"}}, nil, nil)
+		if lr := e.GetSentLocalResponse(id); lr == nil || lr.StatusCode != 503 {
+			t.Fatalf("request %d: %+v, want a 503 (on_failure closed)", i, lr)
 		}
 	}
 }
@@ -197,5 +202,52 @@ func TestNoAdaptiveNoStatusRead(t *testing.T) {
 		if strings.HasPrefix(k, "diana/a/") {
 			t.Errorf("adaptive key %q written", k)
 		}
+	}
+}
+
+// The compiled module with an adaptive rule beside a per-IP one: its linear memory stops growing
+// once warm, through admissions, denials and resets (every 10th stream ends without a response),
+// and no slot stays taken.
+func TestCompiledMemoryAdaptive(t *testing.T) {
+	const warm, total, clients = 5_000, 30_000, 1_000
+	const cfg = `{"rules": [{"name": "backend", "limit": {"algorithm": "adaptive", "slo": "1s", "min_limit": 4, "max_limit": 4}},
+		{"name": "per-ip", "by": ["ip"], "limit": {"algorithm": "fixed_window", "limit": 3, "window": "1h"}}]}`
+	vm := wasmVM(t)
+	e := start(t, vm, cfg)
+	mod := guestModule(t, vm)
+	del := mod.ExportedFunction("proxy_on_delete")
+	if del == nil {
+		t.Fatal("diana.wasm exports no proxy_on_delete")
+	}
+	hit := func(i int) {
+		e.SetProperty([]string{"source", "address"}, []byte("10.2."+strconv.Itoa(i/256%256)+"."+strconv.Itoa(i%256)+":1"))
+		id := e.InitializeHttpContext()
+		a := e.CallOnRequestHeaders(id, [][2]string{{":method", "GET"}, {":path", "/p"}, {":authority", "example.com"}}, true)
+		if a == types.ActionContinue && i%10 != 0 {
+			e.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, true)
+		}
+		e.CompleteHttpContext(id)
+		if _, err := del.Call(t.Context(), uint64(id)); err != nil {
+			t.Fatalf("proxy_on_delete: %v", err)
+		}
+	}
+	for i := 0; i < warm; i++ {
+		hit(i % clients)
+	}
+	before := mod.Memory().Size()
+	for i := warm; i < total; i++ {
+		hit(i % clients)
+	}
+	after := mod.Memory().Size()
+	t.Logf("diana.wasm linear memory with an adaptive rule after %d requests: %d bytes; after %d: %d bytes", warm, before, total, after)
+	if after != before {
+		t.Errorf("linear memory grew from %d to %d bytes over %d requests", before, after, total-warm)
+	}
+	if a := e.counter(metricAllowed); a != 3*clients {
+		t.Errorf("allowed %d, want %d (3 per client)", a, 3*clients)
+	}
+	// The rule closest to its limit reports: per-ip (3, 2 left) unless adaptive (4) kept a slot.
+	if r := e.from("10.3.0.1:1").request("/"); r.status != 0 || r.headers["ratelimit-limit"] != "3" || r.headers["ratelimit-remaining"] != "2" {
+		t.Errorf("a new client: %d %v, want admitted with per-ip's limit 3, remaining 2: no adaptive slot kept", r.status, r.headers)
 	}
 }
