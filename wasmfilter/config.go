@@ -188,7 +188,7 @@ func decodeRules(o *conf.Obj, consumer string, fallback bool) []*rules.Rule {
 				}
 			}
 		case r.Leases:
-			o.Fail(p+".limit.algorithm", r.Algorithm+" holds a lease per request in flight, a list that the filter's fixed-size shared-data slots cannot hold; use it in dianad (cluster)")
+			o.Fail(p+".limit.algorithm", r.Algorithm+" holds a lease per request in flight, a list that the filter's fixed-size shared-data slots cannot hold; use it in dianad (cluster), or adaptive (by global or route) for a node-wide limit of requests in flight")
 		case r.Alg != nil && r.Alg.Script().Log:
 			o.Fail(p+".limit.algorithm", r.Algorithm+" keeps a log of request times per client, which the filter's fixed-size shared-data slots cannot hold; use one of "+
 				strings.Join(rules.AlgorithmsWhere(func(k rules.AlgorithmKind) bool { return !k.Logs() && !k.Leases }), ", "))

@@ -264,3 +264,33 @@ func TestStatesDataError(t *testing.T) {
 		t.Fatalf("failing write: %+v, %v; want allowed with the error", op.Dec, op.Err)
 	}
 }
+
+// FuzzStatesValue: whatever a state's key holds (a value of this layout is taken as a state as
+// it is: only the filter writes these keys), deciding on it never panics and leaves a valid
+// state.
+func FuzzStatesValue(f *testing.F) {
+	alg := adaptive(f)
+	d, now := newData(), t0
+	take(newStates(d, &now), alg, "r")
+	good, _, _ := d.Get(StateKey(alg, "r"))
+	f.Add(good)
+	f.Add([]byte{})
+	f.Add(restState)
+	f.Add(append([]byte{statesVersion}, make([]byte, stateHeader+8*114)...))
+	f.Fuzz(func(t *testing.T, val []byte) {
+		d, now := newData(), t0
+		s := newStates(d, &now)
+		if err := d.Set(StateKey(alg, "r"), val, 0); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 3; i++ {
+			if op := take(s, alg, "r"); op.Err != nil {
+				t.Fatalf("take %d: %v", i, op.Err)
+			}
+		}
+		release(s, alg, "r", algos.Millisecond, true)
+		if v, _, _ := d.Get(StateKey(alg, "r")); !validState(v) {
+			t.Fatalf("value after the writes: %x, want a valid state", v)
+		}
+	})
+}
