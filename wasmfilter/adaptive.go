@@ -51,7 +51,7 @@ func responseStatus() string {
 // and 504 for a failed or timed-out upstream included), that it was dropped. Requests without
 // leases make no host call here.
 func (h *httpContext) finish() {
-	if !h.holds {
+	if h.held == nil {
 		return
 	}
 	if !h.sent { // answered before it went on (a reply of Envoy's while it waited for dianad)
@@ -61,18 +61,20 @@ func (h *httpContext) finish() {
 	status := h.p.status()
 	dropped := len(status) == 3 && status[0] >= '5' && status[0] <= '9'
 	latency := max(h.p.now()-h.start, 1) // measured: 0 would mean not
-	h.holds = false
-	h.p.local.Finish(context.Background(), &h.res, latency, dropped)
+	res := h.held
+	h.held = nil
+	h.p.local.Finish(context.Background(), res, latency, dropped)
 }
 
 // release gives back the leases of a request that ends without its response headers (denied,
 // or reset): latency 0, not dropped, so that nothing is learned and no slot is kept.
 func (h *httpContext) release() {
-	if !h.holds {
+	if h.held == nil {
 		return
 	}
-	h.holds = false
-	h.p.local.Release(context.Background(), &h.res)
+	res := h.held
+	h.held = nil
+	h.p.local.Release(context.Background(), res)
 }
 
 // OnHttpStreamDone releases what a request still holds: a stream reset before the response.

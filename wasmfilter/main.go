@@ -214,10 +214,10 @@ type httpContext struct {
 	paused  bool        // the request waits for the callout to dianad
 	enforce bool        // a denial is answered (filter_enforced drew this request)
 
-	// res is the local rules' verdict while it holds leases (adaptive slots): until the
-	// request ends (finish), or at once if it is denied (release).
-	res   rules.Result
-	holds bool
+	// held is the local rules' verdict while it holds leases (adaptive slots): until the
+	// request ends (finish), or at once if it is denied (release); nil otherwise, so that a
+	// request without leases carries nothing more.
+	held  *rules.Result
 	sent  bool  // the request was let through
 	start int64 // when the request was let through (µs)
 }
@@ -295,7 +295,8 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	if p.local != nil {
 		res := h.check(p.local, &in)
 		if res.HasLeases() {
-			h.res, h.holds = res, true
+			held := res // a copy: res itself stays on the stack for the requests without leases
+			h.held = &held
 		}
 		if !res.Allowed {
 			return h.deny(&res)
@@ -333,7 +334,7 @@ func (h *httpContext) check(e *rules.Engine, in *rules.Input) rules.Result {
 func (h *httpContext) allow() {
 	h.p.m.allowed.Increment(1)
 	h.countShadow()
-	if h.holds {
+	if h.held != nil {
 		h.sent, h.start = true, h.p.now()
 	}
 }
