@@ -40,6 +40,14 @@ func keepsLists(rs []*rules.Rule) bool {
 	return false
 }
 
+// held is the local rules' verdict on a request that holds leases (adaptive slots), kept until
+// the request ends (finish), or given back at once if it is denied (release).
+type held struct {
+	res   rules.Result
+	sent  bool  // the request was let through
+	start int64 // when it was let through (µs)
+}
+
 // responseStatus reads the response's :status from the host.
 func responseStatus() string {
 	v, _ := proxywasm.GetHttpResponseHeader(":status")
@@ -54,14 +62,14 @@ func (h *httpContext) finish() {
 	if h.held == nil {
 		return
 	}
-	if !h.sent { // answered before it went on (a reply of Envoy's while it waited for dianad)
+	if !h.held.sent { // answered before it went on (a reply of Envoy's while it waited for dianad)
 		h.release()
 		return
 	}
 	status := h.p.status()
 	dropped := len(status) == 3 && status[0] >= '5' && status[0] <= '9'
-	latency := max(h.p.now()-h.start, 1) // measured: 0 would mean not
-	res := h.held
+	latency := max(h.p.now()-h.held.start, 1) // measured: 0 would mean not
+	res := &h.held.res
 	h.held = nil
 	h.p.local.Finish(context.Background(), res, latency, dropped)
 }
@@ -72,7 +80,7 @@ func (h *httpContext) release() {
 	if h.held == nil {
 		return
 	}
-	res := h.held
+	res := &h.held.res
 	h.held = nil
 	h.p.local.Release(context.Background(), res)
 }

@@ -214,12 +214,7 @@ type httpContext struct {
 	paused  bool        // the request waits for the callout to dianad
 	enforce bool        // a denial is answered (filter_enforced drew this request)
 
-	// held is the local rules' verdict while it holds leases (adaptive slots): until the
-	// request ends (finish), or at once if it is denied (release); nil otherwise, so that a
-	// request without leases carries nothing more.
-	held  *rules.Result
-	sent  bool  // the request was let through
-	start int64 // when the request was let through (µs)
+	held *held // while the request holds leases (adaptive slots); nil otherwise
 }
 
 // reqHeaders reads request headers from the host, only those the rules ask for.
@@ -294,9 +289,8 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	in.Path = path
 	if p.local != nil {
 		res := h.check(p.local, &in)
-		if res.HasLeases() {
-			held := res // a copy: res itself stays on the stack for the requests without leases
-			h.held = &held
+		if res.HasLeases() { // allocated only then: requests without leases carry nothing more
+			h.held = &held{res: res}
 		}
 		if !res.Allowed {
 			return h.deny(&res)
@@ -335,7 +329,7 @@ func (h *httpContext) allow() {
 	h.p.m.allowed.Increment(1)
 	h.countShadow()
 	if h.held != nil {
-		h.sent, h.start = true, h.p.now()
+		h.held.sent, h.held.start = true, h.p.now()
 	}
 }
 
