@@ -34,9 +34,10 @@ type States struct {
 	// Contended, when set, is called for each op whose retries ran out.
 	Contended func()
 
-	buf  []byte            // the value being written, reused
-	st   algos.State       // the state being decided, its Log reused
-	keys map[string]string // Data keys by op key: building one per decision would allocate
+	buf   []byte            // the value being written, reused
+	st    algos.State       // the state being decided, its Log reused
+	keys  map[string]string // Data keys by op key: building one per decision would allocate
+	peeks peeks             // the values dry runs read, for the commits the Engine makes next
 }
 
 // statesVersion is the first byte of every value, and part of every key: a change of layout
@@ -61,8 +62,8 @@ func StateKey(alg algos.Algorithm, key string) string {
 }
 
 // Decide implements rules.Store: get the state → decide → set with the CAS read, retried on a
-// mismatch up to Retries times. A dry run only reads; a decision that leaves the state as it
-// was (a denial) writes nothing.
+// mismatch up to Retries times. A dry run only reads (and its read serves the commit that
+// follows, as Store's do); a decision that leaves the state as it was (a denial) writes nothing.
 func (s *States) Decide(_ context.Context, ops []*rules.Op) {
 	for _, op := range ops {
 		s.decide(op)
@@ -82,7 +83,7 @@ func (s *States) decide(op *rules.Op) {
 			op.Err = ErrContended
 			return
 		}
-		val, cas, err := s.Data.Get(key)
+		val, cas, peeked, err := s.peeks.get(s.Data, key, req.DryRun && attempt == 0)
 		if errors.Is(err, ErrNotFound) {
 			// Created at rest with a CAS no key holds, as Store creates a slot: a decision is
 			// only ever stored by a CAS on an existing key, so two workers creating it at once
@@ -116,6 +117,9 @@ func (s *States) decide(op *rules.Op) {
 		if !errors.Is(err, ErrCasMismatch) {
 			op.Err = err
 			return
+		}
+		if peeked {
+			attempt-- // the dry run's read was stale: not a lost race
 		}
 	}
 }

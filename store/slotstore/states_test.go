@@ -294,3 +294,23 @@ func FuzzStatesValue(f *testing.F) {
 		}
 	})
 }
+
+// As in Store, a commit takes the value its dry run read; a stale one costs a read, not a retry.
+func TestStatesDryRunReadKept(t *testing.T) {
+	d, now := newData(), t0
+	gets := 0
+	s, other, alg := newStates(&countingData{mapData: d, gets: &gets}, &now), newStates(d, &now), adaptive(t)
+	s.Retries = 1
+	release(s, alg, "r", 0, false) // the key exists, nothing in flight
+	run(s, alg, "r", algos.Request{Cost: 1, DryRun: true})
+	gets = 0
+	if op := take(s, alg, "r"); !op.Dec.Allowed || op.Err != nil || gets != 0 {
+		t.Fatalf("commit after its dry run: %+v, %v after %d reads; want allowed after none", op.Dec, op.Err, gets)
+	}
+	run(s, alg, "r", algos.Request{Cost: 1, DryRun: true})
+	take(other, alg, "r") // the last slot, meanwhile
+	gets = 0
+	if op := take(s, alg, "r"); op.Dec.Allowed || op.Err != nil || gets != 1 {
+		t.Fatalf("commit after another worker's write: %+v, %v, %d reads; want a denial after 1 read", op.Dec, op.Err, gets)
+	}
+}
