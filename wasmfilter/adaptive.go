@@ -40,9 +40,9 @@ func keepsLists(rs []*rules.Rule) bool {
 	return false
 }
 
-// held is the local rules' verdict on a request that holds leases (adaptive slots), kept until
+// holding is the local rules' verdict on a request that holds leases (adaptive slots), kept until
 // the request ends (finish), or given back at once if it is denied (release).
-type held struct {
+type holding struct {
 	res   rules.Result
 	sent  bool  // the request was let through
 	start int64 // when it was let through (µs)

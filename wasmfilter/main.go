@@ -91,9 +91,8 @@ type pluginContext struct {
 
 	cfg      *config
 	store    *slotstore.Store
-	states   *slotstore.States // adaptive rules' states; nil when there are none
-	local    *rules.Engine     // cfg.rules; nil when there are none
-	fallback *rules.Engine     // cfg.cluster.rules, for on_failure: local
+	local    *rules.Engine // cfg.rules; nil when there are none
+	fallback *rules.Engine // cfg.cluster.rules, for on_failure: local
 	m        metrics
 	heap     int64 // the heap gauge's value
 
@@ -165,8 +164,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	if len(cfg.rules) > 0 {
 		var local rules.Store = store
 		if keepsLists(cfg.rules) {
-			p.states = &slotstore.States{Data: p.data, Now: p.now, Retries: cfg.casRetries, Contended: store.Contended}
-			local = &localStore{slots: store, states: p.states}
+			local = &localStore{slots: store, states: &slotstore.States{Data: p.data, Now: p.now, Retries: cfg.casRetries, Contended: store.Contended}}
 		}
 		if p.local, err = rules.New(cfg.rules, rules.Options{Local: local, EscapedSlashes: cfg.slashes}); err != nil {
 			proxywasm.LogCritical("diana.wasm configuration: " + err.Error())
@@ -214,7 +212,7 @@ type httpContext struct {
 	paused  bool        // the request waits for the callout to dianad
 	enforce bool        // a denial is answered (filter_enforced drew this request)
 
-	held *held // while the request holds leases (adaptive slots); nil otherwise
+	held *holding // while the request holds leases (adaptive slots); nil otherwise
 }
 
 // reqHeaders reads request headers from the host, only those the rules ask for.
@@ -290,7 +288,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	if p.local != nil {
 		res := h.check(p.local, &in)
 		if res.HasLeases() { // allocated only then: requests without leases carry nothing more
-			h.held = &held{res: res}
+			h.held = &holding{res: res}
 		}
 		if !res.Allowed {
 			return h.deny(&res)

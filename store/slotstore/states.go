@@ -30,7 +30,7 @@ import (
 type States struct {
 	Data    Data
 	Now     func() int64 // µs
-	Retries int          // attempts of get → decide → set before ErrContended
+	Retries int          // attempts of get → decide → set before ErrContended (releases: at least ReleaseRetries)
 	// Contended, when set, is called for each op whose retries ran out.
 	Contended func()
 
@@ -39,6 +39,11 @@ type States struct {
 	keys  map[string]string // Data keys by op key: building one per decision would allocate
 	peeks peeks             // the values dry runs read, for the commits the Engine makes next
 }
+
+// ReleaseRetries is the fewest attempts a release gets. A lost admission is a denial, but a lost
+// release keeps its slot taken until the state idles for its TTL (adaptive: probe_every), which
+// a busy rule never does: releases are retried longer.
+const ReleaseRetries = 64
 
 // statesVersion is the first byte of every value, and part of every key: a change of layout
 // starts on new keys.
@@ -73,9 +78,13 @@ func (s *States) Decide(_ context.Context, ops []*rules.Op) {
 func (s *States) decide(op *rules.Op) {
 	key := s.dataKey(op)
 	req := op.Req.Bounded()
+	retries := s.Retries
+	if req.Release {
+		retries = max(retries, ReleaseRetries)
+	}
 	created := false
 	for attempt := 0; ; attempt++ {
-		if attempt == s.Retries {
+		if attempt == retries {
 			if s.Contended != nil {
 				s.Contended()
 			}

@@ -174,6 +174,27 @@ func TestStatesContention(t *testing.T) {
 	if d.sets-sets != s.Retries {
 		t.Fatalf("%d writes, want Retries = %d", d.sets-sets, s.Retries)
 	}
+
+	// A release is retried ReleaseRetries times: a lost one would keep its slot.
+	d.before = nil
+	if op := take(other, alg, "r"); !op.Dec.Allowed {
+		t.Fatalf("take beside one in flight: %+v", op.Dec)
+	}
+	lost := ReleaseRetries - 1
+	d.before = func(string) error {
+		if lost == 0 {
+			return nil
+		}
+		lost--
+		return ErrCasMismatch
+	}
+	if op := release(s, alg, "r", 0, false); op.Err != nil {
+		t.Fatalf("release that lost %d races: %v", ReleaseRetries-1, op.Err)
+	}
+	d.before = nil
+	if op := take(s, alg, "r"); !op.Dec.Allowed || op.Dec.Remaining != 0 {
+		t.Fatalf("take after the release: %+v, want allowed, the second in flight", op.Dec)
+	}
 }
 
 // A value that is not a state of this layout is a fresh state, replaced by the next write;
