@@ -12,7 +12,7 @@ import (
 )
 
 // States decides the ops of algorithms whose state is a list (algos.State.Log: adaptive, whose
-// state is about 116 words), which no fixed-size slot entry holds: each state is kept whole
+// state is 114 words), which no fixed-size slot entry holds: each state is kept whole
 // under a Data key of its own, one per op key, read → decided → written back with a
 // compare-and-swap, retried on a mismatch as Store does.
 //
@@ -52,8 +52,8 @@ const statesVersion = 1
 // stateHeader is the bytes before the Log words: version, expiry, W and Ban.
 const stateHeader = 1 + 8 + 4*8 + 8
 
-// maxLogWords bounds the Log a value may hold (a longer one is corrupt): adaptive's is about
-// 116 words; concurrency's, which the filter does not keep here, could reach 30,000.
+// maxLogWords bounds the Log a value may hold (a longer one is corrupt): adaptive's is 114
+// words; concurrency's, which the filter does not keep here, could reach 30,000.
 const maxLogWords = 1 << 12
 
 // StateBytes is the size of the value of a state whose Log holds words words.
