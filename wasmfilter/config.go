@@ -66,7 +66,7 @@ func parseConfig(data []byte) (*config, error) {
 	o := conf.Read(doc, errs)
 	c := &config{}
 	c.consumer = strings.ToLower(o.String("consumer_header", ""))
-	c.rules = decodeRules(o, c.consumer)
+	c.rules = decodeRules(o, c.consumer, false)
 	c.xffHops = int(o.Int("xff_trusted_hops", 0, 0, 64))
 	c.ipv6Prefix = int(o.Int("ipv6_prefix", 64, 1, 128))
 	c.slashes = rules.DecodeEscapedSlashes(o)
@@ -142,7 +142,7 @@ func decodeCluster(o *conf.Obj, consumer string) *clusterConfig {
 		}
 	}
 	c.status = int(o.Int("failure_status", 503, 400, 599))
-	c.rules = decodeRules(o, consumer)
+	c.rules = decodeRules(o, consumer, true)
 	if c.onFailure == rules.FailLocal && len(c.rules) == 0 {
 		o.Fail("rules", "is required when on_failure is local: the rules to decide in shared data while dianad cannot")
 	}
@@ -151,17 +151,23 @@ func decodeCluster(o *conf.Obj, consumer string) *clusterConfig {
 }
 
 // needsLatency reports whether the algorithm learns from the latency reported when a request
-// ends (adaptive), which the filter does not measure.
+// ends (adaptive).
 func needsLatency(name string) bool {
 	k, ok := rules.Algorithm(name)
 	return ok && k.Latency
 }
 
+// bounded tells whether a "by" entry takes its values from configuration, never from clients:
+// global, or route (Envoy's route names come from the route table).
+func bounded(by string) bool { return by == "global" || by == "route" }
+
 // decodeRules reads o's "rules" and rejects what the filter cannot do: cluster-mode rules
 // (cluster mode goes through dianad), delays (the filter does not hold requests), the algorithms
 // whose state is a list per client, which does not fit a fixed-size slot entry, and counting by
-// consumer without consumer_header (the filter would never see one).
-func decodeRules(o *conf.Obj, consumer string) []*rules.Rule {
+// consumer without consumer_header (the filter would never see one). Adaptive rules keep their
+// state under a shared-data key per identity (slotstore.States), which can never be deleted: they
+// may count only by global or route, and not in cluster.rules (fallback).
+func decodeRules(o *conf.Obj, consumer string, fallback bool) []*rules.Rule {
 	rs := rules.Decode(o)
 	for i, r := range rs {
 		p := "rules[" + strconv.Itoa(i) + "]"
@@ -170,10 +176,19 @@ func decodeRules(o *conf.Obj, consumer string) []*rules.Rule {
 			o.Fail(p+".mode", "must be local: the filter's cluster mode asks dianad (set cluster), which holds the cluster rules")
 		case r.Action == rules.Delay:
 			o.Fail(p+".action", "delay is not supported by the Envoy filter, which does not hold requests; use reject or shadow")
+		case needsLatency(r.Algorithm) && fallback:
+			o.Fail(p+".limit.algorithm", r.Algorithm+" is not supported in cluster.rules, the fallback while dianad cannot decide: put it in the top-level rules, which decide before the callout")
 		case needsLatency(r.Algorithm):
-			o.Fail(p+".limit.algorithm", r.Algorithm+" learns from the latency of each request, which the filter does not measure; use it in dianad")
+			for _, by := range r.By {
+				if !bounded(by) {
+					o.Fail(p+".by", r.Algorithm+" may count only by global or route in the Envoy filter, got "+strconv.Quote(by)+
+						": its state takes a shared-data key per value, which Envoy never deletes, so a value a client chooses would grow memory without bound; "+
+						"and an adaptive limit is one limit for a backend (as Envoy's adaptive_concurrency), not one per client")
+					break
+				}
+			}
 		case r.Leases:
-			o.Fail(p+".limit.algorithm", r.Algorithm+" holds a lease per request in flight, a list that the filter's fixed-size shared-data slots cannot hold; use it in dianad (cluster)")
+			o.Fail(p+".limit.algorithm", r.Algorithm+" holds a lease per request in flight, a list that the filter's fixed-size shared-data slots cannot hold; use it in dianad (cluster), or adaptive (by global or route) for a node-wide limit of requests in flight")
 		case r.Alg != nil && r.Alg.Script().Log:
 			o.Fail(p+".limit.algorithm", r.Algorithm+" keeps a log of request times per client, which the filter's fixed-size shared-data slots cannot hold; use one of "+
 				strings.Join(rules.AlgorithmsWhere(func(k rules.AlgorithmKind) bool { return !k.Logs() && !k.Leases }), ", "))

@@ -25,7 +25,18 @@ func TestBadConfig(t *testing.T) {
 		{"sliding log", `{"rules": [{"name": "r", "limit": {"algorithm": "sliding_log", "limit": 3, "window": "1m"}}]}`, "rules[0].limit.algorithm: sliding_log keeps a log"},
 		{"3 sub-windows", `{"rules": [{"name": "r", "limit": {"algorithm": "sliding_window", "limit": 3, "window": "1m", "subwindows": 3}}]}`, "rules[0].limit.subwindows: the filter's shared-data slots hold 4 numbers per client: at most 2 sub-windows"},
 		{"concurrency", `{"rules": [{"name": "r", "limit": {"algorithm": "concurrency", "max": 3}}]}`, "rules[0].limit.algorithm: concurrency holds a lease per request in flight"},
-		{"adaptive", `{"rules": [{"name": "r", "limit": {"algorithm": "adaptive"}}]}`, "rules[0].limit.algorithm: adaptive learns from the latency of each request, which the filter does not measure"},
+		{"adaptive by ip", adaptiveBy(`["ip"]`), `rules[0].by: adaptive may count only by global or route in the Envoy filter, got "ip": its state takes a shared-data key per value, which Envoy never deletes`},
+		{"adaptive by header", adaptiveBy(`["header:X-Api-Key"]`), `rules[0].by: adaptive may count only by global or route in the Envoy filter, got "header:X-Api-Key"`},
+		{"adaptive by path", adaptiveBy(`"path"`), `rules[0].by: adaptive may count only by global or route in the Envoy filter, got "path"`},
+		{"adaptive by method", adaptiveBy(`["method"]`), `rules[0].by: adaptive may count only by global or route in the Envoy filter, got "method"`},
+		{"adaptive by host", adaptiveBy(`["host"]`), `rules[0].by: adaptive may count only by global or route in the Envoy filter, got "host"`},
+		{"adaptive by device", adaptiveBy(`["device"]`), `rules[0].by: adaptive may count only by global or route in the Envoy filter, got "device"`},
+		{"adaptive by route and ip", adaptiveBy(`["route", "ip"]`), `rules[0].by: adaptive may count only by global or route in the Envoy filter, got "ip"`},
+		{"adaptive by consumer", `{"consumer_header": "x-c", "rules": [{"name": "a", "by": ["consumer"], "limit": {"algorithm": "adaptive"}}]}`,
+			`rules[0].by: adaptive may count only by global or route in the Envoy filter, got "consumer"`},
+		{"adaptive fallback", `{"cluster": {"name": "d", "on_failure": "local", "rules": [{"name": "a", "limit": {"algorithm": "adaptive"}}]}}`,
+			"cluster.rules[0].limit.algorithm: adaptive is not supported in cluster.rules, the fallback while dianad cannot decide"},
+		{"adaptive cluster mode", `{"rules": [{"name": "a", "mode": "cluster", "limit": {"algorithm": "adaptive"}}]}`, "rules[0].mode"},
 		{"leaky bucket delay", `{"rules": [{"name": "r", "action": "delay", "max_delay": "1s", "limit": {"algorithm": "leaky_bucket", "rate": 1, "period": "1s"}}]}`, "rules[0].action: delay is not supported"},
 		{"no rules", `{"rules": []}`, "rules: holds no rule that limits (none, or only unlimited ones) and cluster is not set"},
 		{"only unlimited rules", `{"rules": [{"name": "u", "unlimited": true, "match": {"paths": ["/x"]}}]}`, "rules: holds no rule that limits"},
@@ -61,6 +72,27 @@ func TestBadConfig(t *testing.T) {
 				t.Errorf("critical logs %q do not mention %q", logs, tc.want)
 			}
 		})
+	}
+}
+
+// adaptiveBy is a config of one adaptive rule counting by the "by" JSON value.
+func adaptiveBy(by string) string {
+	return `{"rules": [{"name": "a", "by": ` + by + `, "limit": {"algorithm": "adaptive", "slo": "100ms"}}]}`
+}
+
+// Adaptive rules count by what configuration bounds: everything, or Envoy's route names; in the
+// top-level rules, also beside cluster mode.
+func TestAdaptiveConfig(t *testing.T) {
+	for _, cfg := range []string{
+		`{"rules": [{"name": "a", "limit": {"algorithm": "adaptive"}}]}`,
+		adaptiveBy(`[]`), adaptiveBy(`["global"]`), adaptiveBy(`"route"`), adaptiveBy(`["route", "global"]`),
+		`{"rules": [{"name": "a", "by": ["route"], "limit": {"algorithm": "adaptive"}}], "cluster": {"name": "d"}}`,
+		`{"rules": [{"name": "a", "by": ["route"], "match": {"paths": ["/api/*"]}, "limit": {"algorithm": "adaptive"}},
+			{"name": "ip", "by": ["ip"], "limit": {"algorithm": "token_bucket", "rate": 10, "burst": 20}}]}`,
+	} {
+		if _, err := parseConfig([]byte(cfg)); err != nil {
+			t.Errorf("%s: %v", cfg, err)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -23,6 +24,8 @@ func FuzzParseConfig(f *testing.F) {
 		`{"rules": [{"name": "d", "action": "delay", "max_delay": "1s", "mode": "cluster", "limit": {"algorithm": "sliding_log", "limit": 3, "window": "1m"}}]}`,
 		`{"slots": 0, "slot_entries": 1e400, "xff_trusted_hops": -1, "rules": null}`,
 		`{}`, `[]`, `"x"`,
+		adaptiveBy(`["route"]`), adaptiveBy(`["ip"]`),
+		`{"cluster": {"name": "d", "on_failure": "local", "rules": [{"name": "a", "limit": {"algorithm": "adaptive"}}]}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -53,9 +56,14 @@ func FuzzParseConfig(f *testing.F) {
 			}
 			all = append(all[:len(all):len(all)], c.cluster.rules...)
 		}
-		for _, r := range all {
-			if r.Alg == nil || r.Mode != rules.Local || r.Action == rules.Delay || r.Alg.Script().Log {
+		for i, r := range all {
+			if r.Alg == nil || r.Mode != rules.Local || r.Action == rules.Delay {
 				t.Fatalf("rule %s the filter cannot run: %+v", r.Name, r)
+			}
+			// A list state only for adaptive, in the top-level rules, counted by what
+			// configuration bounds.
+			if r.Alg.Script().Log && (!r.Learns || i >= len(c.rules) || slices.ContainsFunc(r.By, func(by string) bool { return !bounded(by) })) {
+				t.Fatalf("rule %s keeps a list state the filter cannot bound: %+v", r.Name, r)
 			}
 		}
 	})
@@ -103,12 +111,15 @@ func FuzzClientAddr(f *testing.F) {
 const fuzzFilter = `{"xff_trusted_hops": 1, "slots": 4, "slot_entries": 2, "rules": [
 	{"name": "a", "by": ["ip"], "limit": {"algorithm": "fixed_window", "limit": 2, "window": "1h"}},
 	{"name": "b", "by": ["header:X-Key", "path"], "limit": {"algorithm": "token_bucket", "rate": 2, "period": "1h"}},
-	{"name": "c", "by": ["device", "host", "method"], "action": "shadow", "limit": {"algorithm": "sliding_window", "limit": 1, "window": "1h"}}]}`
+	{"name": "c", "by": ["device", "host", "method"], "action": "shadow", "limit": {"algorithm": "sliding_window", "limit": 1, "window": "1h"}},
+	{"name": "d", "by": ["route"], "limit": {"algorithm": "adaptive", "slo": "1s", "min_limit": 1, "max_limit": 1}}]}`
 
 // FuzzRequest runs the filter in Go under the SDK's emulator with any request: it never panics,
 // either lets the request through or answers 429 with the JSON body, counts it once, and its
 // shared data stays within the documented bound: rules × slots keys of at most
-// slotstore.SlotBytes(entries) bytes, and the hash key.
+// slotstore.SlotBytes(entries) bytes, the hash key, and for the adaptive rule (by route, which
+// the emulator leaves unnamed) one key of at most 1 KB. Each request ends, so the adaptive
+// limit of 1 never denies.
 func FuzzRequest(f *testing.F) {
 	big := strings.Repeat("x|%", 40_000)
 	f.Add("GET", "/a?b=c", "example.com", "192.0.2.1:40000", "198.51.100.7, 10.0.0.1", "key", "dev")
@@ -139,12 +150,20 @@ func FuzzRequest(f *testing.F) {
 		if n := e.counter(metricAllowed) + e.counter(metricDenied); n != before+1 {
 			t.Fatalf("the request counted %d times", n-before)
 		}
-		if len(d.keys) > 3*4+1 {
-			t.Fatalf("%d shared-data keys, over rules × slots = 12 and the hash key", len(d.keys))
+		if len(d.keys) > 3*4+1+1 {
+			t.Fatalf("%d shared-data keys, over rules × slots = 12, the hash key and the adaptive state", len(d.keys))
 		}
 		for k := range d.keys {
-			if v, _, err := d.hostData.Get(k); err != nil || k != slotstore.KeyName && len(v) > slotstore.SlotBytes(2) {
-				t.Fatalf("slot %s: %d bytes (%v), over %d", k, len(v), err, slotstore.SlotBytes(2))
+			v, _, err := d.hostData.Get(k)
+			switch {
+			case err != nil:
+				t.Fatalf("key %s: %v", k, err)
+			case strings.HasPrefix(k, "diana/a/"):
+				if k != "diana/a/1/adaptive/d|%none" || len(v) > 1024 {
+					t.Fatalf("adaptive state %s: %d bytes, want the one of unnamed routes, at most 1 KB", k, len(v))
+				}
+			case k != slotstore.KeyName && len(v) > slotstore.SlotBytes(2):
+				t.Fatalf("slot %s: %d bytes, over %d", k, len(v), slotstore.SlotBytes(2))
 			}
 		}
 	})

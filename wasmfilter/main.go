@@ -33,17 +33,21 @@ func main() { proxywasm.SetVMContext(&vmContext{}) }
 // vmContext is the VM. Its fields are for tests; zero values use the host.
 type vmContext struct {
 	types.DefaultVMContext
-	data slotstore.Data // nil: the host's shared data
-	now  func() int64   // µs; nil: time.Now
+	data   slotstore.Data // nil: the host's shared data
+	now    func() int64   // µs; nil: time.Now
+	status func() string  // the response's :status; nil: the host's
 }
 
 func (vm *vmContext) NewPluginContext(uint32) types.PluginContext {
-	p := &pluginContext{data: vm.data, now: vm.now}
+	p := &pluginContext{data: vm.data, now: vm.now, status: vm.status}
 	if p.data == nil {
 		p.data = hostData{}
 	}
 	if p.now == nil {
 		p.now = func() int64 { return time.Now().UnixMicro() }
+	}
+	if p.status == nil {
+		p.status = responseStatus
 	}
 	return p
 }
@@ -81,8 +85,9 @@ type metrics struct {
 // pluginContext is one filter configuration.
 type pluginContext struct {
 	types.DefaultPluginContext
-	data slotstore.Data
-	now  func() int64
+	data   slotstore.Data
+	now    func() int64
+	status func() string
 
 	cfg      *config
 	store    *slotstore.Store
@@ -157,7 +162,11 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 			": the other requests pass undecided (diana.not_enabled) or undenied (diana.not_enforced, logged as shadow denials)")
 	}
 	if len(cfg.rules) > 0 {
-		if p.local, err = rules.New(cfg.rules, rules.Options{Local: store, EscapedSlashes: cfg.slashes}); err != nil {
+		var local rules.Store = store
+		if keepsLists(cfg.rules) {
+			local = &localStore{slots: store, states: &slotstore.States{Data: p.data, Now: p.now, Retries: cfg.casRetries, Contended: store.Contended}}
+		}
+		if p.local, err = rules.New(cfg.rules, rules.Options{Local: local, EscapedSlashes: cfg.slashes}); err != nil {
 			proxywasm.LogCritical("diana.wasm configuration: " + err.Error())
 			return types.OnPluginStartStatusFailed
 		}
@@ -202,6 +211,8 @@ type httpContext struct {
 	shadow  string      // the shadow rule that would have denied the request
 	paused  bool        // the request waits for the callout to dianad
 	enforce bool        // a denial is answered (filter_enforced drew this request)
+
+	held *holding // while the request holds leases (adaptive slots); nil otherwise
 }
 
 // reqHeaders reads request headers from the host, only those the rules ask for.
@@ -276,6 +287,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	in.Path = path
 	if p.local != nil {
 		res := h.check(p.local, &in)
+		if res.HasLeases() { // allocated only then: requests without leases carry nothing more
+			h.held = &holding{res: res}
+		}
 		if !res.Allowed {
 			return h.deny(&res)
 		}
@@ -308,10 +322,13 @@ func (h *httpContext) check(e *rules.Engine, in *rules.Input) rules.Result {
 	return res
 }
 
-// allow counts an admitted request.
+// allow counts an admitted request, and starts its latency.
 func (h *httpContext) allow() {
 	h.p.m.allowed.Increment(1)
 	h.countShadow()
+	if h.held != nil {
+		h.held.sent, h.held.start = true, h.p.now()
+	}
 }
 
 // countShadow counts and logs a shadow rule's would-be denial.
@@ -388,6 +405,7 @@ func (h *httpContext) reply(status int, hdrs [][2]string, body []byte) types.Act
 		return types.ActionContinue
 	}
 	h.replied = true
+	h.release() // it never reaches the backend: nothing learned
 	h.p.m.denied.Increment(1)
 	h.countShadow()
 	return types.ActionPause
@@ -398,6 +416,7 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	if h.replied {
 		return types.ActionContinue
 	}
+	h.finish()
 	for _, kv := range h.hdrs {
 		if err := proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1]); err != nil {
 			proxywasm.LogWarn("diana.wasm: setting " + kv[0] + ": " + err.Error())

@@ -103,8 +103,8 @@ func TestCompiledMemory(t *testing.T) {
 }
 
 // BenchmarkRequest is the time per request (headers in, response headers out) on the same
-// emulator: the filter in Go and compiled to wasm in wazero, with one per-IP rule and with three
-// matching rules, beside its anchors compiled the same way: testdata/empty (a filter that does
+// emulator: the filter in Go and compiled to wasm in wazero, with one per-IP rule, with three
+// matching rules and with the per-IP rule and an adaptive one, beside its anchors compiled the same way: testdata/empty (a filter that does
 // nothing) and testdata/hostcalls (one that makes the host calls of one per-IP rule and nothing
 // else: in this emulator a host call costs microseconds). Clients rotate over 1,000 addresses.
 func BenchmarkRequest(b *testing.B) {
@@ -113,6 +113,10 @@ func BenchmarkRequest(b *testing.B) {
 		{"name": "per-ip", "by": ["ip"], "limit": {"algorithm": "token_bucket", "rate": 1000000000, "period": "1s"}},
 		{"name": "per-ip-path", "by": ["ip", "path"], "limit": {"algorithm": "fixed_window", "limit": 1000000000, "window": "1m"}},
 		{"name": "global", "limit": {"algorithm": "sliding_window", "limit": 1000000000, "window": "1s"}}]}`
+	// adaptive is the per-IP rule and an adaptive one (global; no probes, a limit no sequential
+	// run reaches): a second shared-data key read and written twice, and the :status read.
+	adaptive := `{"rules": [{"name": "per-ip", "by": ["ip"], "limit": {"algorithm": "token_bucket", "rate": 1000000000, "period": "1s"}},
+		{"name": "backend", "limit": {"algorithm": "adaptive", "slo": "1s", "min_limit": 10, "max_limit": 10}}]}`
 	cases := []struct {
 		name string
 		vm   func(testing.TB) types.VMContext
@@ -123,6 +127,8 @@ func BenchmarkRequest(b *testing.B) {
 		{"go/1-rule", runners[0].vm, one},
 		{"wasm/1-rule", runners[1].vm, one},
 		{"wasm/3-rules", runners[1].vm, three},
+		{"go/adaptive", runners[0].vm, adaptive},
+		{"wasm/adaptive", runners[1].vm, adaptive},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {

@@ -195,3 +195,30 @@ func TestReadsAddr(t *testing.T) {
 		t.Error("a rule matching clients does not read the address")
 	}
 }
+
+// WithoutClient replaces exactly the client-address parts of a key, whatever its other parts
+// hold: a value cannot spell "%ip:", whose '%' is escaped.
+func TestWithoutClient(t *testing.T) {
+	tests := []struct {
+		by   string
+		in   *Input
+		want string
+	}{
+		{`["route"]`, &Input{Route: "users", ClientIP: "1.2.3.4"}, "r|users"},
+		{`["route"]`, &Input{ClientIP: "1.2.3.4"}, "r|%none"},
+		{`["route"]`, &Input{ClientIP: "a|b"}, "r|%none"},
+		{`["route"]`, &Input{}, "r|%none"},
+		{`["global"]`, &Input{ClientIP: "1.2.3.4"}, "r"},
+		{`["route", "consumer"]`, &Input{ClientIP: "1.2.3.4"}, "r|%none|%none"},
+		{`["route", "consumer"]`, &Input{Route: "x", ClientIP: "1.2.3.4"}, "r|x|%none"},
+		{`["consumer", "route"]`, &Input{Route: "x", ClientIP: "1.2.3.4"}, "r|%none|x"},
+		{`["route"]`, &Input{Route: "%ip:1.2.3.4", ClientIP: "5.6.7.8"}, "r|%25ip:1.2.3.4"},
+		{`["route", "ip"]`, &Input{Route: "|%ip:x", ClientIP: "5.6.7.8"}, "r|%7C%25ip:x|5.6.7.8"},
+	}
+	for _, tt := range tests {
+		key := keyOf(ruleBy(t, tt.by), tt.in)
+		if got := WithoutClient(key); got != tt.want {
+			t.Errorf("by %s, %+v: WithoutClient(%q) = %q, want %q", tt.by, tt.in, key, got, tt.want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/netip"
+	"strings"
 )
 
 // Input is what the rules see of a request. Front ends fill it from their own request type.
@@ -130,4 +131,33 @@ func (r *Rule) ReadsAddr(in *Input) bool {
 func isIP(d Dimension) bool {
 	_, ok := d.(ipField)
 	return ok
+}
+
+// clientPart starts the part of a key that counts a request by its client address because a
+// dimension had no value (see key).
+const clientPart = "|%ip:"
+
+// WithoutClient returns key with every client-address part (a dimension without a value, see
+// key) replaced by "%none": the requests without that value then share one count instead of
+// one per client. Stores whose keys can never be deleted (proxy-wasm shared data) use it for
+// rules whose dimensions are otherwise bounded by configuration (global, route), so that no
+// request can add a key. It returns key itself when there is nothing to replace.
+func WithoutClient(key string) string {
+	i := strings.Index(key, clientPart)
+	if i < 0 {
+		return key
+	}
+	b := make([]byte, 0, len(key))
+	for i >= 0 {
+		b = append(append(b, key[:i]...), "|%none"...)
+		key = key[i+len(clientPart):]
+		j := strings.Index(key, "|") // the address is escaped: '|' starts the next part
+		if j < 0 {
+			key = ""
+		} else {
+			key = key[j:]
+		}
+		i = strings.Index(key, clientPart)
+	}
+	return string(append(b, key...))
 }

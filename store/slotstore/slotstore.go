@@ -26,6 +26,9 @@
 //
 // Memory is bounded at rules × Slots × SlotBytes(Entries) = 1 + (Entries + 1) × 56 bytes per
 // vm_id, and grows with the slots in use (a slot is created when first written).
+//
+// States (states.go) keeps the states that no slot entry holds (adaptive's list of words) whole,
+// one key per identity: only for rules whose dimensions configuration bounds.
 package slotstore
 
 import (
@@ -73,37 +76,40 @@ type Store struct {
 
 	buf   []byte               // the slot being written, reused
 	keys  map[string]*ruleKeys // by rule name: building a key per decision would allocate
-	peeks []slotRead           // the slots dry runs read, for the commits the Engine makes next
+	peeks peeks                // the slots dry runs read, for the commits the Engine makes next
 }
 
-// slotRead is a slot as Data.Get returned it.
+// slotRead is a value as Data.Get returned it.
 type slotRead struct {
 	key string
 	val []byte
 	cas uint32
 }
 
+// peeks are the values dry runs read, kept for the commits that the Engine makes next.
+type peeks []slotRead
+
 // maxPeeks bounds the dry runs' reads kept: a request's rules.
 const maxPeeks = 8
 
-// get reads the slot key. The reads of dry runs are kept for the commits that the Engine makes
+// get reads key from d. The reads of dry runs are kept for the commits that the Engine makes
 // next, which take them instead of reading again: a stale one only costs a CAS mismatch and a
 // read.
-func (s *Store) get(key string, dry bool) (val []byte, cas uint32, peeked bool, err error) {
-	for i, p := range s.peeks {
+func (ps *peeks) get(d Data, key string, dry bool) (val []byte, cas uint32, peeked bool, err error) {
+	for i, p := range *ps {
 		if p.key == key {
-			s.peeks = append(s.peeks[:i], s.peeks[i+1:]...)
+			*ps = append((*ps)[:i], (*ps)[i+1:]...)
 			if !dry {
 				return p.val, p.cas, true, nil
 			}
 		}
 	}
-	val, cas, err = s.Data.Get(key)
+	val, cas, err = d.Get(key)
 	if dry && err == nil {
-		if len(s.peeks) == maxPeeks {
-			s.peeks = append(s.peeks[:0], s.peeks[1:]...)
+		if len(*ps) == maxPeeks {
+			*ps = append((*ps)[:0], (*ps)[1:]...)
 		}
-		s.peeks = append(s.peeks, slotRead{key, val, cas})
+		*ps = append(*ps, slotRead{key, val, cas})
 	}
 	return val, cas, false, err
 }
@@ -177,7 +183,7 @@ func (s *Store) decide(op *rules.Op) {
 			op.Err = ErrContended
 			return
 		}
-		val, cas, peeked, err := s.get(key, req.DryRun && attempt == 0)
+		val, cas, peeked, err := s.peeks.get(s.Data, key, req.DryRun && attempt == 0)
 		if errors.Is(err, ErrNotFound) || err == nil && !valid(val) {
 			// A new slot is created empty with a CAS no key holds, which Envoy takes for a
 			// create (a missing key is stored whatever the CAS) and refuses as a mismatch when
