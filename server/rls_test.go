@@ -230,8 +230,9 @@ func TestRLSBatch(t *testing.T) {
 			ok++
 		}
 	}
-	if ok > 300 || ok < 250 {
-		t.Fatalf("%d of 400 requests allowed by a limit of 300 in batches of up to 50 on two instances, want 250 to 300", ok)
+	// Never over; under by at most what the two instances hold unspent, a batch of 50 each.
+	if ok > 300 || ok < 200 {
+		t.Fatalf("%d of 400 requests allowed by a limit of 300 in batches of up to 50 on two instances, want 200 to 300", ok)
 	}
 	after, err := rs.CommandStats(ctx)
 	if err != nil {
