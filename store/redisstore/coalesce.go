@@ -27,11 +27,18 @@ import (
 // four made as many and 64 about twice as many; with 8, 64 gained less.
 const maxSending = 4
 
+// flusherIdle is how long a flusher waits for the next queue before it exits. A flusher is a
+// goroutine that sends the queued calls: kept while the store is busy, its stack, grown by
+// go-redis's pipeline, serves the next round trip (a new goroutine per round trip spent 5% of
+// BenchmarkRLSService's CPU growing its stack).
+const flusherIdle = time.Second
+
 // coalescer queues the calls that wait for a round trip.
 type coalescer struct {
 	mu      sync.Mutex
-	sending int       // round trips under way
-	queue   []*waiter // calls that came while maxSending were
+	sending int            // round trips under way
+	queue   []*waiter      // calls that came while maxSending were
+	work    chan []*waiter // unbuffered: a queue handed to an idle flusher
 }
 
 // waiter is one DecideAll's calls in the queue. They are a copy, decided in place, so that a
@@ -67,7 +74,9 @@ func (s *Store) DecideAll(ctx context.Context, calls []Call) {
 		co.sending++
 		co.mu.Unlock()
 		s.send(ctx, calls)
-		s.sent()
+		if q := s.next(); q != nil {
+			s.hand(q)
+		}
 		return
 	}
 	w := &waiter{ctx: ctx, calls: append([]Call(nil), calls...), done: make(chan struct{})}
@@ -86,19 +95,50 @@ func (s *Store) DecideAll(ctx context.Context, calls []Call) {
 	}
 }
 
-// sent ends a round trip: the calls queued meanwhile go together in the next one, sent from a
-// goroutine of its own so that this caller returns now.
-func (s *Store) sent() {
+// next ends a round trip and returns the calls queued meanwhile, which go together in the next
+// one (the round trip stays under way); nil when none are (it no longer is).
+func (s *Store) next() []*waiter {
 	co := &s.co
 	co.mu.Lock()
+	defer co.mu.Unlock()
 	q := co.queue
 	co.queue = nil
 	if len(q) == 0 {
 		co.sending--
 	}
-	co.mu.Unlock()
-	if len(q) > 0 {
-		go s.flush(q)
+	return q
+}
+
+// hand gives q to an idle flusher, or to a new one, so that the caller whose round trip ended
+// returns now.
+func (s *Store) hand(q []*waiter) {
+	select {
+	case s.co.work <- q:
+	default:
+		go s.flusher(q)
+	}
+}
+
+// flusher sends q, then each queue that came meanwhile, then the queues handed to it, until it
+// has waited flusherIdle for one.
+func (s *Store) flusher(q []*waiter) {
+	var idle *time.Timer
+	for {
+		for q != nil {
+			s.flush(q)
+			q = s.next()
+		}
+		if idle == nil {
+			idle = time.NewTimer(flusherIdle)
+			defer idle.Stop()
+		} else {
+			idle.Reset(flusherIdle)
+		}
+		select {
+		case q = <-s.co.work:
+		case <-idle.C:
+			return
+		}
 	}
 }
 
@@ -119,30 +159,30 @@ func (s *Store) flush(q []*waiter) {
 			deadline = d
 		}
 	}
-	if q = q[:n]; n > 0 {
-		// No one caller's cancellation ends the others' round trip; each still leaves at its own.
-		ctx := context.WithoutCancel(q[0].ctx)
-		if !endless {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(ctx, deadline)
-			defer cancel()
-		}
-		n := 0
-		for _, w := range q {
-			n += len(w.calls)
-		}
-		all := make([]Call, 0, n)
-		for _, w := range q {
-			all = append(all, w.calls...)
-		}
-		s.send(ctx, all)
-		for _, w := range q {
-			n := copy(w.calls, all)
-			all = all[n:]
-			close(w.done)
-		}
+	if q = q[:n]; n == 0 {
+		return
 	}
-	s.sent()
+	// No one caller's cancellation ends the others' round trip; each still leaves at its own.
+	ctx := context.WithoutCancel(q[0].ctx)
+	if !endless {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	total := 0
+	for _, w := range q {
+		total += len(w.calls)
+	}
+	all := make([]Call, 0, total)
+	for _, w := range q {
+		all = append(all, w.calls...)
+	}
+	s.send(ctx, all)
+	for _, w := range q {
+		n := copy(w.calls, all)
+		all = all[n:]
+		close(w.done)
+	}
 }
 
 // scriptName names c's script in an error, as the round trip's errors do.

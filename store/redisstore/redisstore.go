@@ -62,6 +62,7 @@ func New(c redis.UniversalClient, o Options) *Store {
 	}
 	_, cluster := c.(*redis.ClusterClient)
 	s := &Store{c: c, o: o, scripts: map[string]*redis.Script{}, batches: map[string]*redis.Script{}, cluster: cluster}
+	s.co.work = make(chan []*waiter)
 	for _, name := range scripts.Names() {
 		src, _ := scripts.Source(name)
 		s.scripts[name] = redis.NewScript(src)
