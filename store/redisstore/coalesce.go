@@ -22,9 +22,9 @@ import (
 
 // maxSending is the number of round trips under way at once. A queued caller waits for a round
 // trip to end and for two goroutine switches, which pays only when Redis, not the wait, is what
-// holds decisions up (BenchmarkRedis, beside the code without sharing): with 1, two goroutines made 0.6 times as many
-// decisions per second as without sharing; with 2, four goroutines 0.6 times as many; with 4,
-// four made as many and 64 about twice as many; with 8, 64 gained less.
+// holds decisions up (BenchmarkRedis, beside the code without sharing): with 1, two goroutines
+// made 0.6 times as many decisions per second as without sharing; with 2, four goroutines 0.6
+// times as many; with 4, four made as many and 64 about twice as many; with 8, 64 gained less.
 const maxSending = 4
 
 // flusherIdle is how long a flusher waits for the next queue before it exits. A flusher is a
@@ -51,8 +51,8 @@ type waiter struct {
 
 // DecideAll decides every call in one round trip (a pipeline of EVALSHA, see send; the calls
 // are independent: each is atomic on its own key), shared with the calls of other goroutines
-// that are waiting at the same moment. Each call's result or error is set on
-// it. On NOSCRIPT, the affected calls are retried once with EVAL in a second pipeline.
+// that are waiting at the same moment. Each call's result or error is set on it. On NOSCRIPT,
+// the affected calls are retried once with EVAL in a second pipeline.
 //
 // Calls run in slice order on one Redis node, so calls on one key see each other as sequential
 // Decide calls would; on a Cluster client, go-redis sends one pipeline per node and keeps the
