@@ -171,43 +171,11 @@ func (s *Store) decide(op *rules.Op) {
 		sum++ // 0 marks the overflow state
 	}
 	rule, _, _ := cut(op.Key, '|')
-	key := s.slotKey(rule, op.Alg, int(sum%uint64(s.Slots)))
+	c := cas{data: s.Data, peeks: &s.peeks, key: s.slotKey(rule, op.Alg, int(sum%uint64(s.Slots))),
+		retries: s.Retries, contended: s.Contended, now: s.Now, fresh: empty, replace: invalid}
 	req := op.Req.Bounded()
-	created := false
-	for attempt := 0; ; attempt++ {
-		if attempt == s.Retries {
-			if s.Contended != nil {
-				s.Contended()
-			}
-			op.Dec = algos.Decision{Limit: op.Dec.Limit, ResetAfter: op.Dec.ResetAfter}
-			op.Err = ErrContended
-			return
-		}
-		val, cas, peeked, err := s.peeks.get(s.Data, key, req.DryRun && attempt == 0)
-		if errors.Is(err, ErrNotFound) || err == nil && !valid(val) {
-			// A new slot is created empty with a CAS no key holds, which Envoy takes for a
-			// create (a missing key is stored whatever the CAS) and refuses as a mismatch when
-			// another worker created the key meanwhile: decisions are only ever stored by a CAS
-			// on an existing slot. A value of another layout is replaced (keys name the
-			// layout's version: only garbage lands here).
-			with := uint32(createCAS)
-			if err == nil {
-				with = cas
-			}
-			if err = s.Data.Set(key, empty, with); err == nil || errors.Is(err, ErrCasMismatch) {
-				if !created {
-					created = true
-					attempt-- // not a lost race
-				}
-				continue
-			}
-		}
-		if err != nil {
-			op.Dec, op.Err = algos.Decision{Allowed: true}, err
-			return
-		}
-		now := s.Now()
-		req.Now = now
+	for c.next(op, &req) {
+		val, now := c.val, req.Now
 		at, full := place(val, sum, s.Entries, now)
 		from := at // the state decided on: the identity's, else the overflow state (entry 0)
 		if at < 0 {
@@ -228,17 +196,101 @@ func (s *Store) decide(op *rules.Op) {
 		if req.DryRun || st.W == before.W && st.Ban == before.Ban {
 			return // nothing to store (a denial, a peek): no write, no contention
 		}
-		if err = s.Data.Set(key, s.write(val, at, sum, now, now+op.Dec.TTL, &st), cas); err == nil {
+		if c.store(op, s.write(val, at, sum, now, now+op.Dec.TTL, &st)) {
 			return
-		}
-		if !errors.Is(err, ErrCasMismatch) {
-			op.Err = err
-			return
-		}
-		if peeked {
-			attempt-- // the dry run's read was stale: not a lost race
 		}
 	}
+}
+
+// invalid reports whether val is not a slot of this layout (only garbage: keys name the
+// layout's version), which is replaced by an empty slot.
+func invalid(val []byte) bool { return !valid(val) }
+
+// cas is one op's get → decide → set on a Data key with the CAS read, retried on a mismatch:
+//
+//	for c.next(op, &req) { decide on c.val at req.Now; if nothing to store or c.store(op, b) { return } }
+//
+// A missing key (or a value replace refuses) is first set to fresh with a CAS no key holds,
+// which Envoy takes for a create (a missing key is stored whatever the CAS) and refuses as a
+// mismatch when another worker created the key meanwhile: decisions are only ever stored by a
+// CAS on an existing key, so two workers creating it at once cannot overwrite each other's. A
+// lost race reads and decides again; when the retries run out, op is denied (an admission that
+// cannot be stored would be free) with ErrContended. A Data error other than a mismatch is op's
+// error, the decision left to its fail policy. (A loop, not a callback: TinyGo would allocate a
+// closure per decision.)
+type cas struct {
+	data      Data
+	peeks     *peeks // dry runs' reads, kept for the commits that follow
+	key       string
+	retries   int    // attempts before ErrContended
+	contended func() // called when they run out, if set
+	now       func() int64
+	fresh     []byte            // a new key's value
+	replace   func([]byte) bool // a value to replace with fresh; nil: none is
+
+	val     []byte // the value read for this attempt
+	casRead uint32 // its CAS
+	peeked  bool   // it is a dry run's read
+	attempt int
+	created bool
+	started bool
+}
+
+// next reads the key's value into c.val and sets req.Now for an attempt to decide; false when
+// op is decided without one (its retries ran out, or Data failed).
+func (c *cas) next(op *rules.Op, req *algos.Request) bool {
+	if c.started {
+		c.attempt++
+	}
+	c.started = true
+	for ; ; c.attempt++ {
+		if c.attempt >= c.retries {
+			if c.contended != nil {
+				c.contended()
+			}
+			op.Dec = algos.Decision{Limit: op.Dec.Limit, ResetAfter: op.Dec.ResetAfter}
+			op.Err = ErrContended
+			return false
+		}
+		val, casRead, peeked, err := c.peeks.get(c.data, c.key, req.DryRun && c.attempt == 0)
+		if errors.Is(err, ErrNotFound) || err == nil && c.replace != nil && c.replace(val) {
+			with := uint32(createCAS)
+			if err == nil {
+				with = casRead
+			}
+			if err = c.data.Set(c.key, c.fresh, with); err == nil || errors.Is(err, ErrCasMismatch) {
+				if !c.created {
+					c.created = true
+					c.attempt-- // not a lost race
+				}
+				continue
+			}
+		}
+		if err != nil {
+			op.Dec, op.Err = algos.Decision{Allowed: true}, err
+			return false
+		}
+		c.val, c.casRead, c.peeked = val, casRead, peeked
+		req.Now = c.now()
+		return true
+	}
+}
+
+// store writes b with the CAS read: true when op is done (stored, or Data failed: op.Err), false
+// when a race was lost and the caller decides again.
+func (c *cas) store(op *rules.Op, b []byte) bool {
+	err := c.data.Set(c.key, b, c.casRead)
+	if err == nil {
+		return true
+	}
+	if !errors.Is(err, ErrCasMismatch) {
+		op.Err = err
+		return true
+	}
+	if c.peeked {
+		c.attempt-- // the dry run's read was stale: not a lost race
+	}
+	return false
 }
 
 // createCAS is the CAS a slot is created with: Envoy's CAS values count up from 1, so no key

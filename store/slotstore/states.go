@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"strconv"
 
 	"github.com/diana-gw/diana/shared/algos"
@@ -76,59 +75,24 @@ func (s *States) Decide(_ context.Context, ops []*rules.Op) {
 }
 
 func (s *States) decide(op *rules.Op) {
-	key := s.dataKey(op)
+	c := cas{data: s.Data, peeks: &s.peeks, key: s.dataKey(op), retries: s.Retries,
+		contended: s.Contended, now: s.Now, fresh: restState}
 	req := op.Req.Bounded()
-	retries := s.Retries
 	if req.Release {
-		retries = max(retries, ReleaseRetries)
+		c.retries = max(c.retries, ReleaseRetries)
 	}
-	created := false
-	for attempt := 0; ; attempt++ {
-		if attempt == retries {
-			if s.Contended != nil {
-				s.Contended()
-			}
-			op.Dec = algos.Decision{Limit: op.Dec.Limit, ResetAfter: op.Dec.ResetAfter}
-			op.Err = ErrContended
-			return
-		}
-		val, cas, peeked, err := s.peeks.get(s.Data, key, req.DryRun && attempt == 0)
-		if errors.Is(err, ErrNotFound) {
-			// Created at rest with a CAS no key holds, as Store creates a slot: a decision is
-			// only ever stored by a CAS on an existing key, so two workers creating it at once
-			// cannot overwrite each other's admissions.
-			if err = s.Data.Set(key, restState, createCAS); err == nil || errors.Is(err, ErrCasMismatch) {
-				if !created {
-					created = true
-					attempt-- // not a lost race
-				}
-				continue
-			}
-		}
-		if err != nil {
-			op.Dec, op.Err = algos.Decision{Allowed: true}, err
-			return
-		}
-		now := s.Now()
-		req.Now = now
-		s.read(val, now)
+	for c.next(op, &req) {
+		s.read(c.val, req.Now)
 		op.Dec = op.Alg.Decide(&s.st, req)
 		if req.DryRun {
 			return
 		}
-		b := s.write(now+op.Dec.TTL, &s.st)
-		if validState(val) && stateExpiry(val) > now && bytes.Equal(b[9:], val[9:]) {
+		b := s.write(req.Now+op.Dec.TTL, &s.st)
+		if validState(c.val) && stateExpiry(c.val) > req.Now && bytes.Equal(b[9:], c.val[9:]) {
 			return // unchanged: no write, no contention
 		}
-		if err = s.Data.Set(key, b, cas); err == nil {
+		if c.store(op, b) {
 			return
-		}
-		if !errors.Is(err, ErrCasMismatch) {
-			op.Err = err
-			return
-		}
-		if peeked {
-			attempt-- // the dry run's read was stale: not a lost race
 		}
 	}
 }
