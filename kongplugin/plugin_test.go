@@ -445,41 +445,51 @@ func TestBigLimits(t *testing.T) {
 	}
 }
 
+// adaptiveRound takes as many requests as an adaptive instance admits, answered with status,
+// ends each latency µs later on the plugin's clock (elapsed), and returns the limit the refusal
+// reported and the PDK calls of each log event.
+func adaptiveRound(t *testing.T, c *Config, elapsed *atomic.Int64, latency int64, status int) (int, [][]string) {
+	t.Helper()
+	var held []*kongReq
+	limit := 0
+	for {
+		r := &kongReq{IP: "10.0.0.1", Status: status}
+		res := event(t, c, "access", r)
+		if res.Exit {
+			limit, _ = strconv.Atoi(res.Headers["Ratelimit-Limit"][0])
+			break
+		}
+		held = append(held, r)
+	}
+	elapsed.Add(latency)
+	var calls [][]string
+	for _, r := range held {
+		calls = append(calls, event(t, c, "log", r).Calls)
+	}
+	return limit, calls
+}
+
+// adaptiveConfig is an adaptive instance on a plugin clock that elapsed advances.
+func adaptiveConfig(t *testing.T) (*Config, *atomic.Int64) {
+	base := time.Now()
+	elapsed := new(atomic.Int64) // µs on the plugin's clock
+	clock = func() time.Time { return base.Add(time.Duration(elapsed.Load()) * time.Microsecond) }
+	t.Cleanup(func() { clock = time.Now })
+	c := newConfig(t, map[string]any{"algorithm": "adaptive", "limit": 1000})
+	mustValid(t, c)
+	return c, elapsed
+}
+
 // An adaptive limit learns from the time between a request's access and log phases: with the
 // clock giving every request 1 ms, the limit grows past min_limit 4; with 20 ms, far over the
 // baseline, it falls back. (Without latencies the first probe would never end: the limit would
 // stay at 4.)
 func TestAdaptiveLatencyFromLog(t *testing.T) {
-	base := time.Now()
-	var elapsed atomic.Int64 // µs on the plugin's clock
-	clock = func() time.Time { return base.Add(time.Duration(elapsed.Load()) * time.Microsecond) }
-	defer func() { clock = time.Now }()
-	c := newConfig(t, map[string]any{"algorithm": "adaptive", "limit": 1000})
-	mustValid(t, c)
-	// round takes as many requests as the limit admits, ends each latency µs later, and returns
-	// the limit the refusal reported.
-	round := func(latency int64) int {
-		var held []*kongReq
-		limit := 0
-		for {
-			r := &kongReq{IP: "10.0.0.1"}
-			res := event(t, c, "access", r)
-			if res.Exit {
-				limit, _ = strconv.Atoi(res.Headers["Ratelimit-Limit"][0])
-				break
-			}
-			held = append(held, r)
-		}
-		elapsed.Add(latency)
-		for _, r := range held {
-			event(t, c, "log", r)
-		}
-		return limit
-	}
+	c, elapsed := adaptiveConfig(t)
 	until := func(latency int64, done func(int) bool) int {
 		var l int
 		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); {
-			if l = round(latency); done(l) {
+			if l, _ = adaptiveRound(t, c, elapsed, latency, 200); done(l) {
 				break
 			}
 		}
@@ -496,30 +506,12 @@ func TestAdaptiveLatencyFromLog(t *testing.T) {
 // A request whose response is a 5xx (the upstream failed, or Kong's 502/504) is a drop: its log
 // phase reads the status, and the limit falls by the backoff (10%) though the latency is short.
 func TestAdaptiveDropFromLog(t *testing.T) {
-	base := time.Now()
-	var elapsed atomic.Int64 // µs on the plugin's clock
-	clock = func() time.Time { return base.Add(time.Duration(elapsed.Load()) * time.Microsecond) }
-	defer func() { clock = time.Now }()
-	c := newConfig(t, map[string]any{"algorithm": "adaptive", "limit": 1000})
-	mustValid(t, c)
-	// round admits as many requests as the limit does, ends each 1 ms later with status, and
-	// returns the limit the refusal reported.
+	c, elapsed := adaptiveConfig(t)
 	round := func(status int) int {
-		var held []*kongReq
-		limit := 0
-		for {
-			r := &kongReq{IP: "10.0.0.1", Status: status}
-			res := event(t, c, "access", r)
-			if res.Exit {
-				limit, _ = strconv.Atoi(res.Headers["Ratelimit-Limit"][0])
-				break
-			}
-			held = append(held, r)
-		}
-		elapsed.Add(1000)
-		for _, r := range held {
-			if res := event(t, c, "log", r); !slices.Contains(res.Calls, "kong.response.get_status") {
-				t.Fatalf("log calls %v: no status asked", res.Calls)
+		limit, calls := adaptiveRound(t, c, elapsed, 1000, status)
+		for _, cs := range calls {
+			if !slices.Contains(cs, "kong.response.get_status") {
+				t.Fatalf("log calls %v: no status asked", cs)
 			}
 		}
 		return limit
