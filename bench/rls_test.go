@@ -130,26 +130,20 @@ func BenchmarkRLS(b *testing.B) {
 					b.Fatalf("%s: %v", l.name, err)
 				}
 			}
-			r, d, e, bd := loads[0].stats(), loads[1].stats(), loads[2].stats(), loads[3].stats()
+			r := loads[0].stats() // the anchor
 			b.ReportMetric(0, "ns/op")
-			b.ReportMetric(bd.rps, "batched-req/s")
-			b.ReportMetric(bd.cpu, "batched-cpu-µs/req")
-			b.ReportMetric(bd.redisCPU, "batched-redis-cpu-µs/req")
-			b.ReportMetric(bd.rps/r.rps, "batched/ratelimit-req/s")
-			b.ReportMetric(e.rps, "empty-req/s")
-			b.ReportMetric(e.cpu, "empty-cpu-µs/req")
-			b.ReportMetric(e.rps/r.rps, "empty/ratelimit-req/s")
-			b.ReportMetric(r.rps, "ratelimit-req/s")
-			b.ReportMetric(d.rps, "diana-req/s")
-			b.ReportMetric(r.p99, "ratelimit-p99-µs")
-			b.ReportMetric(d.p99, "diana-p99-µs")
-			b.ReportMetric(r.cpu, "ratelimit-cpu-µs/req")
-			b.ReportMetric(d.cpu, "diana-cpu-µs/req")
-			b.ReportMetric(d.rps/r.rps, "diana/ratelimit-req/s")
-			b.ReportMetric(r.redisCPU, "ratelimit-redis-cpu-µs/req")
-			b.ReportMetric(d.redisCPU, "diana-redis-cpu-µs/req")
+			for _, l := range loads {
+				st := l.stats()
+				b.ReportMetric(st.rps, l.name+"-req/s")
+				b.ReportMetric(st.p99, l.name+"-p99-µs")
+				b.ReportMetric(st.cpu, l.name+"-cpu-µs/req")
+				b.ReportMetric(st.redisCPU, l.name+"-redis-cpu-µs/req")
+				if l != loads[0] {
+					b.ReportMetric(st.rps/r.rps, l.name+"/ratelimit-req/s")
+				}
+			}
 			if r.cpu > 0 { // a run of a few requests can fall within one clock tick
-				b.ReportMetric(d.cpu/r.cpu, "diana/ratelimit-cpu")
+				b.ReportMetric(loads[1].stats().cpu/r.cpu, "diana/ratelimit-cpu")
 			}
 		})
 	}
