@@ -191,21 +191,19 @@ func RunAdaptiveStudy(seeds int) AdaptiveStudy {
 	s.BestStatic = best
 	none := func(uint64) AdLimiter { return NoLimit{} }
 	static := func(uint64) AdLimiter { return &Static{Max: best} }
-	s.Rows = []AdaptiveRow{
-		Measure("no limit", none, seeds, u99),
-		Measure("static "+strconv.FormatInt(best, 10), static, seeds, u99),
-		Measure("Gradient2 (Netflix)", gradient2, seeds, u99),
-		Measure("Vegas (Netflix)", vegas, seeds, u99),
-		Measure("diana adaptive", dianaAdaptive, seeds, u99),
+	// The limiters compared, each named once: the anchors and Diana's are also checked in the
+	// other settings.
+	type limiter struct {
+		name string
+		mk   func(uint64) AdLimiter
 	}
-	s.Shed = []ShedRow{
-		MeasureShed("no limit", none, seeds),
-		MeasureShed("static "+strconv.FormatInt(best, 10), static, seeds),
-		MeasureShed("Gradient2 (Netflix)", gradient2, seeds),
-		MeasureShed("Vegas (Netflix)", vegas, seeds),
-		MeasureShed("diana adaptive", dianaAdaptive, seeds),
-		MeasureShed("diana adaptive, latency only (503s not reported as drops)", latencyOnly, seeds),
+	compared := []limiter{{"Gradient2 (Netflix)", gradient2}, {"Vegas (Netflix)", vegas}, {"diana adaptive", dianaAdaptive}}
+	all := append([]limiter{{"no limit", none}, {"static " + strconv.FormatInt(best, 10), static}}, compared...)
+	for _, l := range all {
+		s.Rows = append(s.Rows, Measure(l.name, l.mk, seeds, u99))
+		s.Shed = append(s.Shed, MeasureShed(l.name, l.mk, seeds))
 	}
+	s.Shed = append(s.Shed, MeasureShed("diana adaptive, latency only (503s not reported as drops)", latencyOnly, seeds))
 	for _, c := range []struct {
 		servers     int
 		first, last uint64
@@ -214,10 +212,7 @@ func RunAdaptiveStudy(seeds int) AdaptiveStudy {
 		b.Servers = c.servers
 		u := unloadedP99(b)
 		setting := fmt.Sprintf("%d servers, seeds %d to %d", c.servers, c.first, c.last)
-		for _, l := range []struct {
-			name string
-			mk   func(uint64) AdLimiter
-		}{{"Gradient2 (Netflix)", gradient2}, {"Vegas (Netflix)", vegas}, {"diana adaptive", dianaAdaptive}} {
+		for _, l := range compared {
 			s.Checks = append(s.Checks, CheckRow{setting, measureOn(b, l.name, l.mk, c.first, c.last, u)})
 		}
 	}
