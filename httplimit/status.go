@@ -1,6 +1,10 @@
 package httplimit
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/diana-gw/diana/shared/rules"
+)
 
 // statusWriter records the status of the response next writes, so that adaptive rules learn
 // when the upstream failed a request (algos.Request.Dropped). Unwrap lets
@@ -44,5 +48,5 @@ func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 // first (the proxy answers 502 then too, but the upstream did not fail), nor for a request
 // whose status was not recorded (s nil).
 func (s *statusWriter) dropped(r *http.Request) bool {
-	return s != nil && s.status >= 500 && r.Context().Err() == nil
+	return s != nil && rules.Dropped(s.status) && r.Context().Err() == nil
 }

@@ -232,7 +232,7 @@ func (c *Config) Log(kong *pdk.PDK) {
 		dropped := false
 		if h.res.Learns() {
 			status, err := kong.Response.GetStatus()
-			dropped = err == nil && status >= 500
+			dropped = err == nil && rules.Dropped(status)
 		}
 		h.engine.Finish(context.Background(), &h.res, latency, dropped)
 	}

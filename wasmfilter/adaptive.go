@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strconv"
 
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/slotstore"
@@ -66,8 +67,8 @@ func (h *httpContext) finish() {
 		h.release()
 		return
 	}
-	status := h.p.status()
-	dropped := len(status) == 3 && status[0] >= '5' && status[0] <= '9'
+	status, _ := strconv.Atoi(h.p.status())
+	dropped := rules.Dropped(status)
 	latency := max(h.p.now()-h.held.start, 1) // measured: 0 would mean not
 	res := &h.held.res
 	h.held = nil

@@ -324,6 +324,11 @@ func (r *Result) Learns() bool {
 	return false
 }
 
+// Dropped reports whether a response's status says that the backend failed the request (5xx,
+// a gateway's own 502, 503 and 504 for an upstream that failed or timed out included): Finish's
+// dropped, on which adaptive rules cut their limit. Every front end asks it here.
+func Dropped(status int) bool { return status >= 500 }
+
 // Release gives back the concurrency leases a request took; call it when the request ends,
 // whatever the verdict (a request refused by a racing commit may hold leases of other rules).
 // It is a no-op for results without leases.
