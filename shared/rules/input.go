@@ -99,9 +99,9 @@ func (r *Rule) key(dst []byte, in *Input) []byte {
 		case ok:
 			dst = appendValue(dst, v)
 		case in.ClientIP != "" && !isIP(d):
-			dst = appendBody(append(dst, "|%ip:"...), in.ClientIP)
+			dst = appendBody(append(dst, clientPart...), in.ClientIP)
 		default:
-			dst = append(dst, "|%none"...)
+			dst = append(dst, nonePart...)
 		}
 	}
 	return dst
@@ -133,9 +133,12 @@ func isIP(d Dimension) bool {
 	return ok
 }
 
-// clientPart starts the part of a key that counts a request by its client address because a
-// dimension had no value (see key).
-const clientPart = "|%ip:"
+// The parts of a key for a dimension without a value (see key): clientPart starts the one that
+// counts the request by its client address, nonePart the one of a request without an address.
+const (
+	clientPart = "|%ip:"
+	nonePart   = "|%none"
+)
 
 // WithoutClient returns key with every client-address part (a dimension without a value, see
 // key) replaced by "%none": the requests without that value then share one count instead of
@@ -149,7 +152,7 @@ func WithoutClient(key string) string {
 	}
 	b := make([]byte, 0, len(key))
 	for i >= 0 {
-		b = append(append(b, key[:i]...), "|%none"...)
+		b = append(append(b, key[:i]...), nonePart...)
 		key = key[i+len(clientPart):]
 		j := strings.Index(key, "|") // the address is escaped: '|' starts the next part
 		if j < 0 {
