@@ -122,18 +122,14 @@ func (s *Store) hand(q []*waiter) {
 // flusher sends q, then each queue that came meanwhile, then the queues handed to it, until it
 // has waited flusherIdle for one.
 func (s *Store) flusher(q []*waiter) {
-	var idle *time.Timer
+	idle := time.NewTimer(flusherIdle)
+	defer idle.Stop()
 	for {
 		for q != nil {
 			s.flush(q)
 			q = s.next()
 		}
-		if idle == nil {
-			idle = time.NewTimer(flusherIdle)
-			defer idle.Stop()
-		} else {
-			idle.Reset(flusherIdle)
-		}
+		idle.Reset(flusherIdle) // Go 1.23's timers: no stale tick to drain
 		select {
 		case q = <-s.co.work:
 		case <-idle.C:

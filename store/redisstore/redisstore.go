@@ -130,8 +130,8 @@ const maxBatch = 64
 // command is one script call of a round trip: one call by its algorithm's script, or a run of
 // calls of one algorithm by its batch script (scripts.Batch), whose reply holds each one's.
 type command struct {
-	first, n int // the calls it decides: calls[first : first+n]
-	e        eval
+	first, n int   // the calls it decides: calls[first : first+n]
+	e        *eval // calls[first]'s (the run's algorithm)
 	keys     []string
 	args     []any
 	cmd      *redis.Cmd
@@ -178,7 +178,7 @@ func (s *Store) send(ctx context.Context, calls []Call) {
 				continue
 			}
 		}
-		cmds = append(cmds, &command{first: i, n: 1, e: evals[i]})
+		cmds = append(cmds, &command{first: i, n: 1, e: &evals[i]})
 	}
 	if len(cmds) == 0 {
 		return
@@ -343,10 +343,16 @@ func (s *Store) eval(key string, alg algos.Algorithm, r algos.Request) (eval, er
 // decision reads the reply {allowed, limit, remaining, reset_after, retry_after, delay, granted}
 // of script name on key, and the stamp that ends a partial request's reply (see Call.At).
 func decision(name, key string, cmd *redis.Cmd, unsent error) (algos.Decision, int64, error) {
+	v, err := reply(cmd, unsent)
+	return decisionOf(name, key, v, err)
+}
+
+// reply is cmd's reply, or its error: the pipeline's when cmd was not sent at all.
+func reply(cmd *redis.Cmd, unsent error) (any, error) {
 	if cmd.Err() == nil && cmd.Val() == nil && unsent != nil {
-		return algos.Decision{}, 0, fmt.Errorf("redisstore: %s on %q: not sent: %w", name, key, unsent)
+		return nil, fmt.Errorf("not sent: %w", unsent)
 	}
-	return decisionOf(name, key, cmd.Val(), cmd.Err())
+	return cmd.Val(), cmd.Err()
 }
 
 // decisionOf reads one decision's reply, v, or its error.
@@ -382,15 +388,13 @@ func decisionOf(name, key string, v any, err error) (algos.Decision, int64, erro
 
 // batchReplies reads a batch script's reply: one value per decision, n of them.
 func batchReplies(name, key string, cmd *redis.Cmd, unsent error, n int) ([]any, error) {
-	if cmd.Err() == nil && cmd.Val() == nil && unsent != nil {
-		return nil, fmt.Errorf("redisstore: %s on %q and %d more: not sent: %w", name, key, n-1, unsent)
-	}
-	if err := cmd.Err(); err != nil {
+	v, err := reply(cmd, unsent)
+	if err != nil {
 		return nil, fmt.Errorf("redisstore: %s on %q and %d more: %w", name, key, n-1, err)
 	}
-	vs, ok := cmd.Val().([]any)
+	vs, ok := v.([]any)
 	if !ok || len(vs) != n {
-		return nil, fmt.Errorf("redisstore: %s on %q and %d more: reply %v: want %d replies", name, key, n-1, cmd.Val(), n)
+		return nil, fmt.Errorf("redisstore: %s on %q and %d more: reply %v: want %d replies", name, key, n-1, v, n)
 	}
 	return vs, nil
 }

@@ -172,7 +172,7 @@ func (s *Store) decide(op *rules.Op) {
 	}
 	rule, _, _ := cut(op.Key, '|')
 	c := cas{data: s.Data, peeks: &s.peeks, key: s.slotKey(rule, op.Alg, int(sum%uint64(s.Slots))),
-		retries: s.Retries, contended: s.Contended, now: s.Now, fresh: empty, replace: invalid}
+		retries: s.Retries, contended: s.Contended, now: s.Now, fresh: empty, slots: true}
 	req := op.Req.Bounded()
 	for c.next(op, &req) {
 		val, now := c.val, req.Now
@@ -202,22 +202,18 @@ func (s *Store) decide(op *rules.Op) {
 	}
 }
 
-// invalid reports whether val is not a slot of this layout (only garbage: keys name the
-// layout's version), which is replaced by an empty slot.
-func invalid(val []byte) bool { return !valid(val) }
-
 // cas is one op's get → decide → set on a Data key with the CAS read, retried on a mismatch:
 //
 //	for c.next(op, &req) { decide on c.val at req.Now; if nothing to store or c.store(op, b) { return } }
 //
-// A missing key (or a value replace refuses) is first set to fresh with a CAS no key holds,
-// which Envoy takes for a create (a missing key is stored whatever the CAS) and refuses as a
-// mismatch when another worker created the key meanwhile: decisions are only ever stored by a
-// CAS on an existing key, so two workers creating it at once cannot overwrite each other's. A
-// lost race reads and decides again; when the retries run out, op is denied (an admission that
-// cannot be stored would be free) with ErrContended. A Data error other than a mismatch is op's
-// error, the decision left to its fail policy. (A loop, not a callback: TinyGo would allocate a
-// closure per decision.)
+// A missing key (or, with slots, a value that is no slot: only garbage, keys name the layout's
+// version) is first set to fresh with a CAS no key holds, which Envoy takes for a create (a
+// missing key is stored whatever the CAS) and refuses as a mismatch when another worker created
+// the key meanwhile: decisions are only ever stored by a CAS on an existing key, so two workers
+// creating it at once cannot overwrite each other's. A lost race reads and decides again; when
+// the retries run out, op is denied (an admission that cannot be stored would be free) with
+// ErrContended. A Data error other than a mismatch is op's error, the decision left to its fail
+// policy. (A loop, not a callback: TinyGo would allocate a closure per decision.)
 type cas struct {
 	data      Data
 	peeks     *peeks // dry runs' reads, kept for the commits that follow
@@ -225,25 +221,20 @@ type cas struct {
 	retries   int    // attempts before ErrContended
 	contended func() // called when they run out, if set
 	now       func() int64
-	fresh     []byte            // a new key's value
-	replace   func([]byte) bool // a value to replace with fresh; nil: none is
+	fresh     []byte // a new key's value
+	slots     bool   // a value that is not a slot (garbage) is replaced with fresh
 
 	val     []byte // the value read for this attempt
 	casRead uint32 // its CAS
 	peeked  bool   // it is a dry run's read
-	attempt int
+	attempt int    // attempts lost to other workers
 	created bool
-	started bool
 }
 
 // next reads the key's value into c.val and sets req.Now for an attempt to decide; false when
 // op is decided without one (its retries ran out, or Data failed).
 func (c *cas) next(op *rules.Op, req *algos.Request) bool {
-	if c.started {
-		c.attempt++
-	}
-	c.started = true
-	for ; ; c.attempt++ {
+	for {
 		if c.attempt >= c.retries {
 			if c.contended != nil {
 				c.contended()
@@ -253,16 +244,16 @@ func (c *cas) next(op *rules.Op, req *algos.Request) bool {
 			return false
 		}
 		val, casRead, peeked, err := c.peeks.get(c.data, c.key, req.DryRun && c.attempt == 0)
-		if errors.Is(err, ErrNotFound) || err == nil && c.replace != nil && c.replace(val) {
+		if errors.Is(err, ErrNotFound) || err == nil && c.slots && !valid(val) {
 			with := uint32(createCAS)
 			if err == nil {
 				with = casRead
 			}
 			if err = c.data.Set(c.key, c.fresh, with); err == nil || errors.Is(err, ErrCasMismatch) {
-				if !c.created {
-					c.created = true
-					c.attempt-- // not a lost race
+				if c.created { // the first creation is no lost race
+					c.attempt++
 				}
+				c.created = true
 				continue
 			}
 		}
@@ -287,8 +278,8 @@ func (c *cas) store(op *rules.Op, b []byte) bool {
 		op.Err = err
 		return true
 	}
-	if c.peeked {
-		c.attempt-- // the dry run's read was stale: not a lost race
+	if !c.peeked { // a dry run's stale read is no lost race
+		c.attempt++
 	}
 	return false
 }
