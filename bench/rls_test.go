@@ -57,18 +57,9 @@ descriptors:
         rate_limit: {unit: minute, requests_per_unit: 4000000000}
 `
 
-// rlsBatched is rlsDescriptors with Diana's batch extension: each dianad takes the limits'
-// units from Redis in batches of up to 1,000.
-const rlsBatched = `domain: bench
-descriptors:
-  - key: remote_address
-    rate_limit: {unit: hour, requests_per_unit: 4000000000}
-    batch: {max: 1000}
-    descriptors:
-      - key: path
-        rate_limit: {unit: minute, requests_per_unit: 4000000000}
-        batch: {max: 1000}
-`
+// rlsBatched is rlsDescriptors with Diana's batch extension beside each rate_limit: each dianad
+// takes the limits' units from Redis in batches of up to 1,000.
+var rlsBatched = regexp.MustCompile(`(?m)^( *)(rate_limit: .*)$`).ReplaceAllString(rlsDescriptors, "$1$2\n${1}batch: {max: 1000}")
 
 // BenchmarkRLS compares dianad's rate limit service in cluster mode with envoyproxy/ratelimit's
 // own server, both separate processes on the same redis-server with the same descriptor config,
@@ -82,18 +73,14 @@ func BenchmarkRLS(b *testing.B) {
 	rs := redistest.Start(b)
 	root := b.TempDir()
 	cfgDir := filepath.Join(root, "rl", "config") // RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config
-	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(cfgDir, "bench.yaml"), []byte(rlsDescriptors), 0o644); err != nil {
-		b.Fatal(err)
-	}
 	batchedDir := filepath.Join(root, "batched")
-	if err := os.MkdirAll(batchedDir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(batchedDir, "bench.yaml"), []byte(rlsBatched), 0o644); err != nil {
-		b.Fatal(err)
+	for dir, doc := range map[string]string{cfgDir: rlsDescriptors, batchedDir: rlsBatched} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte(doc), 0o644); err != nil {
+			b.Fatal(err)
+		}
 	}
 	rlAddr, rlPid := startRatelimit(b, root, rs.Addr)
 	dianaAddr, dianaPid, metrics := startDianaRLS(b, cfgDir, rs.Addr)
@@ -130,20 +117,24 @@ func BenchmarkRLS(b *testing.B) {
 					b.Fatalf("%s: %v", l.name, err)
 				}
 			}
-			r := loads[0].stats() // the anchor
+			stats := make([]loadStats, len(loads))
+			for i, l := range loads {
+				stats[i] = l.stats()
+			}
+			r := stats[0] // the anchor
 			b.ReportMetric(0, "ns/op")
-			for _, l := range loads {
-				st := l.stats()
+			for i, l := range loads {
+				st := stats[i]
 				b.ReportMetric(st.rps, l.name+"-req/s")
 				b.ReportMetric(st.p99, l.name+"-p99-µs")
 				b.ReportMetric(st.cpu, l.name+"-cpu-µs/req")
 				b.ReportMetric(st.redisCPU, l.name+"-redis-cpu-µs/req")
-				if l != loads[0] {
+				if i > 0 {
 					b.ReportMetric(st.rps/r.rps, l.name+"/ratelimit-req/s")
 				}
 			}
 			if r.cpu > 0 { // a run of a few requests can fall within one clock tick
-				b.ReportMetric(loads[1].stats().cpu/r.cpu, "diana/ratelimit-cpu")
+				b.ReportMetric(stats[1].cpu/r.cpu, "diana/ratelimit-cpu")
 			}
 		})
 	}

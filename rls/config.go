@@ -94,6 +94,9 @@ const (
 	batchField     = "batch"
 )
 
+// extensions are Diana's fields beside rate_limit, which apply only to a counted limit.
+var extensions = []string{algorithmField, batchField}
+
 // Parse reads the descriptor config files into one Config, refusing a duplicate domain. Every
 // error names the file and the field.
 func Parse(files []File, o ParseOptions) (*Config, error) {
@@ -184,7 +187,7 @@ func (p *parser) descriptors(o *conf.Obj, n *node, prefix string) {
 		if d.Has("rate_limit") {
 			child.limit = p.limit(d, full, alg, shadow, detailed)
 		} else {
-			for _, f := range []string{algorithmField, batchField} {
+			for _, f := range extensions {
 				if d.Has(f) {
 					d.Fail(f, "applies only beside rate_limit")
 				}
@@ -240,7 +243,7 @@ func (p *parser) limit(d *conf.Obj, full, algName string, shadow, detailed bool)
 	l.RequestsPerUnit = uint32(rpu)
 	l.proto = &pb.RateLimitResponse_RateLimit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit, Name: l.Name}
 	if l.Unlimited {
-		for _, f := range []string{algorithmField, batchField} {
+		for _, f := range extensions {
 			if d.Has(f) {
 				d.Fail(f, "cannot be set on an unlimited limit")
 			}

@@ -44,28 +44,24 @@ func main() {
 	}
 }
 
-// limiter is one decision function under test: decide makes one decision per key, in one
-// call when per (default 1) keys come at once.
+// limiter is one decision function under test: decide makes one decision per key, all in one
+// call; run gives it per keys at a time.
 type limiter struct {
 	name   string
-	decide func(ctx context.Context, key string) error
 	per    int
-	many   func(ctx context.Context, keys []string) error
+	decide func(ctx context.Context, keys []string) error
+}
+
+// single is a limiter of one decision per call.
+func single(name string, decide func(ctx context.Context, key string) error) limiter {
+	return limiter{name, 1, func(ctx context.Context, keys []string) error { return decide(ctx, keys[0]) }}
 }
 
 // run makes a decision on each key, per at a time.
 func (l limiter) run(ctx context.Context, keys []string) error {
-	if l.many == nil {
-		for _, k := range keys {
-			if err := l.decide(ctx, k); err != nil {
-				return fmt.Errorf("%s: %w", l.name, err)
-			}
-		}
-		return nil
-	}
 	for len(keys) > 0 {
 		n := min(l.per, len(keys))
-		if err := l.many(ctx, keys[:n]); err != nil {
+		if err := l.decide(ctx, keys[:n]); err != nil {
 			return fmt.Errorf("%s: %w", l.name, err)
 		}
 		keys = keys[n:]
@@ -154,29 +150,31 @@ func limiters(c *redis.Client) []limiter {
 		panic(err)
 	}
 	ululeLimiter := ulule.New(ul, ulule.Rate{Period: time.Second, Limit: 1_000_000})
-	out := []limiter{{"go-redis/redis_rate v10 (GCRA)", func(ctx context.Context, key string) error {
-		_, err := rr.Allow(ctx, "rr:"+key, rrLimit)
-		return err
-	}, 0, nil}, {"ulule/limiter v3 (fixed window)", func(ctx context.Context, key string) error {
-		_, err := ululeLimiter.Get(ctx, key)
-		return err
-	}, 0, nil}, {"INCRBY + EXPIRE, pipelined (envoyproxy/ratelimit's fixed window)", func(ctx context.Context, key string) error {
-		k := "ie:" + key + ":" + strconv.FormatInt(time.Now().Unix(), 10)
-		p := c.Pipeline()
-		p.IncrBy(ctx, k, 1)
-		p.Expire(ctx, k, time.Second)
-		_, err := p.Exec(ctx)
-		return err
-	}, 0, nil}, {"INCRBY + EXPIRE, 16 decisions per pipeline", nil, 16, func(ctx context.Context, keys []string) error {
-		p := c.Pipeline()
-		for _, key := range keys {
-			k := "ie16:" + key + ":" + strconv.FormatInt(time.Now().Unix(), 10)
-			p.IncrBy(ctx, k, 1)
-			p.Expire(ctx, k, time.Second)
+	// INCRBY and EXPIRE of each key, in one pipeline.
+	incrExpire := func(prefix string) func(ctx context.Context, keys []string) error {
+		return func(ctx context.Context, keys []string) error {
+			p := c.Pipeline()
+			for _, key := range keys {
+				k := prefix + key + ":" + strconv.FormatInt(time.Now().Unix(), 10)
+				p.IncrBy(ctx, k, 1)
+				p.Expire(ctx, k, time.Second)
+			}
+			_, err := p.Exec(ctx)
+			return err
 		}
-		_, err := p.Exec(ctx)
-		return err
-	}}}
+	}
+	out := []limiter{
+		single("go-redis/redis_rate v10 (GCRA)", func(ctx context.Context, key string) error {
+			_, err := rr.Allow(ctx, "rr:"+key, rrLimit)
+			return err
+		}),
+		single("ulule/limiter v3 (fixed window)", func(ctx context.Context, key string) error {
+			_, err := ululeLimiter.Get(ctx, key)
+			return err
+		}),
+		{"INCRBY + EXPIRE, pipelined (envoyproxy/ratelimit's fixed window)", 1, incrExpire("ie:")},
+		{"INCRBY + EXPIRE, 16 decisions per pipeline", 16, incrExpire("ie16:")},
+	}
 	s := redisstore.New(c, redisstore.Options{})
 	for _, a := range []struct {
 		name string
@@ -192,16 +190,16 @@ func limiters(c *redis.Client) []limiter {
 		{"Diana concurrency (take)", must(algos.NewConcurrency(algos.MaxConcurrency, algos.Second))},
 	} {
 		var id int64 // lease ids for the concurrency limit; 0 (none) for the others
-		out = append(out, limiter{a.name, func(ctx context.Context, key string) error {
+		out = append(out, single(a.name, func(ctx context.Context, key string) error {
 			if a.alg.Script().Log {
 				id++
 			}
 			_, err := s.Decide(ctx, a.name+":"+key, a.alg, algos.Request{Cost: 1, ID: id})
 			return err
-		}, 0, nil})
+		}))
 	}
 	fw := must(algos.NewFixedWindow(1_000_000, algos.Second))
-	out = append(out, limiter{"Diana fixed window, 16 decisions per call", nil, 16, func(ctx context.Context, keys []string) error {
+	out = append(out, limiter{"Diana fixed window, 16 decisions per call", 16, func(ctx context.Context, keys []string) error {
 		calls := make([]redisstore.Call, len(keys))
 		for i, k := range keys {
 			calls[i] = redisstore.Call{Key: "fw16:" + k, Alg: fw, Req: algos.Request{Cost: 1}}
@@ -238,21 +236,21 @@ func scriptParts(c *redis.Client) []limiter {
 	var out []limiter
 	for _, p := range parts {
 		sc := redis.NewScript(p.src)
-		out = append(out, limiter{p.name, func(ctx context.Context, key string) error {
+		out = append(out, single(p.name, func(ctx context.Context, key string) error {
 			err := sc.Run(ctx, c, []string{p.name + ":" + key}, args).Err()
 			if errors.Is(err, redis.Nil) {
 				err = nil
 			}
 			return err
-		}, 0, nil})
+		}))
 	}
-	out = append(out, limiter{"INCRBY and PEXPIRE, pipelined (no script)", func(ctx context.Context, key string) error {
+	out = append(out, single("INCRBY and PEXPIRE, pipelined (no script)", func(ctx context.Context, key string) error {
 		p := c.Pipeline()
 		p.IncrBy(ctx, "plain:"+key, 1)
 		p.PExpire(ctx, "plain:"+key, time.Minute)
 		_, err := p.Exec(ctx)
 		return err
-	}, 0, nil})
+	}))
 	return out
 }
 

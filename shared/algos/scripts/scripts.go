@@ -27,8 +27,9 @@ func Source(name string) (string, error) {
 
 // Batch returns the script that makes many decisions of the algorithm name in one call, in
 // order, each as Source's script would make it: KEYS holds two keys per decision (its state and
-// its ban, which is read only when it bans), ARGV two arguments (the packed integers and the lease id, "0" for none). The reply
-// holds each decision's reply, or an error reply for one that failed (the others still run).
+// its ban, which is read only when it bans), ARGV two arguments (the packed integers and the
+// lease id, "0" for none). The reply holds each decision's reply, or an error reply for one
+// that failed (the others still run).
 // Redis's TIME is read once, for every decision of the call: one call costs Redis the call's
 // overhead and the clock once instead of once per decision.
 func Batch(name string) (string, error) {
