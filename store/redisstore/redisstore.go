@@ -124,7 +124,8 @@ type Call struct {
 
 // maxBatch is the most decisions one batch script call makes: Redis runs a script to its end
 // before it serves anyone else, so a call of many decisions must not hold it for long (64
-// fixed-window decisions take Redis about as long as one GET of 1 MB).
+// fixed-window decisions are about 3.9 million Redis instructions: 61,151 each at 16 per call,
+// make bench-redis-cpu).
 const maxBatch = 64
 
 // command is one script call of a round trip: one call by its algorithm's script, or a run of
