@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/conf"
 	"github.com/diana-gw/diana/shared/rules"
 )
@@ -81,7 +82,7 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 		o.Fail("algorithm", a+" needs Kong's log phase, to give each request's lease back when it ends, and this plugin server runs without it (-no-log-phase): start it without that flag, or choose another algorithm")
 		return s, errs
 	}
-	v := map[string]any{} // every field's value, its default when absent; nil: an optional field unset
+	v := values{} // every field's value, its default when absent; nil: an optional field unset
 	for _, f := range fs {
 		v[f.Name] = readField(o, doc, f)
 	}
@@ -109,32 +110,8 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 			v[f.Name] = f.Default
 		}
 	}
-	str := func(k string) string { x, _ := v[k].(string); return x }
-	integer := func(k string) int64 { x, _ := v[k].(int64); return x }
-	boolean := func(k string) bool { return v[k] == true }
-
-	by := str("limit_by")
-	headerName, path := str("header_name"), str("path")
+	str, integer, boolean := v.str, v.integer, v.boolean
 	s.EscapedSlashes = rules.DecodeEscapedSlashes(o)
-	algorithm := str("algorithm")
-	limit, window := integer("limit"), str("window")
-	burst, warmup, subwindows := integer("burst"), str("warmup"), integer("subwindows")
-	type extra struct {
-		g      group
-		limit  int64
-		window string
-		header string
-	}
-	var extras []extra
-	for _, g := range groups {
-		e := extra{g: g, limit: integer(g.Name + "_limit"), window: str(g.Name + "_window")}
-		if g.Name == "device" {
-			e.header = str("device_header")
-		}
-		extras = append(extras, e)
-	}
-	shadow := boolean("shadow")
-	ban := str("ban")
 	var rc redisConf
 	rc.MasterName = str("redis_sentinel_master")
 	rc.Cluster = boolean("redis_cluster")
@@ -149,14 +126,6 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 	rc.Wait = int(integer("redis_wait_replicas"))
 	rc.TimeoutMS = integer("redis_timeout")
 	rc.Prefix = str("redis_prefix")
-	failClosed := boolean("fail_closed")
-	nodes := integer("fallback_nodes")
-	batchMax := integer("batch_max")
-	batchAge := str("batch_max_age")
-	hide := boolean("hide_client_headers")
-	style := str("header_style")
-	status := integer("error_code")
-	message := str("error_message")
 
 	if str("policy") == "redis" {
 		addrs, _ := v["redis_addrs"].([]string)
@@ -180,250 +149,233 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 		s.Redis = &rc
 	}
 
-	// The rules, each decoded by shared/rules from a conf tree, so that the plugin validates
-	// exactly as dianad does; their errors are renamed to the flat fields they came from.
-	scope := s.PluginID
-	if scope == "" {
-		scope = "diana"
-	}
-	base := func(name, window string, limit int64) (*conf.Object, map[string]string) {
-		lim := &conf.Object{}
-		lim.Set("algorithm", algorithm)
-		names := map[string]string{"limit.algorithm": "algorithm", "ban": "ban", "nodes": "fallback_nodes",
-			"reply.status": "error_code", "reply.message": "error_message"}
-		lf, wf := name+"_limit", name+"_window"
-		if name == "main" {
-			lf, wf = "limit", "window"
-		}
-		// The flat fields set the parameters of the algorithm's registry entry by their roles:
-		// limit the amount (limit, rate, max), window its window (window, period, lease).
-		kind, _ := rules.Algorithm(algorithm) // an unknown one is reported by the rule's decoder
-		set := func(role rules.Role, v conf.Value, field string) {
-			if p, ok := kind.Param(role); ok {
-				lim.Set(p.Name, v)
-				names["limit."+p.Name] = field
-			}
-		}
-		set(rules.Amount, conf.Number(strconv.FormatInt(limit, 10)), lf)
-		set(rules.Window, window, wf)
-		set(rules.Warmup, warmup, "warmup")
-		if subwindows > 0 { // absent from configs that predate it
-			set(rules.SubWindows, conf.Number(strconv.FormatInt(subwindows, 10)), "subwindows")
-		}
-		if p, ok := kind.Param(rules.Burst); ok {
-			names["limit."+p.Name] = "burst" // its default (the rate) too
-			if burst > 0 && name == "main" {
-				set(rules.Burst, conf.Number(strconv.FormatInt(burst, 10)), "burst")
-			}
-		}
-		r := &conf.Object{}
-		// The algorithm is part of the name, hence of the keys: switching algorithms must not
-		// read one algorithm's state as another's. An unknown one is left out, so that its
-		// error is the algorithm's, not the name's.
-		if _, known := rules.Algorithm(algorithm); known {
-			r.Set("name", scope+"."+name+"."+algorithm)
-		} else {
-			r.Set("name", scope+"."+name)
-		}
-		r.Set("limit", lim)
-		if shadow {
-			r.Set("action", "shadow")
-		}
-		r.Set("ban", ban)
-		if s.Redis != nil {
-			r.Set("mode", "cluster")
-			switch {
-			case failClosed:
-				r.Set("on_error", "closed")
-			case nodes > 0:
-				r.Set("on_error", "local")
-				r.Set("nodes", conf.Number(strconv.FormatInt(nodes, 10)))
-			}
-			if batchMax > 0 {
-				b := &conf.Object{}
-				b.Set("max", conf.Number(strconv.FormatInt(batchMax, 10)))
-				b.Set("max_age", batchAge)
-				r.Set("batch", b)
-				names["batch"], names["batch.max_age"] = "batch_max", "batch_max_age"
-			}
-		}
-		rep := &conf.Object{}
-		rep.Set("status", conf.Number(strconv.FormatInt(status, 10)))
-		rep.Set("message", message)
-		if hide {
-			style = rules.HeaderStyleNames[rules.NoHeaders]
-		}
-		rep.Set("headers", style)
-		r.Set("reply", rep)
-		return r, names
-	}
-	add := func(r *conf.Object, names map[string]string) {
-		s.Rules = append(s.Rules, s.decodeRule(r, names, errs))
-	}
-
-	main, names := base("main", window, limit)
-	var dim string
-	switch by {
-	case "header":
-		dim = "header:" + headerName
-		names["by[0]"] = "header_name"
-	case "credential":
-		dim = "header:" + credentialHeader
-	case "service":
-		dim = "route"
-	default:
-		dim = by
-	}
-	main.Set("by", []conf.Value{dim})
-	if path != "" { // set only with limit_by path: ignored above otherwise
-		m := &conf.Object{}
-		m.Set("paths", []conf.Value{path})
-		main.Set("match", m)
-		names["match.paths"], names["match.paths[0]"] = "path", "path"
-	}
-	add(main, names)
-	for _, e := range extras {
-		if e.limit == 0 {
-			continue
-		}
-		r, names := base(e.g.Name, e.window, e.limit)
-		dim := e.g.By
-		if e.header != "" {
-			dim = "device:" + e.header
-			names["by[0]"] = "device_header"
-		}
-		r.Set("by", []conf.Value{dim})
-		add(r, names)
-	}
+	s.buildRules(o, v, errs)
 	if len(errs.List) > 0 {
 		return s, errs
 	}
+	rd := rules.ReadsOf(s.Rules)
+	s.needs = needs{IP: rd.Addr, Consumer: rd.Consumer, Service: rd.Route, Headers: rd.Headers,
+		// Refusing escaped slashes needs every request's path, whatever the rules count by.
+		Path: rd.Path || s.EscapedSlashes == rules.RejectSlashes}
 	for _, r := range s.Rules {
-		s.needs.add(r.By)
-		s.needs.Path = s.needs.Path || len(r.Match.Paths) > 0
+		s.needs.Credential = s.needs.Credential || slices.Contains(r.By, "header:"+credentialHeader)
 		s.needs.Leases = s.needs.Leases || r.Leases
 	}
-	// Refusing escaped slashes needs every request's path, whatever the rules count by.
-	s.needs.Path = s.needs.Path || s.EscapedSlashes == rules.RejectSlashes
 	// A request without a consumer, credential, service or header counts by its address
 	// instead (as Kong's rate-limiting falls back to the client IP): those rules need it too.
 	s.needs.IP = s.needs.IP || s.needs.Consumer || s.needs.Credential || (s.needs.Service && s.ServiceID == "") || s.needs.Headers
 	return s, nil
 }
 
-func (n *needs) add(by []string) {
-	for _, b := range by {
-		switch {
-		case b == "ip":
-			n.IP = true
-		case b == "consumer":
-			n.Consumer = true
-		case b == "path":
-			n.Path = true
-		case b == "route":
-			n.Service = true
-		case b == "header:"+credentialHeader:
-			n.Credential = true
-		case strings.HasPrefix(b, "header:"), strings.HasPrefix(b, "device"):
-			n.Headers = true
-		}
+// values are the flat fields' values as decode reads them: int64, string, bool or []string,
+// each field's default when absent; nil for an unset optional field.
+type values map[string]any
+
+func (v values) str(k string) string    { x, _ := v[k].(string); return x }
+func (v values) integer(k string) int64 { x, _ := v[k].(int64); return x }
+func (v values) boolean(k string) bool  { return v[k] == true }
+
+// duration reads the duration field k in µs (its pattern lets through only durations: an
+// error is not expected, but recorded).
+func (v values) duration(o *conf.Obj, k string) int64 {
+	us, reason := conf.ParseDuration(v.str(k))
+	if reason != "" {
+		o.Fail(k, reason)
 	}
+	return us
 }
 
-// decodeRule decodes one rule of the instance with shared/rules, and adapts what Kong's schema
-// cannot refuse so that the rule limits, with a warning naming the field: a burst or warm-up
-// beyond what the algorithm holds at this rate (a bound on a product of fields) is lowered to
-// the most it holds; a batch the rule cannot take is dropped (decided per request, exactly); a
-// limit that cannot be shared among fallback_nodes makes the rule refuse while Redis is down.
-// Other errors are recorded on errs under the flat field names.
-func (s *settings) decodeRule(r *conf.Object, names map[string]string, errs *conf.Errors) *rules.Rule {
-	lim, _ := r.Get("limit")
-	for {
-		rerrs := &conf.Errors{}
-		rule := rules.DecodeRule(conf.Read(r, rerrs))
-		if len(rerrs.List) == 0 {
-			return rule
-		}
-		e := rerrs.List[0]
-		name, _ := r.Get("name")
-		switch {
-		case e.Path == "batch" || strings.HasPrefix(e.Path, "batch."):
-			s.warn("batch_max", fmt.Sprintf("is ignored for the rule %s, which decides every request in Redis: %s", name, e.Reason))
-			del(r, "batch")
-			continue
-		case e.Path == "nodes":
-			s.warn("fallback_nodes", fmt.Sprintf("is ignored for the rule %s, which refuses requests while Redis is down (as fail_closed): %s", name, e.Reason))
-			r.Set("on_error", "closed")
-			del(r, "nodes")
-			continue
-		case names[e.Path] == "burst" || names[e.Path] == "warmup":
-			if lowered(lim.(*conf.Object), strings.TrimPrefix(e.Path, "limit."), r) {
-				v, _ := lim.(*conf.Object).Get(strings.TrimPrefix(e.Path, "limit."))
-				s.warn(names[e.Path], fmt.Sprintf("is lowered to %v for the rule %s: %s", v, name, e.Reason))
-				continue
-			}
-		}
-		for _, e := range rerrs.List {
-			f, ok := names[e.Path]
-			if !ok {
-				f = e.Path // not expected: every field the rules read is named above
-			}
-			errs.Add(f, e.Reason)
-		}
-		return rule
-	}
+// limitFields name the flat fields one limit of an instance is read from: the main limit's, or
+// an extra group's.
+type limitFields struct {
+	name          string // main, or the group's name: part of the rule's name
+	limit, window string // its amount and its window
+	by            string // the field its by[0] comes from
 }
 
-// lowered sets the count or duration parameter param of lim to the largest value below its
-// present one with which the rule r decodes, and reports whether there is one.
-func lowered(lim *conf.Object, param string, r *conf.Object) bool {
-	cur, _ := lim.Get(param)
-	var hi int64
-	var format func(int64) conf.Value
-	switch c := cur.(type) {
-	case conf.Number:
-		hi, _ = strconv.ParseInt(string(c), 10, 64)
-		format = func(n int64) conf.Value { return conf.Number(strconv.FormatInt(n, 10)) }
-	case string:
-		hi, _ = conf.ParseDuration(c)
-		format = func(n int64) conf.Value { return conf.FormatDuration(n) }
+// buildRules builds the instance's rules: one for the main limit and one for each extra limit
+// set, each a rules.Spec filled from the flat fields and built by shared/rules, so that the
+// plugin validates exactly as dianad does. Errors go to errs under the flat fields' names.
+func (s *settings) buildRules(o *conf.Obj, v values, errs *conf.Errors) {
+	main := limitFields{name: "main", limit: "limit", window: "window", by: "header_name"}
+	sp := s.spec(o, v, main)
+	switch by := v.str("limit_by"); by {
+	case "header":
+		sp.By = []string{"header:" + v.str("header_name")}
+	case "credential":
+		sp.By = []string{"header:" + credentialHeader}
+	case "service":
+		sp.By = []string{"route"}
 	default:
-		return false
+		sp.By = []string{by}
 	}
-	ok := func(n int64) bool {
-		lim.Set(param, format(n))
-		errs := &conf.Errors{}
-		rules.DecodeRule(conf.Read(r, errs))
-		for _, e := range errs.List {
-			if e.Path == "limit."+param {
-				return false
-			}
+	if path := v.str("path"); path != "" { // set only with limit_by path: ignored otherwise
+		sp.Match.Paths = []string{path}
+	}
+	if b := v.integer("burst"); b > 0 { // the main limit's only
+		s.setRole(&sp, rules.Burst, b)
+	}
+	s.add(sp, main, errs)
+	for _, g := range groups {
+		lf := limitFields{name: g.Name, limit: g.Name + "_limit", window: g.Name + "_window", by: "device_header"}
+		if v.integer(lf.limit) == 0 {
+			continue
 		}
-		return true
-	}
-	lo := int64(0) // a leaky bucket's burst may be 0; a token bucket's, or a warm-up, not
-	if !ok(lo) {
-		if lo = 1; !ok(lo) {
-			lim.Set(param, cur)
-			return false
+		sp := s.spec(o, v, lf)
+		sp.By = []string{g.By}
+		if g.Name == "device" {
+			sp.By = []string{"device:" + v.str("device_header")}
 		}
+		s.add(sp, lf, errs)
 	}
-	for hi-lo > 1 { // ok(lo), not ok(hi)
-		mid := lo + (hi-lo)/2
-		if ok(mid) {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	lim.Set(param, format(lo))
-	return true
 }
 
-func del(o *conf.Object, key string) {
-	if i := slices.Index(o.Keys, key); i >= 0 {
-		o.Keys = slices.Delete(o.Keys, i, i+1)
-		o.Vals = slices.Delete(o.Vals, i, i+1)
+// spec returns the rule of the limit lf but for what it counts by: the instance's algorithm
+// with lf's amount and window, and the settings every limit of the instance shares.
+func (s *settings) spec(o *conf.Obj, v values, lf limitFields) rules.Spec {
+	sp := rules.NewSpec()
+	algorithm := v.str("algorithm")
+	scope := s.PluginID
+	if scope == "" {
+		scope = "diana"
+	}
+	// The algorithm is part of the name, hence of the keys: switching algorithms must not read
+	// one algorithm's state as another's. An unknown one is refused by the field table.
+	sp.Name = scope + "." + lf.name + "." + algorithm
+	// The flat fields set the parameters of the algorithm's registry entry by their roles:
+	// limit the amount (limit, rate, max), window its window (window, period, lease).
+	sp.Limit = rules.LimitSpec{Algorithm: algorithm, Params: rules.Params{}}
+	s.setRole(&sp, rules.Amount, v.integer(lf.limit))
+	s.setRole(&sp, rules.Window, v.duration(o, lf.window))
+	s.setRole(&sp, rules.Warmup, v.duration(o, "warmup"))
+	if n := v.integer("subwindows"); n > 0 { // absent from configs that predate it
+		s.setRole(&sp, rules.SubWindows, n)
+	}
+	if v.boolean("shadow") {
+		sp.Action = rules.Shadow
+	}
+	sp.Ban = v.duration(o, "ban")
+	if s.Redis != nil {
+		sp.Mode = rules.Cluster
+		switch nodes := v.integer("fallback_nodes"); {
+		case v.boolean("fail_closed"):
+			sp.OnError = rules.FailClosed
+		case nodes > 0:
+			sp.OnError, sp.Nodes = rules.FailLocal, nodes
+		}
+		if m := v.integer("batch_max"); m > 0 {
+			sp.Batch = &rules.BatchSpec{Max: m, MaxAge: v.duration(o, "batch_max_age")}
+		}
+	}
+	sp.Reply.Status, sp.Reply.Message = int(v.integer("error_code")), v.str("error_message")
+	sp.Reply.Headers = rules.HeaderStyle(slices.Index(rules.HeaderStyleNames[:], v.str("header_style")))
+	if v.boolean("hide_client_headers") {
+		sp.Reply.Headers = rules.NoHeaders
+	}
+	return sp
+}
+
+// setRole sets the parameter of sp's algorithm that has the role, if it has one.
+func (s *settings) setRole(sp *rules.Spec, role rules.Role, v int64) {
+	kind, _ := rules.Algorithm(sp.Limit.Algorithm)
+	if p, ok := kind.Param(role); ok {
+		sp.Limit.Params[p.Name] = v
+	}
+}
+
+// field returns the flat field that an error of lf's rule, at path, comes from.
+func (lf limitFields) field(sp *rules.Spec, path string) string {
+	switch {
+	case path == "ban", path == "name":
+		return path
+	case path == "nodes":
+		return "fallback_nodes"
+	case path == "reply.status":
+		return "error_code"
+	case path == "reply.message":
+		return "error_message"
+	case path == "batch.max_age":
+		return "batch_max_age"
+	case strings.HasPrefix(path, "batch"):
+		return "batch_max"
+	case strings.HasPrefix(path, "by["):
+		return lf.by
+	case strings.HasPrefix(path, "match.paths"):
+		return "path"
+	}
+	kind, _ := rules.Algorithm(sp.Limit.Algorithm)
+	for _, p := range kind.Params {
+		if path != "limit."+p.Name {
+			continue
+		}
+		switch p.Role {
+		case rules.Amount:
+			return lf.limit
+		case rules.Window:
+			return lf.window
+		case rules.Burst, rules.Warmup, rules.SubWindows:
+			return string(p.Role)
+		}
+	}
+	return "algorithm"
+}
+
+// add builds the rule sp, and adapts what Kong's schema cannot refuse so that the rule limits,
+// with a warning naming the field: a burst or warm-up beyond what the algorithm holds at this
+// rate (a bound on a product of fields) is lowered to the most it holds; a batch the rule cannot
+// take is dropped (decided per request, exactly); a limit that cannot be shared among
+// fallback_nodes makes the rule refuse while Redis is down. Other errors are recorded on errs
+// under the flat fields they came from.
+func (s *settings) add(sp rules.Spec, lf limitFields, errs *conf.Errors) {
+	s.lower(&sp, lf)
+	for {
+		r, err := sp.Rule()
+		if err == nil {
+			s.Rules = append(s.Rules, r)
+			return
+		}
+		e := err.(*conf.Errors).List[0]
+		switch {
+		case sp.Batch != nil && (e.Path == "batch" || strings.HasPrefix(e.Path, "batch.")):
+			s.warn("batch_max", fmt.Sprintf("is ignored for the rule %s, which decides every request in Redis: %s", sp.Name, e.Reason))
+			sp.Batch = nil
+			continue
+		case e.Path == "nodes" && sp.OnError == rules.FailLocal:
+			s.warn("fallback_nodes", fmt.Sprintf("is ignored for the rule %s, which refuses requests while Redis is down (as fail_closed): %s", sp.Name, e.Reason))
+			sp.OnError, sp.Nodes = rules.FailClosed, 1
+			continue
+		}
+		for _, e := range err.(*conf.Errors).List {
+			errs.Add(lf.field(&sp, e.Path), e.Reason)
+		}
+		return
+	}
+}
+
+// lower lowers each parameter of sp's limit that is above the largest the algorithm takes at
+// the others' values (its Largest) to that largest, with a warning.
+func (s *settings) lower(sp *rules.Spec, lf limitFields) {
+	kind, ok := rules.Algorithm(sp.Limit.Algorithm)
+	if !ok {
+		return
+	}
+	for _, p := range kind.Params {
+		resolved := kind.Resolve(sp.Limit.Params)
+		if p.Largest == nil || resolved[p.Name] <= p.Largest(resolved) || p.Largest(resolved) < p.Min {
+			continue
+		}
+		_, err := kind.Build(resolved, 1)
+		pe, ok := err.(*algos.ParamError)
+		if !ok || pe.Param != p.Name {
+			continue // another parameter is wrong: its error says so
+		}
+		most := p.Largest(resolved)
+		sp.Limit.Params[p.Name] = most
+		shown := strconv.FormatInt(most, 10)
+		if p.Type == rules.Duration {
+			shown = conf.FormatDuration(most)
+		}
+		s.warn(lf.field(sp, "limit."+p.Name), fmt.Sprintf("is lowered to %s for the rule %s: %s", shown, sp.Name, pe.Reason))
 	}
 }
 
@@ -519,7 +471,7 @@ func luaMatch(p, s string) bool {
 
 // applies reports whether f applies given the values v: its condition holds, and the field
 // of the condition applies itself.
-func applies(byName map[string]field, f field, v map[string]any) bool {
+func applies(byName map[string]field, f field, v values) bool {
 	for c := f.Applies; c != nil; c = byName[c.Field].Applies {
 		if !c.holds(v[c.Field]) {
 			return false
@@ -549,7 +501,7 @@ func (c *cond) String() string {
 }
 
 // fails returns why the values v fail the check, or "".
-func (c check) fails(v map[string]any) string {
+func (c check) fails(v values) string {
 	if !c.If.holds(v[c.If.Field]) {
 		return ""
 	}

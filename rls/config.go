@@ -313,23 +313,16 @@ func fits(kind rules.AlgorithmKind) bool {
 
 // params are kind's parameters for amount per window, the others at their defaults.
 func params(kind rules.AlgorithmKind, amount, window int64) rules.Params {
-	v := rules.Params{}
+	given := rules.Params{}
 	for _, p := range kind.Params {
 		switch p.Role {
 		case rules.Amount:
-			v[p.Name] = amount
+			given[p.Name] = amount
 		case rules.Window:
-			v[p.Name] = window
-		default:
-			v[p.Name] = p.Default
+			given[p.Name] = window
 		}
 	}
-	for _, p := range kind.Params {
-		if p.Same != "" {
-			v[p.Name] = v[p.Same]
-		}
-	}
-	return v
+	return kind.Resolve(given)
 }
 
 func unitNames() string {

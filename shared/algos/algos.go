@@ -20,7 +20,10 @@
 // The package does no I/O, starts no goroutines and uses no reflection: it compiles under TinyGo.
 package algos
 
-import "errors"
+import (
+	"errors"
+	"strconv"
+)
 
 // MaxSafe is the largest magnitude an intermediate value may reach: 2^53, the limit of exact
 // integers in a Redis Lua number.
@@ -197,29 +200,7 @@ func about(us int64) string {
 	return itoa(us) + " µs"
 }
 
-// itoa formats v without strconv's tables, to keep TinyGo builds small.
-func itoa(v int64) string {
-	if v == 0 {
-		return "0"
-	}
-	var b [20]byte
-	i := len(b)
-	neg := v < 0
-	u := uint64(v)
-	if neg {
-		u = -u
-	}
-	for u > 0 {
-		i--
-		b[i] = byte('0' + u%10)
-		u /= 10
-	}
-	if neg {
-		i--
-		b[i] = '-'
-	}
-	return string(b[i:])
-}
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
 // ceilDiv returns ⌈a/b⌉ for a ≥ 0, b > 0.
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }

@@ -27,6 +27,13 @@ type GCRA struct {
 	script              Script
 }
 
+// GCRAMaxBurst returns the largest burst NewGCRA takes at rate units per period µs (both
+// valid): the bucket refills in burst × period / rate, at most MaxSpan.
+func GCRAMaxBurst(rate, period int64) int64 {
+	most, _ := mulDiv(MaxSpan, rate, period)
+	return min(most, MaxCount)
+}
+
 // NewGCRA returns a token bucket of burst units refilled at rate units per period µs.
 func NewGCRA(rate, period, burst int64) (*GCRA, error) {
 	const name = "token_bucket"

@@ -56,6 +56,14 @@ type LeakyBucket struct {
 	script                     Script
 }
 
+// LeakyBucketMaxBurst returns the largest burst NewLeakyBucket takes at rate units per period
+// µs (both valid), −1 if none: a full bucket drains in (burst + 1) × period / rate, at most
+// MaxSpan.
+func LeakyBucketMaxBurst(rate, period int64) int64 {
+	most, _ := mulDiv(MaxSpan, rate, period)
+	return min(most, MaxCount) - 1
+}
+
 // NewLeakyBucket returns nginx's limit_req with rate=rate/period, burst=burst and delay=delay:
 // DelayAll (0) for nginx's default, NoDelay (or any value ≥ burst) for nodelay.
 func NewLeakyBucket(rate, period, burst, delay int64) (*LeakyBucket, error) {

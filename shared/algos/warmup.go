@@ -49,6 +49,12 @@ type WarmUp struct {
 	script  Script
 }
 
+// WarmUpMaxWarmup returns the longest warm-up NewWarmUp takes at rate units per period µs (both
+// valid): a cold limiter stores ⌊warmup × rate / period⌋ units, at most MaxCount.
+func WarmUpMaxWarmup(rate, period int64) int64 {
+	return min(mulDivCeil(MaxCount+1, period, rate)-1, MaxSpan)
+}
+
 // NewWarmUp returns a limiter of rate units per period µs that warms up over warmup µs.
 func NewWarmUp(rate, period, warmup int64) (*WarmUp, error) {
 	const name = "warm_up"

@@ -65,6 +65,11 @@ type Obj struct {
 // Read starts reading v, which must be an object, as the document's root (path "").
 func Read(v Value, errs *Errors) *Obj { return readObj("", v, errs) }
 
+// At returns an empty object at path whose errors go to errs: for a check of a value that was
+// not read from a document (a typed config), to record its errors with the paths a document's
+// would have, and to ask Failed of the fields a reader reported already.
+func At(path string, errs *Errors) *Obj { return readObj(path, nil, errs) }
+
 func readObj(path string, v Value, errs *Errors) *Obj {
 	o, ok := v.(*Object)
 	bad := !ok && v != nil
@@ -92,6 +97,15 @@ func (o *Obj) Fail(key, reason string) { o.errs.Add(o.Path(key), reason) }
 func (o *Obj) Has(key string) bool {
 	_, ok := o.o.Get(key)
 	return ok
+}
+
+// NotAnObject reports whether the value o reads is not an object (said so already).
+func (o *Obj) NotAnObject() bool { return o.bad }
+
+// IsNull reports whether key holds null.
+func (o *Obj) IsNull(key string) bool {
+	v, ok := o.o.Get(key)
+	return ok && v == nil
 }
 
 // IsBool reports whether key holds true or false: for a field that takes a boolean or another
@@ -221,11 +235,30 @@ func (o *Obj) Duration(key string, def, min, max int64) int64 {
 }
 
 func (o *Obj) between(key string, v, def, min, max int64, format func(int64) string) int64 {
-	if v < min || v > max {
-		o.Fail(key, "must be between "+format(min)+" and "+format(max)+", got "+format(v))
+	if !o.check(key, v, min, max, format) {
 		return def
 	}
 	return v
+}
+
+func (o *Obj) check(key string, v, min, max int64, format func(int64) string) bool {
+	if v < min || v > max {
+		o.Fail(key, "must be between "+format(min)+" and "+format(max)+", got "+format(v))
+		return false
+	}
+	return true
+}
+
+// CheckInt records, as Int would, that the integer v of key is not in [min, max], and reports
+// whether it is.
+func (o *Obj) CheckInt(key string, v, min, max int64) bool {
+	return o.check(key, v, min, max, itoa)
+}
+
+// CheckDuration records, as Duration would, that the duration v (µs) of key is not in
+// [min, max], and reports whether it is.
+func (o *Obj) CheckDuration(key string, v, min, max int64) bool {
+	return o.check(key, v, min, max, FormatDuration)
 }
 
 // Strings reads a list of strings; a single string counts as a list of one.
@@ -317,6 +350,21 @@ func (o *Obj) Objs(key string) []*Obj {
 	return o.List(key)
 }
 
+// Sink returns an empty object at o's path whose errors go to o's: for the checks of values
+// read from o, which must record their errors where o's are without reading o again.
+func (o *Obj) Sink() *Obj { return At(o.path, o.errs) }
+
+// FailedWithin reports whether an error is recorded on key or on any field inside it.
+func (o *Obj) FailedWithin(key string) bool {
+	p := o.Path(key)
+	for _, e := range o.errs.List {
+		if rest, ok := strings.CutPrefix(e.Path, p); ok && (rest == "" || rest[0] == '.' || rest[0] == '[') {
+			return true
+		}
+	}
+	return false
+}
+
 // Failed reports whether an error is recorded on one of keys of o already (to say nothing more
 // of a field whose value was wrong).
 func (o *Obj) Failed(keys ...string) bool {
@@ -338,11 +386,14 @@ func (o *Obj) Refuse(key, reason string) {
 	}
 }
 
+// UnknownField is the reason Done gives.
+const UnknownField = "unknown field"
+
 // Done records an error for every field that no getter read.
 func (o *Obj) Done() {
 	for i, k := range o.o.Keys {
 		if !o.read[i] {
-			o.Fail(k, "unknown field")
+			o.Fail(k, UnknownField)
 		}
 	}
 }

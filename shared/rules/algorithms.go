@@ -28,7 +28,8 @@ func init() {
 		Doc: "token bucket (GCRA): rate per period, bursts up to burst; the bucket starts full",
 		Params: []Param{rate, period,
 			{Name: "burst", Type: Count, Role: Burst, Same: "rate", Min: 1, Max: algos.MaxCount, Example: 20,
-				Doc: "the bucket's size, units admitted at once; burst × period / rate, the time the bucket takes to refill, at most 10 years"}},
+				Doc:     "the bucket's size, units admitted at once; burst × period / rate, the time the bucket takes to refill, at most 10 years",
+				Largest: func(p Params) int64 { return algos.GCRAMaxBurst(p["rate"], p["period"]) }}},
 		Build: func(p Params, nodes int64) (algos.Algorithm, error) {
 			r, per := shareRate(p["rate"], p["period"], nodes)
 			return algorithm(algos.NewGCRA(r, per, share(p["burst"], nodes)))
@@ -41,7 +42,8 @@ func init() {
 		Doc: "token bucket that starts cold and reaches rate after warmup (Guava SmoothWarmingUp)",
 		Params: []Param{rate, period,
 			{Name: "warmup", Type: Duration, Role: Warmup, Required: true, Min: 1, Max: algos.MaxSpan, Example: 10 * algos.Second,
-				Doc: "how long a cold limiter takes to reach rate (cold factor 3); warmup × rate / period, the units a cold limiter stores, at most 10^15"}},
+				Doc:     "how long a cold limiter takes to reach rate (cold factor 3); warmup × rate / period, the units a cold limiter stores, at most 10^15",
+				Largest: func(p Params) int64 { return algos.WarmUpMaxWarmup(p["rate"], p["period"]) }}},
 		Build: func(p Params, nodes int64) (algos.Algorithm, error) {
 			r, per := shareRate(p["rate"], p["period"], nodes)
 			return algorithm(algos.NewWarmUp(r, per, p["warmup"]))
@@ -54,7 +56,8 @@ func init() {
 		Doc: "nginx limit_req: rate per period, burst queued with delays, or nodelay",
 		Params: []Param{rate, period,
 			{Name: "burst", Type: Count, Role: Burst, Min: 0, Max: algos.MaxCount - 1, Example: 20,
-				Doc: "excess requests admitted and queued beyond the rate, as nginx's burst; (burst + 1) × period / rate, the time a full bucket takes to drain, at most 10 years"},
+				Doc:     "excess requests admitted and queued beyond the rate, as nginx's burst; (burst + 1) × period / rate, the time a full bucket takes to drain, at most 10 years",
+				Largest: func(p Params) int64 { return algos.LeakyBucketMaxBurst(p["rate"], p["period"]) }},
 			{Name: "delay", Type: Count, Min: 0, Max: algos.MaxCount, Default: algos.DelayAll,
 				Doc: "excess requests forwarded at once before the rest are held until they conform (nginx delay=); 0 holds every excess request, burst or more holds none"},
 			{Name: "nodelay", Type: Flag, Excludes: "delay", Example: 1,

@@ -6,14 +6,22 @@ import "strings"
 // under the rule is the rule's name followed by each dimension's value.
 func init() {
 	RegisterDimension("global", DimensionKind{New: noArg(global{}), Doc: "one count for every request the rule matches"})
-	RegisterDimension("ip", DimensionKind{New: noArg(ipField{}), Doc: "the client IP, as the front end trusts it"})
-	RegisterDimension("consumer", DimensionKind{New: noArg(field(func(in *Input) string { return in.Consumer })), Doc: "the authenticated account (Kong consumer, or the header dianad is told to trust)"})
-	RegisterDimension("route", DimensionKind{New: noArg(field(func(in *Input) string { return in.Route })), Doc: "the route or service the front end matched"})
-	RegisterDimension("path", DimensionKind{New: noArg(field(func(in *Input) string { return in.Path })), Doc: "the URL path (the resource)"})
-	RegisterDimension("method", DimensionKind{New: noArg(field(func(in *Input) string { return in.Method })), Doc: "the HTTP method"})
-	RegisterDimension("host", DimensionKind{New: noArg(field(func(in *Input) string { return strings.ToLower(in.Host) })), Doc: "the Host header"})
-	RegisterDimension("header", DimensionKind{New: headerDim(""), Doc: "a request header, header:NAME (e.g. header:X-Api-Key)"})
-	RegisterDimension("device", DimensionKind{New: headerDim("X-Device-Id"), Doc: "a device id header, X-Device-Id unless device:NAME names another"})
+	RegisterDimension("ip", DimensionKind{New: noArg(ipField{}), Reads: Reads{Addr: true},
+		Doc: "the client IP, as the front end trusts it"})
+	RegisterDimension("consumer", DimensionKind{New: noArg(field(func(in *Input) string { return in.Consumer })), Reads: Reads{Consumer: true},
+		Doc: "the authenticated account (Kong consumer, or the header dianad is told to trust)"})
+	RegisterDimension("route", DimensionKind{New: noArg(field(func(in *Input) string { return in.Route })), Reads: Reads{Route: true},
+		Doc: "the route or service the front end matched"})
+	RegisterDimension("path", DimensionKind{New: noArg(field(func(in *Input) string { return in.Path })), Reads: Reads{Path: true},
+		Doc: "the URL path (the resource)"})
+	RegisterDimension("method", DimensionKind{New: noArg(field(func(in *Input) string { return in.Method })), Reads: Reads{Method: true},
+		Doc: "the HTTP method"})
+	RegisterDimension("host", DimensionKind{New: noArg(field(func(in *Input) string { return strings.ToLower(in.Host) })), Reads: Reads{Host: true},
+		Doc: "the Host header"})
+	RegisterDimension("header", DimensionKind{New: headerDim(""), Reads: Reads{Headers: true},
+		Doc: "a request header, header:NAME (e.g. header:X-Api-Key)"})
+	RegisterDimension("device", DimensionKind{New: headerDim("X-Device-Id"), Reads: Reads{Headers: true},
+		Doc: "a device id header, X-Device-Id unless device:NAME names another"})
 }
 
 // newDimension parses a "by" entry, NAME or NAME:ARG.

@@ -62,6 +62,10 @@ type Param struct {
 	Excludes string // a parameter this one may not be given with
 	Example  int64  // a typical value, for schemas and docs
 	Doc      string
+	// Largest, when set, is the largest value the algorithm takes for this parameter given the
+	// others (resolved, see AlgorithmKind.Resolve), below Max where they tie it (a bucket's
+	// refill time): a front end whose schema cannot state that bound lowers a value to it.
+	Largest func(p Params) int64
 }
 
 // ParamType is how a parameter is written: an integer count, a duration with a unit, a boolean.
@@ -96,6 +100,16 @@ func Algorithm(name string) (AlgorithmKind, bool) {
 func (k AlgorithmKind) Param(role Role) (Param, bool) {
 	for _, p := range k.Params {
 		if p.Role == role {
+			return p, true
+		}
+	}
+	return Param{}, false
+}
+
+// param returns the parameter of k named name.
+func (k AlgorithmKind) param(name string) (Param, bool) {
+	for _, p := range k.Params {
+		if p.Name == name {
 			return p, true
 		}
 	}
@@ -139,8 +153,9 @@ func (k AlgorithmKind) Batches() bool {
 // DimensionKind is what a rule can count by, named in its "by" list as NAME or NAME:ARG.
 type DimensionKind struct {
 	// New returns the dimension for ARG ("" when the config gave none), or a reason ARG is wrong.
-	New func(arg string) (Dimension, string)
-	Doc string
+	New   func(arg string) (Dimension, string)
+	Reads Reads // the parts of a request it reads, for front ends that ask for only those
+	Doc   string
 }
 
 // Dimension extracts one part of a request's identity.

@@ -102,75 +102,91 @@ func Decode(o *conf.Obj) []*Rule {
 	return rules
 }
 
-// DecodeRule reads one rule object.
+// DecodeRule reads one rule object and builds it (ReadSpec, then Spec.Build); errors are
+// recorded on o with their paths.
 func DecodeRule(o *conf.Obj) *Rule {
-	r := &Rule{}
-	r.Unlimited = o.Bool("unlimited", false)
-	if r.Unlimited {
+	errs := o.Errors()
+	n := len(errs.List)
+	s := ReadSpec(o)
+	if o.NotAnObject() {
+		return &Rule{}
+	}
+	r := s.Build(o.Sink())
+	sortErrors(errs.List[n:], o.Path(""))
+	return r
+}
+
+// specFields are a rule's fields in the order of its grammar, which its errors are reported in.
+var specFields = []string{"name", "unlimited", "match", "by", "cost", "mode", "action", "max_delay", "ban",
+	"on_error", "nodes", "reply", "limit", "batch"}
+
+// sortErrors puts the errors of one rule (their paths starting with at) in the order of its
+// grammar, unknown fields last in their object, as an operator reads the rule: the reader's
+// errors come before Build's otherwise. An insertion sort: a rule has a few errors, and the
+// filter is built with TinyGo, where a generic sort adds kilobytes.
+func sortErrors(list []conf.FieldError, at string) {
+	rank := func(e conf.FieldError) int {
+		field, _, _ := strings.Cut(strings.TrimPrefix(e.Path, at), ".")
+		field, _, _ = strings.Cut(field, "[")
+		r := 2 * len(specFields)
+		for i, f := range specFields {
+			if f == field {
+				r = 2 * i
+			}
+		}
+		if e.Reason == conf.UnknownField {
+			r++
+		}
+		return r
+	}
+	for i := 1; i < len(list); i++ {
+		for j := i; j > 0 && rank(list[j]) < rank(list[j-1]); j-- {
+			list[j], list[j-1] = list[j-1], list[j]
+		}
+	}
+}
+
+// ReadSpec reads one rule object into a Spec: what a document can get wrong that a Spec cannot
+// hold (a value's type, an enum's name, a client block's syntax, an unknown field, a field the
+// rule's kind rules out) is recorded on o; the values are Build's to check. A field in error
+// keeps its default.
+func ReadSpec(o *conf.Obj) Spec {
+	s := NewSpec()
+	s.Unlimited = o.Bool("unlimited", false)
+	if s.Unlimited {
 		o.Require("name")
 	} else {
 		o.Require("name", "limit")
 	}
-	r.Name = o.String("name", "")
-	if o.Has("name") && !o.Failed("name") { // else it is missing, null or not a string, and said so
-		switch {
-		case r.Name == "":
-			o.Fail("name", "cannot be empty")
-		case len(r.Name) > maxName:
-			o.Fail("name", "must be at most "+strconv.Itoa(maxName)+" bytes long, got "+strconv.Itoa(len(r.Name)))
-		case !validName(r.Name):
-			o.Fail("name", "may hold only letters, digits and . _ - (it starts the keys), got "+quote(r.Name))
+	s.Name = o.String("name", "")
+	s.Match = readMatch(o.Obj("match"), true)
+	if s.Unlimited {
+		for _, k := range unlimitedRefuses {
+			o.Refuse(k, "does not apply to an unlimited rule, which counts nothing (remove it, or unlimited)")
 		}
+		o.Done()
+		return s
 	}
-
-	r.Match = DecodeMatch(o.Obj("match"))
-	if r.Unlimited {
-		r.decodeUnlimited(o)
-		return r
-	}
-
-	r.By = o.Strings("by")
-	if len(r.By) == 0 {
-		r.By = []string{"global"}
-	}
-	for i, spec := range r.By {
-		d, reason := newDimension(spec)
-		if reason != "" {
-			o.Fail("by["+strconv.Itoa(i)+"]", reason)
-			continue
-		}
-		r.dims = append(r.dims, d)
-	}
-	r.Cost = o.Int("cost", 1, 0, algos.MaxCount)
-
-	r.Mode = Mode(o.EnumIndex("mode", ModeNames[:]...))
-	r.Action = Action(o.EnumIndex("action", ActionNames[:]...))
-	r.MaxDelay = o.Duration("max_delay", 0, 0, algos.MaxSpan)
-	if r.Action == Delay && r.MaxDelay == 0 && !o.Failed("max_delay") {
-		o.Fail("max_delay", "is required (above 0) when action is delay")
-	}
-	r.Ban = o.Duration("ban", 0, 0, algos.MaxSpan)
-	r.OnError = FailPolicy(o.EnumIndex("on_error", FailPolicyNames[:]...))
-	r.Nodes = o.Int("nodes", 1, 1, 10000)
+	s.By = o.Strings("by")
+	s.Cost = o.Int("cost", s.Cost, costBounds[0], costBounds[1])
+	s.Mode = Mode(o.EnumIndex("mode", ModeNames[:]...))
+	s.Action = Action(o.EnumIndex("action", ActionNames[:]...))
+	s.MaxDelay = o.Duration("max_delay", s.MaxDelay, spanBounds[0], spanBounds[1])
+	s.Ban = o.Duration("ban", s.Ban, spanBounds[0], spanBounds[1])
+	s.OnError = FailPolicy(o.EnumIndex("on_error", FailPolicyNames[:]...))
+	s.Nodes = o.Int("nodes", s.Nodes, nodesBounds[0], nodesBounds[1])
 
 	rep := o.Obj("reply")
-	r.Reply.Status = int(rep.Int("status", 429, 400, 599))
-	r.Reply.Message = rep.String("message", DefaultMessage)
-	r.Reply.Headers = decodeHeaderStyle(rep)
-	r.Reply.Legacy = rep.Bool("legacy_headers", false)
-	switch {
-	case r.Reply.Legacy && r.Reply.Headers == Structured:
-		rep.Fail("legacy_headers", "adds Kong's older X-RateLimit-Limit and X-RateLimit-Remaining to the RateLimit-* headers, "+
-			"which headers \"structured\" replaces: remove one of them")
-	case r.Reply.Legacy && r.Reply.Headers == Envoy:
-		rep.Fail("legacy_headers", "adds X-RateLimit-Limit and X-RateLimit-Remaining, which headers \"envoy\" sends already: remove one of them")
-	}
+	s.Reply.Status = int(rep.Int("status", int64(s.Reply.Status), statusBounds[0], statusBounds[1]))
+	s.Reply.Message = rep.String("message", s.Reply.Message)
+	s.Reply.Headers = decodeHeaderStyle(rep)
+	s.Reply.Legacy = rep.Bool("legacy_headers", s.Reply.Legacy)
 	rep.Done()
 
-	r.decodeLimit(o)
-	r.decodeBatch(o)
+	s.Limit = readLimit(o)
+	s.Batch = ReadBatch(o)
 	o.Done()
-	return r
+	return s
 }
 
 // ConsumerFields returns the fields of r that read the request's consumer (a "by" entry,
@@ -196,93 +212,41 @@ func (r *Rule) ConsumerFields() []string {
 // unlimitedRefuses are the fields of a rule that count or answer, which an unlimited rule has none of.
 var unlimitedRefuses = []string{"by", "cost", "limit", "mode", "action", "max_delay", "ban", "on_error", "nodes", "batch", "reply"}
 
-// decodeUnlimited checks the rest of an unlimited rule: a match, and no field that counts.
-func (r *Rule) decodeUnlimited(o *conf.Obj) {
-	if r.Match.IsEmpty() && !o.Failed("match") {
-		o.Fail("match", "an unlimited rule exempts the requests it matches from every rule: without a match nothing would be limited")
-	}
-	for _, k := range unlimitedRefuses {
-		o.Refuse(k, "does not apply to an unlimited rule, which counts nothing (remove it, or unlimited)")
-	}
-	o.Done()
-}
-
-// decodeLimit reads the limit object and builds the algorithm (and its per-node share).
-func (r *Rule) decodeLimit(o *conf.Obj) {
+// readLimit reads the limit object: the algorithm, and the parameters it declares (those of an
+// unknown algorithm are not read: Build reports the algorithm).
+func readLimit(o *conf.Obj) LimitSpec {
 	lo := o.Obj("limit")
 	if !o.Has("limit") || o.Failed("limit") { // missing, null or not an object: said so already
-		return
+		return LimitSpec{}
 	}
 	lo.Require("algorithm")
-	r.Algorithm = lo.String("algorithm", "")
-	kind, ok := algorithms[r.Algorithm]
+	l := LimitSpec{Algorithm: lo.String("algorithm", "")}
+	kind, ok := algorithms[l.Algorithm]
 	if !ok {
-		if lo.Has("algorithm") && !lo.Failed("algorithm") { // else missing or not a string: said so
-			lo.Fail("algorithm", "must be one of "+strings.Join(Algorithms(), ", ")+", got "+quote(r.Algorithm))
-		}
-		return
+		return l
 	}
-	r.Leases, r.Learns = kind.Leases, kind.Latency
-	if r.Mode == Cluster && kind.LocalOnly {
-		o.Fail("mode", r.Algorithm+" is local only: its limit is learned from the latencies this node sees; use mode local on each node")
-	}
-	if r.Action == Delay && !kind.Waits {
-		o.Fail("action", "delay needs an algorithm that can hold requests ("+strings.Join(AlgorithmsWhere(func(k AlgorithmKind) bool { return k.Waits }), ", ")+"); "+r.Algorithm+" cannot")
-	}
-	errs := len(o.Errors().List)
-	params := decodeParams(kind, lo)
-	lo.Done()
-	if p, ok := kind.Param(Window); ok && !kind.Leases {
-		r.Window = params[p.Name]
-	}
-	if len(o.Errors().List) > errs {
-		return // the parameters are already reported; building would repeat the errors
-	}
-	r.params = params
-	var err error
-	if r.Alg, err = r.build(kind, params, 1); err != nil {
-		failParam(lo, err)
-		return
-	}
-	if r.Mode == Cluster && r.OnError == FailLocal {
-		if r.Fallback, err = r.build(kind, params, r.Nodes); err != nil {
-			o.Fail("nodes", "the limit divided by "+strconv.FormatInt(r.Nodes, 10)+" nodes is invalid: "+err.Error())
-		}
-	}
-}
-
-// decodeParams reads the parameters of kind from the limit object, recording errors on it.
-func decodeParams(kind AlgorithmKind, lo *conf.Obj) Params {
-	p := Params{}
+	l.Params = Params{}
 	for _, d := range kind.Params {
-		if d.Required {
-			lo.Require(d.Name)
-		}
+		n := len(o.Errors().List)
+		var v int64
 		switch d.Type {
 		case Count:
-			p[d.Name] = lo.Int(d.Name, d.Default, d.Min, d.Max)
+			v = lo.Int(d.Name, 0, d.Min, d.Max)
 		case Duration:
-			p[d.Name] = lo.Duration(d.Name, d.Default, d.Min, d.Max)
+			v = lo.Duration(d.Name, 0, d.Min, d.Max)
 		case Flag:
-			p[d.Name] = 0
-			if lo.Bool(d.Name, d.Default == 1) {
-				p[d.Name] = 1
+			if lo.Bool(d.Name, false) {
+				v = 1
 			}
 		}
-	}
-	for _, d := range kind.Params {
-		if d.Same != "" && !lo.Has(d.Name) {
-			p[d.Name] = p[d.Same]
-		}
-		if d.AtMost != "" && !lo.Has(d.Name) {
-			p[d.Name] = min(p[d.Name], p[d.AtMost])
-		}
-		// A flag excludes only when set: "nodelay: false" beside a delay is harmless.
-		if d.Excludes != "" && lo.Has(d.Name) && lo.Has(d.Excludes) && (d.Type != Flag || p[d.Name] == 1) {
-			lo.Fail(d.Name, "cannot be combined with "+d.Excludes)
+		// Absent, null or in error: absent from Params, so that it takes its default and is
+		// not checked again.
+		if lo.Has(d.Name) && !lo.IsNull(d.Name) && len(o.Errors().List) == n {
+			l.Params[d.Name] = v
 		}
 	}
-	return p
+	lo.Done()
+	return l
 }
 
 // FallbackAt returns Alg with its limit scaled to num/den (0 < num ≤ den), wrapped in the
@@ -339,9 +303,6 @@ func failParam(lo *conf.Obj, err error) {
 	lo.Fail("algorithm", err.Error())
 }
 
-// maxName bounds rule names, which start every key.
-const maxName = 64
-
 func validName(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -354,11 +315,12 @@ func validName(s string) bool {
 
 func quote(s string) string { return strconv.Quote(s) }
 
-// DecodeMatch reads a match object (methods, paths, hosts, headers, clients, consumers, not).
-func DecodeMatch(o *conf.Obj) Match { return decodeMatch(o, true) }
+// DecodeMatch reads a match object (methods, paths, hosts, headers, clients, consumers, not)
+// and builds it.
+func DecodeMatch(o *conf.Obj) Match { return readMatch(o, true).build(o.Sink(), true) }
 
-// decodeMatch reads a match object; an exception (not) has no exceptions of its own.
-func decodeMatch(o *conf.Obj, top bool) Match {
+// readMatch reads a match object; an exception (not) has no exceptions of its own.
+func readMatch(o *conf.Obj, top bool) Match {
 	var m Match
 	m.Methods = o.Strings("methods")
 	m.Paths = o.Strings("paths")
@@ -377,20 +339,12 @@ func decodeMatch(o *conf.Obj, top bool) Match {
 	}
 	m.Consumers = o.Strings("consumers")
 	if top {
-		errs := len(o.Errors().List)
-		empty := false
 		for _, no := range o.Objs("not") {
-			n := decodeMatch(no, false)
-			empty = empty || n.IsEmpty()
-			m.Not = append(m.Not, n)
-		}
-		if empty && len(o.Errors().List) == errs { // else not an object, or wrong: said so
-			o.Fail("not", "an empty exception matches every request: the rule would never apply")
+			m.Not = append(m.Not, readMatch(no, false))
 		}
 	} else {
 		o.Refuse("not", "an exception cannot hold exceptions: list them all in the rule's not")
 	}
 	o.Done()
-	m.compile(o.Fail)
 	return m
 }
