@@ -23,7 +23,7 @@ type GRPC struct {
 
 // ServerOptions are the gRPC server's options: requests up to 4 MiB, and stream workers, so
 // that a call runs on a goroutine whose stack has grown already instead of a new goroutine per
-// call that grows its stack through the call (6% of dianad's CPU in BenchmarkRLS).
+// call that grows its stack through the call (BenchmarkRLS's CPU profile showed the growth).
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.MaxRecvMsgSize(4 << 20), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))}
 }

@@ -1,0 +1,28 @@
+// Package rules is what a rule is and how a request is decided against a set of them, the same
+// for every front end (the Kong plugin, the Envoy filter, dianad and its rate limit service).
+//
+// A rule is a typed value first. Spec states a rule in plain Go values (its match, what it
+// counts by, its algorithm and parameters, mode, action, reply, ban, batch); NewSpec holds the
+// defaults. Spec.Build is the one validation: it checks every value and every tie between values,
+// records each error at the path its field has in a document ("limit.burst", "match.not[0]"),
+// and returns the Rule with what it derives (the algorithm built from the registry, the
+// dimensions, the per-node fallback). Every config format is a reader that fills a Spec:
+//
+//   - ReadSpec reads one rule of a YAML or JSON document (shared/conf) and checks only what a
+//     document can get wrong that a Spec cannot hold: a value's type, an enum's name, an unknown
+//     key, a field that another rules out. Decode reads a document's rules list.
+//   - The Kong plugin fills a Spec from its flat, typed fields.
+//   - The rate limit service builds its limits' algorithms from the same registry
+//     (AlgorithmKind.Resolve, Batch).
+//
+// The algorithms and the dimensions are registered by name (RegisterAlgorithm,
+// RegisterDimension): an AlgorithmKind states its parameters once (type, bounds, default, role,
+// the largest value the others allow), from which the decoder, schema/limit.schema.json, the
+// docs' tables and the Kong plugin's fields derive; a DimensionKind states what it reads of a
+// request (Reads), which front ends use to ask for nothing more.
+//
+// Engine decides a request (Input) against the rules: each rule that matches gives an op (Op,
+// a key and the rule's algorithm), every op is checked as a dry run before any is committed, so
+// a request denied by one rule takes nothing from the others. Stores decide ops: process memory,
+// the Envoy filter's shared data, Redis.
+package rules
