@@ -1,0 +1,303 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/diana-gw/diana/internal/lograte"
+)
+
+// Connection limits. Each listener (the proxy, the admin listener) has nginx's timeouts and a cap
+// on its open connections (Connections):
+//
+//   - keepalive_timeout and header_timeout are http.Server's IdleTimeout and ReadHeaderTimeout;
+//   - body_timeout and send_timeout bound the time between two reads of a request's body and
+//     between two writes of its response, as nginx's client_body_timeout and send_timeout do,
+//     not the whole request or response: http.Server's ReadTimeout and WriteTimeout would cut a
+//     large upload, a long download, a stream, and a request held by a delay rule (up to its
+//     max_delay) before its first byte is written. timeouts sets the deadlines around each read
+//     and write instead;
+//   - at the cap, as nginx does when its worker_connections run out, the connection waiting the
+//     longest for a request (idle between two, or not sent a byte yet) is closed to make room;
+//     when every connection is busy with a request, Accept waits (the kernel's backlog holds the
+//     new ones) until one ends or goes idle: a request in flight is never cut. The listeners have
+//     caps of their own, and the default caps share the open-file limit between them (maxConns),
+//     so that a flood on the proxy leaves the admin listener its room.
+
+// connReserve is the part of the open-file limit the default caps leave to everything but the
+// two listeners: the Redis pool, the rate limit service, config and log files.
+const connReserve = 128
+
+// maxConns returns a listener's cap: set if not 0, else its share of the open-file limit. A proxy
+// connection may hold two files (the client's and the upstream's), an admin connection one; the
+// proxy's caps take two fifths of what connReserve leaves, the admin's one fifth.
+func maxConns(set int, proxy bool) int {
+	if set > 0 {
+		return set
+	}
+	var rl syscall.Rlimit
+	limit := 1024 // a common soft limit, if it cannot be read
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err == nil && rl.Cur > 0 {
+		limit = int(min(rl.Cur, 1<<24)) // the Go runtime raised it to the hard limit at start
+	}
+	share := max(limit-connReserve, 64) / 5
+	if proxy {
+		share *= 2
+	}
+	return max(share, 16)
+}
+
+// connLimiter is a listener with a cap on its open connections; the http.Server that serves it
+// tells it each connection's state (its ConnState hook: connState).
+type connLimiter struct {
+	net.Listener
+	max       int
+	reclaimed func() // told of each idle connection closed to make room
+
+	mu     sync.Mutex
+	cond   *sync.Cond // signalled when a connection closes or goes idle, and on Close
+	open   map[*limitedConn]struct{}
+	closed bool
+}
+
+// limitedConn is a connection of a connLimiter.
+type limitedConn struct {
+	net.Conn
+	l     *connLimiter
+	state http.ConnState // guarded by l.mu
+	since time.Time      // when it entered state; guarded by l.mu
+	once  sync.Once
+}
+
+func newConnLimiter(l net.Listener, max int, reclaimed func()) *connLimiter {
+	c := &connLimiter{Listener: l, max: max, reclaimed: reclaimed, open: map[*limitedConn]struct{}{}}
+	c.cond = sync.NewCond(&c.mu)
+	return c
+}
+
+// Accept waits for room under the cap, closing the connection waiting the longest for a request
+// if there is one, then accepts.
+func (l *connLimiter) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	for len(l.open) >= l.max && !l.closed { // one goroutine accepts: the room stays until it has
+		if v := l.longestWaiting(); v != nil {
+			delete(l.open, v)
+			l.mu.Unlock()
+			v.Conn.Close() // the server's read fails: it forgets the connection
+			if l.reclaimed != nil {
+				l.reclaimed()
+			}
+			l.mu.Lock()
+			continue
+		}
+		l.cond.Wait()
+	}
+	if l.closed {
+		l.mu.Unlock()
+		return nil, net.ErrClosed
+	}
+	l.mu.Unlock()
+	nc, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	c := &limitedConn{Conn: nc, l: l, state: http.StateNew, since: time.Now()}
+	l.mu.Lock()
+	l.open[c] = struct{}{}
+	l.mu.Unlock()
+	return c, nil
+}
+
+// longestWaiting returns the open connection waiting the longest for a request, nil if none is.
+func (l *connLimiter) longestWaiting() *limitedConn {
+	var v *limitedConn
+	for c := range l.open {
+		if (c.state == http.StateNew || c.state == http.StateIdle) && (v == nil || c.since.Before(v.since)) {
+			v = c
+		}
+	}
+	return v
+}
+
+func (l *connLimiter) Close() error {
+	l.mu.Lock()
+	l.closed = true
+	l.cond.Broadcast()
+	l.mu.Unlock()
+	return l.Listener.Close()
+}
+
+// Open returns the number of open connections.
+func (l *connLimiter) Open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.open)
+}
+
+func (l *connLimiter) release(c *limitedConn) {
+	l.mu.Lock()
+	delete(l.open, c)
+	l.cond.Signal()
+	l.mu.Unlock()
+}
+
+func (c *limitedConn) Close() error {
+	c.once.Do(func() { c.l.release(c) })
+	return c.Conn.Close()
+}
+
+// CloseWrite half-closes a TCP connection: net/http does so before closing a connection it
+// refused (431), so that the client reads the answer before a reset.
+func (c *limitedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// connState is the http.Server's ConnState hook.
+func connState(nc net.Conn, st http.ConnState) {
+	c, ok := nc.(*limitedConn)
+	if !ok {
+		return
+	}
+	l := c.l
+	l.mu.Lock()
+	c.state, c.since = st, time.Now()
+	if st == http.StateIdle {
+		l.cond.Signal()
+	}
+	l.mu.Unlock()
+	if st == http.StateClosed {
+		c.once.Do(func() { l.release(c) })
+	}
+}
+
+// newHTTPServer returns the server of a listener with its connection settings (the defaults
+// for a Config built without them).
+func newHTTPServer(h http.Handler, c Connections, errorLog *log.Logger) *http.Server {
+	if c == (Connections{}) {
+		c = defaultConnections
+	}
+	srv := &http.Server{
+		Handler:           timeouts(h, us(c.BodyTimeout), us(c.SendTimeout)),
+		ReadHeaderTimeout: us(c.HeaderTimeout),
+		IdleTimeout:       us(c.KeepaliveTimeout),
+		ConnState:         connState,
+		ErrorLog:          errorLog,
+	}
+	if c.KeepaliveTimeout == 0 {
+		srv.SetKeepAlivesEnabled(false)
+	}
+	return srv
+}
+
+func us(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
+
+// timeouts sets a request's read deadline before each read of its body (body), and its write
+// deadline before each write of its response (send); a request held before its first write, or
+// a response whose writes keep coming, is never cut.
+func timeouts(h http.Handler, body, send time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		rc.SetWriteDeadline(time.Time{}) // a former request's may be left
+		tw := &timeoutWriter{ResponseWriter: w, rc: rc, send: send}
+		if r.Body != nil && r.Body != http.NoBody {
+			tb := &timeoutBody{ReadCloser: r.Body, rc: rc, d: body}
+			tw.body = tb
+			r.Body = tb
+		}
+		h.ServeHTTP(tw, r)
+		// net/http writes what is buffered, and reads what is left of the body (up to 256 KiB)
+		// to keep the connection, after the handler returns: under the same bounds.
+		rc.SetWriteDeadline(time.Now().Add(send))
+		if tw.body != nil && !tw.body.eof.Load() {
+			rc.SetReadDeadline(time.Now().Add(body))
+		}
+	})
+}
+
+// timeoutBody is a request body whose every read must make progress within d.
+type timeoutBody struct {
+	io.ReadCloser
+	rc  *http.ResponseController
+	d   time.Duration
+	eof atomic.Bool // read to its end: the transport may read it while the response is written
+}
+
+func (b *timeoutBody) Read(p []byte) (int, error) {
+	b.rc.SetReadDeadline(time.Now().Add(b.d))
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		// net/http watches the connection once the body is read (a client that goes away
+		// cancels the request): the deadline must not cut that watch.
+		b.rc.SetReadDeadline(time.Time{})
+		b.eof.Store(errors.Is(err, io.EOF))
+	}
+	return n, err
+}
+
+// timeoutWriter is a response whose every write must complete within send. net/http may also
+// read the rest of the request's body while writing the header (to keep the connection): that
+// read is bounded by the body's timeout, and its deadline lifted once the write returns.
+type timeoutWriter struct {
+	http.ResponseWriter
+	rc   *http.ResponseController
+	send time.Duration
+	body *timeoutBody // nil for a request without a body
+}
+
+func (w *timeoutWriter) around(f func()) {
+	w.rc.SetWriteDeadline(time.Now().Add(w.send))
+	unread := w.body != nil && !w.body.eof.Load()
+	if unread {
+		w.rc.SetReadDeadline(time.Now().Add(w.body.d))
+	}
+	f()
+	if unread {
+		w.rc.SetReadDeadline(time.Time{})
+	}
+}
+
+func (w *timeoutWriter) WriteHeader(code int) {
+	w.around(func() { w.ResponseWriter.WriteHeader(code) })
+}
+
+func (w *timeoutWriter) Write(p []byte) (n int, err error) {
+	w.around(func() { n, err = w.ResponseWriter.Write(p) })
+	return n, err
+}
+
+// FlushError flushes what was written, for http.ResponseController.
+func (w *timeoutWriter) FlushError() (err error) {
+	w.around(func() { err = http.NewResponseController(w.ResponseWriter).Flush() })
+	return err
+}
+
+// Flush is FlushError for handlers that look for an http.Flusher (server-sent events).
+func (w *timeoutWriter) Flush() { w.FlushError() }
+
+func (w *timeoutWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// limitConns caps ln at max connections, counting and logging (a line a second at most) each
+// connection closed to make room.
+func (s *Server) limitConns(ln net.Listener, name string, max int) *connLimiter {
+	var logged lograte.Limiter
+	reclaimed := s.met.connsReclaimed.WithLabelValues(name)
+	l := newConnLimiter(ln, max, func() {
+		reclaimed.Inc()
+		if ok, skipped := logged.Allow(); ok {
+			s.log.Warn("connection limit reached: closed the connection waiting the longest for a request to make room",
+				"listener", name, "max", max, "suppressed", skipped)
+		}
+	})
+	s.met.conns(name, max, l.Open)
+	return l
+}
