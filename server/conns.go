@@ -206,20 +206,18 @@ func us(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
 // a response whose writes keep coming, is never cut.
 func timeouts(h http.Handler, body, send time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rc := http.NewResponseController(w)
-		rc.SetWriteDeadline(time.Time{}) // a former request's may be left
-		tw := &timeoutWriter{ResponseWriter: w, rc: rc, send: send}
+		tw := &timeoutWriter{ResponseWriter: w, rc: *http.NewResponseController(w), send: send}
+		tw.rc.SetWriteDeadline(time.Time{}) // a former request's may be left
 		if r.Body != nil && r.Body != http.NoBody {
-			tb := &timeoutBody{ReadCloser: r.Body, rc: rc, d: body}
-			tw.body = tb
-			r.Body = tb
+			tw.body = &timeoutBody{ReadCloser: r.Body, rc: &tw.rc, d: body}
+			r.Body = tw.body
 		}
 		h.ServeHTTP(tw, r)
 		// net/http writes what is buffered, and reads what is left of the body (up to 256 KiB)
 		// to keep the connection, after the handler returns: under the same bounds.
-		rc.SetWriteDeadline(time.Now().Add(send))
+		tw.rc.SetWriteDeadline(time.Now().Add(send))
 		if tw.body != nil && !tw.body.eof.Load() {
-			rc.SetReadDeadline(time.Now().Add(body))
+			tw.rc.SetReadDeadline(time.Now().Add(body))
 		}
 	})
 }
@@ -249,35 +247,45 @@ func (b *timeoutBody) Read(p []byte) (int, error) {
 // read is bounded by the body's timeout, and its deadline lifted once the write returns.
 type timeoutWriter struct {
 	http.ResponseWriter
-	rc   *http.ResponseController
+	rc   http.ResponseController
 	send time.Duration
 	body *timeoutBody // nil for a request without a body
 }
 
-func (w *timeoutWriter) around(f func()) {
+// before sets the deadlines of a write, and reports whether after must lift the read deadline.
+func (w *timeoutWriter) before() bool {
 	w.rc.SetWriteDeadline(time.Now().Add(w.send))
-	unread := w.body != nil && !w.body.eof.Load()
-	if unread {
-		w.rc.SetReadDeadline(time.Now().Add(w.body.d))
+	if w.body == nil || w.body.eof.Load() {
+		return false
 	}
-	f()
+	w.rc.SetReadDeadline(time.Now().Add(w.body.d))
+	return true
+}
+
+func (w *timeoutWriter) after(unread bool) {
 	if unread {
 		w.rc.SetReadDeadline(time.Time{})
 	}
 }
 
 func (w *timeoutWriter) WriteHeader(code int) {
-	w.around(func() { w.ResponseWriter.WriteHeader(code) })
+	unread := w.before()
+	w.ResponseWriter.WriteHeader(code)
+	w.after(unread)
 }
 
-func (w *timeoutWriter) Write(p []byte) (n int, err error) {
-	w.around(func() { n, err = w.ResponseWriter.Write(p) })
+func (w *timeoutWriter) Write(p []byte) (int, error) {
+	unread := w.before()
+	n, err := w.ResponseWriter.Write(p)
+	w.after(unread)
 	return n, err
 }
 
 // FlushError flushes what was written, for http.ResponseController.
-func (w *timeoutWriter) FlushError() (err error) {
-	w.around(func() { err = http.NewResponseController(w.ResponseWriter).Flush() })
+func (w *timeoutWriter) FlushError() error {
+	unread := w.before()
+	err := http.NewResponseController(w.ResponseWriter).Flush()
+	w.after(unread)
 	return err
 }
 
