@@ -1,6 +1,7 @@
 package server
 
 import (
+	"container/list"
 	"errors"
 	"io"
 	"log"
@@ -61,23 +62,24 @@ type connLimiter struct {
 	max       int
 	reclaimed func() // told of each idle connection closed to make room
 
-	mu     sync.Mutex
-	cond   *sync.Cond // signalled when a connection closes or goes idle, and on Close
-	open   map[*limitedConn]struct{}
-	closed bool
+	mu      sync.Mutex
+	cond    *sync.Cond // signalled when a connection closes or goes idle, and on Close
+	open    int        // connections accepted and not closed
+	waiting list.List  // of *limitedConn waiting for a request (new or idle), longest first
+	closed  bool
 }
 
 // limitedConn is a connection of a connLimiter.
 type limitedConn struct {
 	net.Conn
-	l     *connLimiter
-	state http.ConnState // guarded by l.mu
-	since time.Time      // when it entered state; guarded by l.mu
-	once  sync.Once
+	l       *connLimiter
+	waiting *list.Element // in l.waiting, nil when busy or closed; guarded by l.mu
+	closed  bool          // released; guarded by l.mu
+	once    sync.Once
 }
 
 func newConnLimiter(l net.Listener, max int, reclaimed func()) *connLimiter {
-	c := &connLimiter{Listener: l, max: max, reclaimed: reclaimed, open: map[*limitedConn]struct{}{}}
+	c := &connLimiter{Listener: l, max: max, reclaimed: reclaimed}
 	c.cond = sync.NewCond(&c.mu)
 	return c
 }
@@ -86,11 +88,11 @@ func newConnLimiter(l net.Listener, max int, reclaimed func()) *connLimiter {
 // if there is one, then accepts.
 func (l *connLimiter) Accept() (net.Conn, error) {
 	l.mu.Lock()
-	for len(l.open) >= l.max && !l.closed { // one goroutine accepts: the room stays until it has
-		if v := l.longestWaiting(); v != nil {
-			delete(l.open, v)
+	for l.open >= l.max && !l.closed { // one goroutine accepts: the room stays until it has
+		if e := l.waiting.Front(); e != nil {
+			v := e.Value.(*limitedConn)
 			l.mu.Unlock()
-			v.Conn.Close() // the server's read fails: it forgets the connection
+			v.Close() // the server's read fails: it forgets the connection
 			if l.reclaimed != nil {
 				l.reclaimed()
 			}
@@ -108,22 +110,12 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &limitedConn{Conn: nc, l: l, state: http.StateNew, since: time.Now()}
+	c := &limitedConn{Conn: nc, l: l}
 	l.mu.Lock()
-	l.open[c] = struct{}{}
+	l.open++
+	c.waiting = l.waiting.PushBack(c)
 	l.mu.Unlock()
 	return c, nil
-}
-
-// longestWaiting returns the open connection waiting the longest for a request, nil if none is.
-func (l *connLimiter) longestWaiting() *limitedConn {
-	var v *limitedConn
-	for c := range l.open {
-		if (c.state == http.StateNew || c.state == http.StateIdle) && (v == nil || c.since.Before(v.since)) {
-			v = c
-		}
-	}
-	return v
 }
 
 func (l *connLimiter) Close() error {
@@ -138,12 +130,17 @@ func (l *connLimiter) Close() error {
 func (l *connLimiter) Open() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.open)
+	return l.open
 }
 
 func (l *connLimiter) release(c *limitedConn) {
 	l.mu.Lock()
-	delete(l.open, c)
+	l.open--
+	c.closed = true
+	if c.waiting != nil {
+		l.waiting.Remove(c.waiting)
+		c.waiting = nil
+	}
 	l.cond.Signal()
 	l.mu.Unlock()
 }
@@ -162,21 +159,27 @@ func (c *limitedConn) CloseWrite() error {
 	return nil
 }
 
-// connState is the http.Server's ConnState hook.
+// connState is the http.Server's ConnState hook: a connection that goes idle goes to the back of
+// the waiting list (new ones are put there by Accept), one that reads a request leaves it.
 func connState(nc net.Conn, st http.ConnState) {
 	c, ok := nc.(*limitedConn)
 	if !ok {
 		return
 	}
+	if st == http.StateClosed {
+		c.once.Do(func() { c.l.release(c) })
+		return
+	}
 	l := c.l
 	l.mu.Lock()
-	c.state, c.since = st, time.Now()
-	if st == http.StateIdle {
-		l.cond.Signal()
+	defer l.mu.Unlock()
+	if c.waiting != nil && st != http.StateNew {
+		l.waiting.Remove(c.waiting)
+		c.waiting = nil
 	}
-	l.mu.Unlock()
-	if st == http.StateClosed {
-		c.once.Do(func() { l.release(c) })
+	if st == http.StateIdle && !c.closed {
+		c.waiting = l.waiting.PushBack(c)
+		l.cond.Signal()
 	}
 }
 

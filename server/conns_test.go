@@ -342,3 +342,63 @@ func TestDefaultCaps(t *testing.T) {
 		t.Error("a cap set in the config is not the one used")
 	}
 }
+
+// At the cap, connLimiter closes the connection waiting the longest for a request, never a busy
+// one: with every connection busy, Accept waits until one goes idle. A connection closed while
+// it goes idle is not waited on again.
+func TestConnLimiter(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reclaimed := 0
+	l := newConnLimiter(ln, 2, func() { reclaimed++ })
+	defer l.Close()
+	clients := map[string]net.Conn{}
+	accept := func(name string) <-chan net.Conn {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		clients[name] = c
+		ch := make(chan net.Conn, 1)
+		go func() {
+			sc, err := l.Accept()
+			if err != nil {
+				t.Error(err)
+			}
+			ch <- sc
+		}()
+		return ch
+	}
+	open := func(name string) bool { // whether the server side of name is open
+		c := clients[name]
+		c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		_, err := c.Read(make([]byte, 1))
+		var ne net.Error
+		return errors.As(err, &ne) && ne.Timeout()
+	}
+	a := <-accept("a")
+	b := <-accept("b")
+	connState(a, http.StateActive)
+	time.Sleep(10 * time.Millisecond)
+	c := <-accept("c") // b waits longest for a request: closed
+	if open("b") || !open("a") || reclaimed != 1 {
+		t.Fatalf("after c: b open %v, a open %v, %d reclaimed; want b closed, a open, 1", open("b"), open("a"), reclaimed)
+	}
+	connState(b, http.StateIdle) // b's server side, closed, going idle: not waited on
+	connState(b, http.StateClosed)
+	connState(c, http.StateActive)
+	d := accept("d")
+	select {
+	case <-d:
+		t.Fatal("accepted a third connection while two were busy")
+	case <-time.After(200 * time.Millisecond):
+	}
+	connState(a, http.StateIdle) // a's request ended: a waits, and is closed for d
+	<-d
+	if open("a") || !open("c") || reclaimed != 2 || l.Open() != 2 {
+		t.Errorf("after d: a open %v, c open %v, %d reclaimed, %d open; want a closed, c open, 2, 2", open("a"), open("c"), reclaimed, l.Open())
+	}
+}
