@@ -62,7 +62,8 @@ var memLimiters = []struct {
 	new  func(b *testing.B, keys []string) func(key string) bool
 }{
 	{"diana", func(b *testing.B, _ []string) func(string) bool {
-		s, g := memstore.New(memstore.Options{}), gcra(b)
+		// Bounded as the others are (the default bound is smaller).
+		s, g := memstore.New(memstore.Options{MaxEntries: 1_000_000}), gcra(b)
 		r := algos.Request{Cost: 1}
 		return func(key string) bool { return s.Decide(key, g, r).Allowed }
 	}},
@@ -97,7 +98,7 @@ var memLimiters = []struct {
 		}
 	}},
 	{"throttled", func(b *testing.B, _ []string) func(string) bool {
-		st, err := throttledmem.NewCtx(1_000_000) // bounded like Diana's store
+		st, err := throttledmem.NewCtx(1_000_000) // bounded like Diana's store here
 		if err != nil {
 			b.Fatal(err)
 		}

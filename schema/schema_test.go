@@ -181,7 +181,9 @@ const exception = `{"methods": ["GET"], "paths": ["/api/health"], "hosts": ["int
 
 const fullServer = `
 	"listen": ":8081",
-	"admin": {"listen": "127.0.0.1:9191", "token": "t0ken"},
+	"connections": {"max": 1000, "keepalive_timeout": "30s", "header_timeout": "10s", "body_timeout": "20s", "send_timeout": "2m"},
+	"admin": {"listen": "127.0.0.1:9191", "token": "t0ken", "connections": {"max": 100, "keepalive_timeout": "0s", "header_timeout": "5s", "body_timeout": "5s", "send_timeout": "5s"}},
+	"local_store": {"max_keys": 100000},
 	"trusted_proxies": ["10.0.0.0/8", "192.0.2.7", "2001:db8::/32"],
 	"ipv6_prefix": 56,
 	"escaped_slashes": "keep",
@@ -244,6 +246,7 @@ func validDocs() map[string]doc {
 	docs["minimal remote"] = doc{json: `{"version": 1}`, remote: true}
 	docs["empty lists"] = doc{json: `{"version": 1, "trusted_proxies": [], "upstreams": [], "rules": [{"name": "a", "by": [], "limit": {"algorithm": "fixed_window", "limit": 1, "window": "1s"}}]}`}
 	docs["no listen"] = doc{json: `{"version": 1, "listen": ""}`}
+	docs["open admin"] = doc{json: `{"version": 1, "admin": {"listen": ":9090", "allow_unauthenticated": true}}`}
 	docs["every duration unit"] = doc{json: `{"version": 1, "rules": [
 		{"name": "d", "limit": {"algorithm": "token_bucket", "rate": 1, "period": "1d2h3m4s5ms6us7µs"}},
 		{"name": "e", "limit": {"algorithm": "concurrency", "max": 1, "lease": "000010s"}}]}`}
@@ -342,6 +345,8 @@ func TestInvalidDocuments(t *testing.T) {
 		// Unknown fields, at each level.
 		{"unknown root field", `{"version": 1, "bogus": 1}`, false, "bogus"},
 		{"unknown admin field", `{"version": 1, "admin": {"port": 9090}}`, false, "admin.port"},
+		{"unknown connections field", `{"version": 1, "connections": {"idle_timeout": "1s"}}`, false, "connections.idle_timeout"},
+		{"unknown local_store field", `{"version": 1, "local_store": {"max_bytes": 1}}`, false, "local_store.max_bytes"},
 		{"unknown upstream field", `{"version": 1, "upstreams": [{"name": "a", "url": "demo:", "weight": 1}]}`, false, "upstreams[0].weight"},
 		{"unknown upstream match field", `{"version": 1, "upstreams": [{"name": "a", "url": "demo:", "match": {"query": "x"}}]}`, false, "upstreams[0].match.query"},
 		{"unknown redis field", `{"version": 1, "redis": {"addrs": "127.0.0.1:6379", "sentinels": true}}`, false, "redis.sentinels"},
@@ -413,6 +418,9 @@ func TestInvalidDocuments(t *testing.T) {
 		{"concurrency max 0", lim(`{"algorithm": "concurrency", "max": 0}`), false, "rules[0].limit.max"},
 		{"concurrency max 10001", lim(`{"algorithm": "concurrency", "max": 10001}`), false, "rules[0].limit.max"},
 		{"ipv6_prefix 0", `{"version": 1, "ipv6_prefix": 0}`, false, "ipv6_prefix"},
+		{"connections max negative", `{"version": 1, "admin": {"connections": {"max": -1}}}`, false, "admin.connections.max"},
+		{"header_timeout 0", `{"version": 1, "connections": {"header_timeout": "0s"}}`, false, "connections.header_timeout"},
+		{"max_keys 63", `{"version": 1, "local_store": {"max_keys": 63}}`, false, "local_store.max_keys"},
 		{"ipv6_prefix 129", `{"version": 1, "ipv6_prefix": 129}`, false, "ipv6_prefix"},
 		{"escaped_slashes unknown", `{"version": 1, "escaped_slashes": "drop"}`, false, "escaped_slashes"},
 		{"db negative", `{"version": 1, "redis": {"addrs": "x:1", "db": -1}}`, false, "redis.db"},
@@ -866,6 +874,9 @@ func TestRuleDefaults(t *testing.T) {
 		{"rules.[].reply.legacy_headers", r.Reply.Legacy, nil},
 		{"listen", cfg.Listen, nil},
 		{"admin.listen", cfg.Admin.Listen, nil},
+		{"local_store.max_keys", cfg.LocalStore.MaxKeys, func(d any) any { return int(integer(d)) }},
+		{"connections.keepalive_timeout", cfg.Connections.KeepaliveTimeout, func(d any) any { return us(d.(string)) }},
+		{"admin.connections.send_timeout", cfg.Admin.Connections.SendTimeout, func(d any) any { return us(d.(string)) }},
 		{"ipv6_prefix", cfg.IPv6Prefix, func(d any) any { return int(integer(d)) }},
 		{"escaped_slashes", rules.EscapedSlashesNames[cfg.EscapedSlashes], nil},
 		{"remote.interval", cfg.Remote.Interval, func(d any) any { return us(d.(string)) }},
@@ -1083,7 +1094,7 @@ func TestPatternsAgree(t *testing.T) {
 			"", "127.0.0.1:9000", "example.com", "ftp://example.com", "http://", "http:///x", "http:example.com", "//example.com",
 		}},
 		{"listen", `{"version": 1, "listen": %s}`, listens},
-		{"admin.listen", `{"version": 1, "admin": {"listen": %s}}`, listens},
+		{"admin.listen", `{"version": 1, "admin": {"listen": %s, "token": "t"}}`, listens}, // a token: any address may listen
 		{"redis.addrs", `{"version": 1, "redis": {"addrs": [%s]}}`, []string{
 			"127.0.0.1:6379", "redis:6379", "[::1]:6379", "a:1", "a:65535",
 			"", ":6379", "redis", "redis:", "redis:0", "redis:65536", "redis:99999", "redis:06379", "[::1]", "::1:6379", "a:b:1", "redis:+1", "redis:1x",

@@ -115,10 +115,8 @@ func (s *Server) serveAuth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if res.Delay > 0 {
-		d := time.Duration(res.Delay) * time.Microsecond
-		// The admin listener's write timeout would cut a long hold short.
-		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d + 30*time.Second))
-		if !httplimit.Wait(r.Context(), d) {
+		// send_timeout bounds each write, not the hold before the first (timeouts).
+		if !httplimit.Wait(r.Context(), time.Duration(res.Delay)*time.Microsecond) {
 			return // the gateway went away while held; the reserved units stay spent
 		}
 	}

@@ -1,9 +1,12 @@
 // Package server is dianad: Diana's rate-limiting reverse proxy and decision service, built on
-// the httplimit middleware and the rules engine.
+// the httplimit middleware and the rules engine. Its two HTTP listeners bound their connections
+// as nginx does (conns.go); the admin listener needs a token unless it listens on loopback or
+// the operator says otherwise (admin.allow_unauthenticated).
 package server
 
 import (
 	"crypto/tls"
+	"net"
 	"net/netip"
 	"net/url"
 	"os"
@@ -16,6 +19,7 @@ import (
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/conf"
 	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/store/memstore"
 	"github.com/diana-gw/diana/store/redisstore"
 )
 
@@ -24,8 +28,10 @@ const Version = 1
 
 // Config is a dianad config document (schema/dianad.schema.json).
 type Config struct {
-	Listen         string // the reverse proxy's address; "" runs the decision service only
+	Listen         string      // the reverse proxy's address; "" runs the decision service only
+	Connections    Connections // the reverse proxy's connections
 	Admin          Admin
+	LocalStore     LocalStore
 	TrustedProxies []netip.Prefix
 	IPv6Prefix     int
 	EscapedSlashes rules.EscapedSlashes // what %2F, %5C and '\' in a request's path are
@@ -53,6 +59,25 @@ type RLS struct {
 type Admin struct {
 	Listen string
 	Token  string // if set, /v1/check needs "Authorization: Bearer TOKEN"
+	// AllowUnauthenticated lets the listener start on an address other than loopback without a
+	// token: whoever reaches it may spend any client's quota through /v1/check.
+	AllowUnauthenticated bool
+	Connections          Connections
+}
+
+// Connections bound a listener's connections, as nginx's directives of the same names do; the
+// timeouts are µs.
+type Connections struct {
+	Max              int   // open connections at most; 0: derived from the open-file limit at start
+	KeepaliveTimeout int64 // an idle keep-alive connection is closed after it; 0: no keep-alive
+	HeaderTimeout    int64 // to read a request's header
+	BodyTimeout      int64 // between two reads of a request's body
+	SendTimeout      int64 // between two writes of a response
+}
+
+// LocalStore is the in-process store of local rules' state.
+type LocalStore struct {
+	MaxKeys int // identities kept at most; when full, the entry closest to expiry makes room
 }
 
 // Upstream is where matching requests are proxied; the first upstream whose match matches wins.
@@ -129,11 +154,22 @@ func checkListen(o *conf.Obj, field, addr string) {
 func (c *Config) decodeServer(o *conf.Obj) {
 	c.Listen = o.String("listen", ":8080")
 	checkListen(o, "listen", c.Listen)
+	c.Connections = decodeConnections(o.Obj("connections"))
 	a := o.Obj("admin")
 	c.Admin.Listen = a.String("listen", "127.0.0.1:9090")
 	checkListen(a, "listen", c.Admin.Listen)
 	c.Admin.Token = secret(a, "token", "token_file", "DIANA_ADMIN_TOKEN")
+	c.Admin.AllowUnauthenticated = a.Bool("allow_unauthenticated", false)
+	if c.Admin.Listen != "" && c.Admin.Token == "" && !c.Admin.AllowUnauthenticated && !loopback(c.Admin.Listen) && !a.Failed("listen", "token_file") {
+		a.Fail("token", "must be set (or token_file, or DIANA_ADMIN_TOKEN) when admin.listen ("+quote(c.Admin.Listen)+
+			") is not a loopback address: whoever reaches it could spend any client's quota and start bans through /v1/check; "+
+			"set admin.allow_unauthenticated: true to run it open anyway")
+	}
+	c.Admin.Connections = decodeConnections(a.Obj("connections"))
 	a.Done()
+	ls := o.Obj("local_store")
+	c.LocalStore.MaxKeys = int(ls.Int("max_keys", memstore.DefaultMaxEntries, 64, 1<<30))
+	ls.Done()
 	if c.Listen == "" && c.Admin.Listen == "" {
 		o.Fail("listen", "cannot be empty when admin.listen is empty too: dianad would serve nothing")
 	}
@@ -208,6 +244,44 @@ func (c *Config) decodeServer(o *conf.Obj) {
 			o.Fail("rules["+strconv.Itoa(i)+"].mode", "cluster mode needs the redis section")
 		}
 	}
+}
+
+// defaultConnections are nginx's: keepalive_timeout 75s, client_header_timeout,
+// client_body_timeout and send_timeout 60s; no cap but the open-file limit's share.
+var defaultConnections = Connections{
+	KeepaliveTimeout: 75 * algos.Second,
+	HeaderTimeout:    60 * algos.Second,
+	BodyTimeout:      60 * algos.Second,
+	SendTimeout:      60 * algos.Second,
+}
+
+// decodeConnections reads a listener's connections section.
+func decodeConnections(o *conf.Obj) Connections {
+	d := defaultConnections
+	c := Connections{
+		Max:              int(o.Int("max", int64(d.Max), 0, 1<<24)),
+		KeepaliveTimeout: o.Duration("keepalive_timeout", d.KeepaliveTimeout, 0, algos.Day),
+		HeaderTimeout:    o.Duration("header_timeout", d.HeaderTimeout, algos.Millisecond, algos.Day),
+		BodyTimeout:      o.Duration("body_timeout", d.BodyTimeout, algos.Millisecond, algos.Day),
+		SendTimeout:      o.Duration("send_timeout", d.SendTimeout, algos.Millisecond, algos.Day),
+	}
+	o.Done()
+	return c
+}
+
+// loopback reports whether a listener's address (checkListen's form) listens on loopback only:
+// localhost or a loopback IP. An empty host, 0.0.0.0 and [::] are every interface; any other
+// name may resolve to anything.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // secret reads the secret field of o: written in the config; or in the file fileField names

@@ -11,6 +11,7 @@ import (
 
 	"github.com/diana-gw/diana/config"
 	"github.com/diana-gw/diana/internal/costtest"
+	"github.com/diana-gw/diana/store/memstore"
 )
 
 func TestDecodeErrors(t *testing.T) {
@@ -141,6 +142,85 @@ func TestClientCertificate(t *testing.T) {
 			t.Errorf("%s: %v, want the pair read", c.name, err)
 		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
 			t.Errorf("%s: error %v, want %q", c.name, err, c.want)
+		}
+	}
+}
+
+// An admin listener reachable from other hosts needs a token, or an explicit
+// admin.allow_unauthenticated; on loopback it needs neither.
+func TestAdminNeedsToken(t *testing.T) {
+	t.Setenv("DIANA_ADMIN_TOKEN", "")
+	const refused = "c.yaml: admin.token: must be set (or token_file, or DIANA_ADMIN_TOKEN) when admin.listen"
+	for _, c := range []struct {
+		admin, want string
+	}{
+		{`{listen: ":9090"}`, refused},
+		{`{listen: "0.0.0.0:9090"}`, refused},
+		{`{listen: "[::]:9090"}`, refused},
+		{`{listen: "192.0.2.7:9090"}`, refused},
+		{`{listen: "admin.internal:9090"}`, refused},
+		{`{listen: ":9090", allow_unauthenticated: false}`, refused},
+		{`{listen: ":9090", token: t}`, ""},
+		{`{listen: ":9090", token_file: "../schema/testdata/secret"}`, ""},
+		{`{listen: ":9090", allow_unauthenticated: true}`, ""},
+		{`{listen: "127.0.0.1:9090"}`, ""},
+		{`{listen: "127.9.9.9:9090"}`, ""},
+		{`{listen: "[::1]:9090"}`, ""},
+		{`{listen: "localhost:9090"}`, ""},
+		{`{listen: ""}`, ""},
+		{`{}`, ""},
+	} {
+		_, err := Parse([]byte("version: 1\nadmin: "+c.admin+"\n"), "c.yaml")
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("admin %s: %v, want it accepted", c.admin, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("admin %s: error %v, want %q", c.admin, err, c.want)
+		}
+	}
+	t.Setenv("DIANA_ADMIN_TOKEN", "from-env")
+	if _, err := Parse([]byte("version: 1\nadmin: {listen: \":9090\"}\n"), "c.yaml"); err != nil {
+		t.Errorf("token from DIANA_ADMIN_TOKEN: %v", err)
+	}
+}
+
+// The connection settings of both listeners and the local store's bound: nginx's defaults, the
+// values set, and their bounds.
+func TestConnectionSettings(t *testing.T) {
+	cfg, err := Parse([]byte("version: 1\n"), "c.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nginx := Connections{KeepaliveTimeout: 75_000_000, HeaderTimeout: 60_000_000, BodyTimeout: 60_000_000, SendTimeout: 60_000_000}
+	if cfg.Connections != nginx || cfg.Admin.Connections != nginx {
+		t.Errorf("defaults: proxy %+v, admin %+v; want %+v", cfg.Connections, cfg.Admin.Connections, nginx)
+	}
+	if cfg.LocalStore.MaxKeys != memstore.DefaultMaxEntries {
+		t.Errorf("local_store.max_keys default %d, want %d", cfg.LocalStore.MaxKeys, memstore.DefaultMaxEntries)
+	}
+	cfg, err = Parse([]byte(`version: 1
+connections: {max: 100, keepalive_timeout: 0s, header_timeout: 5s, body_timeout: 6s, send_timeout: 7s}
+admin: {connections: {max: 10, keepalive_timeout: 1s}}
+local_store: {max_keys: 64}
+`), "c.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Connections{Max: 100, HeaderTimeout: 5_000_000, BodyTimeout: 6_000_000, SendTimeout: 7_000_000}
+	if cfg.Connections != want || cfg.Admin.Connections.Max != 10 || cfg.Admin.Connections.KeepaliveTimeout != 1_000_000 || cfg.LocalStore.MaxKeys != 64 {
+		t.Errorf("set: proxy %+v, admin %+v, max_keys %d", cfg.Connections, cfg.Admin.Connections, cfg.LocalStore.MaxKeys)
+	}
+	for doc, want := range map[string]string{
+		"connections: {max: -1}":               "c.yaml: connections.max: must be between 0 and",
+		"connections: {header_timeout: 0s}":    "c.yaml: connections.header_timeout:",
+		"admin: {connections: {idle: 1s}}":     "c.yaml: admin.connections.idle: unknown field",
+		"local_store: {max_keys: 63}":          "c.yaml: local_store.max_keys: must be between 64 and",
+		"local_store: {max_bytes: 1}":          "c.yaml: local_store.max_bytes: unknown field",
+		"connections: {send_timeout: forever}": "c.yaml: connections.send_timeout:",
+	} {
+		_, err := Parse([]byte("version: 1\n"+doc+"\n"), "c.yaml")
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want %q", doc, err, want)
 		}
 	}
 }

@@ -65,6 +65,7 @@ func TestGrafanaDashboard(t *testing.T) {
 
 // The docker-compose example's config is valid.
 func TestComposeConfig(t *testing.T) {
+	t.Setenv("DIANA_ADMIN_TOKEN", "change-me") // as docker-compose.yml sets it
 	b, err := os.ReadFile("../deploy/diana.compose.yaml")
 	if err != nil {
 		t.Fatal(err)

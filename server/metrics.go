@@ -11,6 +11,7 @@ import (
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/batch"
 	"github.com/diana-gw/diana/store/failover"
+	"github.com/diana-gw/diana/store/memstore"
 )
 
 // metrics are the server's Prometheus metrics, on a registry of its own (several servers in
@@ -27,6 +28,8 @@ type metrics struct {
 	rlsUnknown    prometheus.Counter
 	adaptive      *prometheus.GaugeVec
 	authProblems  *prometheus.CounterVec
+	// connsReclaimed counts, by listener, the connections closed at the cap to make room.
+	connsReclaimed *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -74,13 +77,14 @@ func newMetrics() *metrics {
 			Help: "Forward-auth requests (/v1/auth) refused (bad_request, unauthorized) or whose forwarded headers or route were not believed (untrusted_peer).",
 		}, []string{"problem"}),
 	}
+	m.connsReclaimed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "diana_connections_reclaimed_total",
+		Help: "Connections closed by a listener (proxy, admin) at its connection limit to make room: the one waiting the longest for a request.",
+	}, []string{"listener"})
 	for _, p := range []string{"bad_request", "unauthorized", "untrusted_peer"} {
 		m.authProblems.WithLabelValues(p) // shown as 0 from the start, for alerts
 	}
-	for _, p := range []string{"bad_request", "unauthorized", "untrusted_peer"} {
-		m.authProblems.WithLabelValues(p) // shown as 0 from the start, for alerts
-	}
-	m.reg.MustRegister(m.decisions, m.backendErrors, m.redisDuration, m.breaker, m.starved, m.reloads, m.info, m.rlsUnknown, m.adaptive, m.authProblems,
+	m.reg.MustRegister(m.decisions, m.backendErrors, m.redisDuration, m.breaker, m.starved, m.reloads, m.info, m.rlsUnknown, m.adaptive, m.authProblems, m.connsReclaimed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -125,6 +129,42 @@ func (m *metrics) reload(source string, err error) {
 func (m *metrics) configInfo(source string) {
 	m.info.Reset()
 	m.info.WithLabelValues(source).Set(1)
+}
+
+// conns exports a listener's open connections and its cap.
+func (m *metrics) conns(listener string, max int, open func() int) {
+	labels := prometheus.Labels{"listener": listener}
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "diana_connections_open",
+			Help:        "Open connections of a listener (proxy, admin).",
+			ConstLabels: labels,
+		}, func() float64 { return float64(open()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "diana_connections_max",
+			Help:        "A listener's connection limit (connections.max, or its share of the open-file limit).",
+			ConstLabels: labels,
+		}, func() float64 { return float64(max) }),
+	)
+	m.connsReclaimed.WithLabelValues(listener) // shown as 0 from the start, for alerts
+}
+
+// localStore exports the in-process store's size, bound and evictions, read at each scrape.
+func (m *metrics) localStore(s *memstore.Store) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "diana_local_store_entries",
+			Help: "Identities the in-process store of local rules holds (expired ones included until swept, every minute).",
+		}, func() float64 { return float64(s.Stats().Entries) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "diana_local_store_max_entries",
+			Help: "The in-process store's bound (local_store.max_keys).",
+		}, func() float64 { return float64(s.Stats().MaxEntries) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "diana_local_store_evictions_total",
+			Help: "Live identities the full in-process store dropped to make room (each starts afresh if it comes back): raise local_store.max_keys if this grows.",
+		}, func() float64 { return float64(s.Stats().Evicted) }),
+	)
 }
 
 // batches exports a batched-mode store's counters.

@@ -191,7 +191,9 @@ func (s *Server) logRestartNeeded(c *Config) {
 		}
 	}
 	changed("listen", s.cfg.Listen, c.Listen)
+	changed("connections", s.cfg.Connections, c.Connections)
 	changed("admin", s.cfg.Admin, c.Admin)
+	changed("local_store", s.cfg.LocalStore, c.LocalStore)
 	changed("redis", s.cfg.Redis, c.Redis)
 	changed("remote", s.cfg.Remote, c.Remote)
 	changed("rls", s.cfg.RLS, c.RLS)

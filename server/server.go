@@ -37,8 +37,6 @@ type Options struct {
 	// ShutdownTimeout bounds how long Run waits, once ctx ends, for the requests in flight;
 	// default 30s.
 	ShutdownTimeout time.Duration
-	// MaxEntries bounds the identities the local store keeps; default 1,000,000.
-	MaxEntries int
 }
 
 // Server is dianad: the rate-limiting reverse proxy (Config.Listen) and the admin listener
@@ -102,9 +100,6 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = 30 * time.Second
 	}
-	if o.MaxEntries <= 0 {
-		o.MaxEntries = 1_000_000
-	}
 	s = &Server{cfg: cfg, opts: o, log: o.Logger, met: newMetrics()}
 	srv := s // s is nil by the time a failed New returns
 	defer func() {
@@ -112,7 +107,8 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 			srv.close()
 		}
 	}()
-	s.mem = memstore.New(memstore.Options{MaxEntries: o.MaxEntries})
+	s.mem = memstore.New(memstore.Options{MaxEntries: cfg.LocalStore.MaxKeys})
+	s.met.localStore(s.mem)
 	if cfg.Redis != nil {
 		r := cfg.Redis
 		st, err := stack.New(stack.Options{
@@ -147,13 +143,21 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 	}
 
 	if cfg.Listen != "" {
-		if s.proxyLn, err = net.Listen("tcp", cfg.Listen); err != nil {
+		ln, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
 			return nil, fmt.Errorf("server: listen: %w", err)
 		}
+		s.proxyLn = s.limitConns(ln, "proxy", maxConns(cfg.Connections.Max, true))
 	}
 	if cfg.Admin.Listen != "" {
-		if s.adminLn, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
+		ln, err := net.Listen("tcp", cfg.Admin.Listen)
+		if err != nil {
 			return nil, fmt.Errorf("server: admin.listen: %w", err)
+		}
+		s.adminLn = s.limitConns(ln, "admin", maxConns(cfg.Admin.Connections.Max, false))
+		if cfg.Admin.Token == "" && !loopback(cfg.Admin.Listen) {
+			s.log.Warn("admin listener open to every client that reaches it (admin.allow_unauthenticated): anyone can spend any client's quota and start bans through /v1/check; set admin.token",
+				"addr", cfg.Admin.Listen)
 		}
 	}
 	if cfg.RLS != nil {
@@ -161,20 +165,9 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 			return nil, err
 		}
 	}
-	s.proxySrv = &http.Server{
-		Handler:           s.proxyHandler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-	}
-	s.adminSrv = &http.Server{
-		Handler:           s.adminHandler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-	}
+	errorLog := slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)
+	s.proxySrv = newHTTPServer(s.proxyHandler(), cfg.Connections, errorLog)
+	s.adminSrv = newHTTPServer(s.adminHandler(), cfg.Admin.Connections, errorLog)
 	return s, nil
 }
 

@@ -1,5 +1,7 @@
 // Package memstore keeps the state of the algorithms of shared/algos in process memory: a
-// sharded map, safe for concurrent use, bounded in size, whose idle entries expire.
+// sharded map, safe for concurrent use, bounded in size, whose idle entries expire. When full,
+// it evicts the entry closest to expiry among a sample, never one under a ban while another can
+// go: a flood of new identities does not lift bans (Options.MaxEntries; Stats counts evictions).
 //
 // A decision on a known key takes one shard lock and allocates nothing; so does a dry run
 // (Request.DryRun), which the algorithms decide without changing the state.
@@ -16,15 +18,23 @@ import (
 const (
 	shardCount = 64 // a power of two
 	sampleSize = 8  // entries looked at to choose one to evict
+	// maxScan bounds the entries looked at past a sample in which every entry is banned.
+	maxScan = 64
 )
+
+// DefaultMaxEntries is the bound of a Store whose Options leave it unset: sized for a small
+// container (docs/configuration.md gives the memory an entry takes).
+const DefaultMaxEntries = 250_000
 
 // Options tune a Store.
 type Options struct {
-	// MaxEntries bounds the number of identities kept; default 1,000,000, and at least 64 (one
-	// per shard). Each of the 64 shards holds its share; when a shard is full, an expired entry
-	// of it is dropped, or else the one closest to expiry among a few sampled: that identity
-	// starts afresh if it comes back. As keys spread unevenly over the shards, a store may start
-	// evicting somewhat before it holds MaxEntries.
+	// MaxEntries bounds the number of identities kept; default DefaultMaxEntries, and at least
+	// 64 (one per shard). Each of the 64 shards holds its share; when a shard is full, an
+	// expired entry of it is dropped, or else (an eviction) the one closest to expiry among a few
+	// sampled, an identity under a ban only if every entry looked at is banned: the evicted
+	// identity starts afresh if it comes back, and a flood of new identities does not lift bans.
+	// As keys spread unevenly over the shards, a store may start evicting somewhat before it
+	// holds MaxEntries.
 	MaxEntries int
 	// Clock returns the time in µs; default a monotonic clock.
 	Clock func() int64
@@ -46,8 +56,9 @@ type shard struct {
 	max int
 	// empty is the state a dry run on a key not held decides on: the algorithms leave a dry
 	// run's state as it was, so it stays empty, and a pointer to it allocates nothing.
-	empty algos.State
-	_     [40]byte // keep shards on separate cache lines
+	empty   algos.State
+	evicted int64    // live entries dropped to make room
+	_       [32]byte // keep shards on separate cache lines
 }
 
 type entry struct {
@@ -58,7 +69,7 @@ type entry struct {
 // New returns an empty Store.
 func New(o Options) *Store {
 	if o.MaxEntries <= 0 {
-		o.MaxEntries = 1_000_000
+		o.MaxEntries = DefaultMaxEntries
 	}
 	start := time.Now()
 	s := &Store{seed: maphash.MakeSeed(), clock: o.Clock, start: start, base: start.UnixMicro()}
@@ -139,6 +150,27 @@ func (s *Store) Len() int {
 	return n
 }
 
+// Stats are a Store's size and evictions, for metrics.
+type Stats struct {
+	Entries    int   // held now, expired ones included until they are dropped
+	MaxEntries int   // the bound (Options.MaxEntries, at least 64)
+	Evicted    int64 // live entries dropped to make room since the Store was made
+}
+
+// Stats returns the store's figures; it locks one shard at a time.
+func (s *Store) Stats() Stats {
+	var st Stats
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		st.Entries += len(sh.m)
+		st.MaxEntries += sh.max
+		st.Evicted += sh.evicted
+		sh.mu.Unlock()
+	}
+	return st
+}
+
 // Sweep drops the entries whose state has expired and returns how many it dropped. Expired
 // entries already decide as fresh ones and make room when the store is full; sweeping now and
 // then also gives their memory back after a burst of distinct keys. It locks one shard at a time.
@@ -159,11 +191,15 @@ func (s *Store) Sweep() int {
 	return dropped
 }
 
-// insert adds e, first making room if the shard is full.
+// insert adds e, first making room if the shard is full: expired entries go first; else the
+// live entry closest to expiry among a sample, unbanned before banned (a ban ends only at its
+// time, unless every entry looked at, up to maxScan, is banned).
 func (sh *shard) insert(key string, e *entry, now int64) {
 	if len(sh.m) >= sh.max {
 		var victim string
-		oldest, seen := int64(0), 0
+		var oldest int64
+		victimBanned := false
+		seen := 0
 		for k, v := range sh.m { // map order is random: a sample
 			if v.expires <= now {
 				delete(sh.m, k)
@@ -172,15 +208,17 @@ func (sh *shard) insert(key string, e *entry, now int64) {
 				}
 				continue
 			}
-			if victim == "" || v.expires < oldest {
-				victim, oldest = k, v.expires
+			banned := v.st.Ban > now
+			if victim == "" || victimBanned && !banned || victimBanned == banned && v.expires < oldest {
+				victim, oldest, victimBanned = k, v.expires, banned
 			}
-			if seen++; seen >= sampleSize {
+			if seen++; seen >= sampleSize && !victimBanned || seen >= maxScan {
 				break
 			}
 		}
 		if len(sh.m) >= sh.max && victim != "" {
 			delete(sh.m, victim)
+			sh.evicted++
 		}
 	}
 	sh.m[key] = e

@@ -265,3 +265,36 @@ func TestMatchesTransition(t *testing.T) {
 	algotest.BanKeepsWindow(t, decide)
 	algotest.MatchTransition(t, decide, true)
 }
+
+// TestFloodKeepsBans: a flood of distinct identities through a full store, whose states live
+// longer than a ban's, does not lift the ban: eviction never hands a banned identity fresh
+// capacity while unbanned entries can make room.
+func TestFloodKeepsBans(t *testing.T) {
+	s, c := newStore(64 * 8)
+	banned, err := algos.NewBan(gcra(t, 1, algos.Hour, 1), 10*algos.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 64 {
+		key := "victim" + strconv.Itoa(i)
+		s.Decide(key, banned, algos.Request{Cost: 1})
+		if d := s.Decide(key, banned, algos.Request{Cost: 1}); d.Allowed {
+			t.Fatalf("%s: second request admitted, want the ban to start", key)
+		}
+	}
+	// The flood's states last a day, longer than the bans: a victim would be the closest to
+	// expiry in every sample it is in.
+	flood := gcra(t, 1, algos.Day, 1)
+	for i := range 64 * 8 * 20 {
+		c.now.Add(algos.Millisecond)
+		s.Decide("flood"+strconv.Itoa(i), flood, algos.Request{Cost: 1})
+	}
+	for i := range 64 {
+		if d := s.Decide("victim"+strconv.Itoa(i), banned, algos.Request{Cost: 1}); d.Allowed {
+			t.Fatalf("victim%d admitted after a flood of %d identities: the flood lifted its ban", i, 64*8*20)
+		}
+	}
+	if ev := s.Stats().Evicted; ev < 64*8*19 {
+		t.Errorf("Stats().Evicted = %d, want at least %d (the flood's live entries made room for each other)", ev, 64*8*19)
+	}
+}

@@ -51,8 +51,8 @@ func TestMillionClients(t *testing.T) {
 		maxEntries int // 0: the default
 		bound      int
 	}{
-		{"bound 250000", 250_000, 250_000},
-		{"default bound", 0, 1_000_000},
+		{"bound 1000000", 1_000_000, 1_000_000},
+		{"default bound", 0, DefaultMaxEntries},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			base := heapAlloc()
