@@ -321,8 +321,11 @@ func TestAdaptiveLatency(t *testing.T) {
 		return res.Header.Get("RateLimit-Limit")
 	}
 	// One request at a time is at least half of limits 1 and 2: the limit grows to 4, no further.
+	// An interval closes once it has lasted 1 ms and holds 10 samples: at least 60 requests over
+	// at least 20 ms close several, however fast the machine answers (60 fast answers alone
+	// could fit in two intervals).
 	var got string
-	for range 60 {
+	for n, until := 0, time.Now().Add(20*time.Millisecond); n < 60 || time.Now().Before(until); n++ {
 		got = limit()
 	}
 	if got != "4" {
