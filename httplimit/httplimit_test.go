@@ -386,3 +386,43 @@ func TestAdaptiveDrop(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitRoutedByCaller: a front end that reads the request itself (Input), routes it by that
+// reading and calls Limit with it has its route counted, and the rules see the Input it passed.
+func TestLimitRoutedByCaller(t *testing.T) {
+	e := engine(t, `[{"name":"per-route","by":["route"],"limit":{"algorithm":"fixed_window","limit":1,"window":"1h"}}]`, nil)
+	var denied []string
+	o := httplimit.Options{TrustedProxies: loopback, ConsumerHeader: "X-Consumer",
+		Denied: func(_ *http.Request, in *rules.Input, _ *rules.Result) {
+			denied = append(denied, in.Route+" "+in.Consumer)
+		}}
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		in := o.Input(r)
+		in.Route = in.Consumer + "-route" // routed by what the rules see of the request
+		o.Limit(w, r, e, &in, next)
+	})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	send := func(consumer string) int {
+		req, _ := http.NewRequest("GET", srv.URL+"/", nil)
+		req.Header.Set("X-Consumer", consumer)
+		res, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	for i, c := range []struct {
+		consumer string
+		want     int
+	}{{"alice", 200}, {"bob", 200}, {"alice", 429}, {"bob", 429}} {
+		if got := send(c.consumer); got != c.want {
+			t.Errorf("request %d (%s): %d, want %d", i+1, c.consumer, got, c.want)
+		}
+	}
+	if fmt.Sprint(denied) != "[alice-route alice bob-route bob]" {
+		t.Errorf("Denied saw %q, want the routes and consumers of the two refusals", denied)
+	}
+}
