@@ -227,6 +227,7 @@ rules:
 	}
 	ts := startFile(t, conf("old", 1))
 	const client = "192.0.2.1"
+	start := time.Now() // the second request's token comes a second after the first request
 	if r := get(t, ts.proxy+"/x", client); r.status != 200 {
 		t.Fatalf("first request: %d %s", r.status, r.body)
 	}
@@ -235,7 +236,6 @@ rules:
 		err error
 	}
 	done := make(chan result, 1)
-	start := time.Now()
 	go func() {
 		r, err := do(http.MethodGet, ts.proxy+"/x", client, nil, "")
 		done <- result{r, err}
