@@ -1,6 +1,18 @@
 // Package httplimit is Diana's net/http middleware: it decides each request against the rules
 // of a rules.Engine, answers denials with the rule's status, headers and a JSON body, holds
 // delayed requests, and adds the rate-limit headers to the responses it lets through.
+//
+// A request is read once: Options.Input builds the rules.Input (the client address through
+// the trusted proxies, the consumer, the method, host, path and headers), and Options.Limit
+// decides and answers with it. Limiter.Handler does both, with an engine and options that Set
+// swaps atomically (a request keeps the pair it started with):
+//
+//	limiter := httplimit.New(engine, httplimit.Options{TrustedProxies: proxies})
+//	http.ListenAndServe(":8080", limiter.Handler(mux))
+//
+// A front end that does more with the request before limiting it calls the two itself: dianad
+// routes by the same Input (setting its Route) and then calls Limit, with the engine, options
+// and upstreams of one snapshot of its running config.
 package httplimit
 
 import (
@@ -51,10 +63,16 @@ func New(e *rules.Engine, o Options) *Limiter {
 
 // Set replaces the engine and the options.
 func (l *Limiter) Set(e *rules.Engine, o Options) {
-	if o.IPv6Prefix <= 0 || o.IPv6Prefix > 128 {
-		o.IPv6Prefix = 64
-	}
+	o.IPv6Prefix = o.ipv6Prefix()
 	l.state.Store(&state{engine: e, opts: o})
+}
+
+// ipv6Prefix is IPv6Prefix, or its default when unset or out of range.
+func (o *Options) ipv6Prefix() int {
+	if o.IPv6Prefix <= 0 || o.IPv6Prefix > 128 {
+		return 64
+	}
+	return o.IPv6Prefix
 }
 
 // Input builds what the rules see of r. The path is the one the client sent (the request line's
@@ -65,7 +83,7 @@ func (o *Options) Input(r *http.Request) rules.Input {
 		path = r.URL.EscapedPath()
 	}
 	in := rules.Input{Method: r.Method, Host: r.Host, Path: path, Headers: r.Header}
-	in.SetClient(ClientIP(r, o.TrustedProxies), o.IPv6Prefix)
+	in.SetClient(ClientIP(r, o.TrustedProxies), o.ipv6Prefix())
 	if o.ConsumerHeader != "" && isTrusted(parseAddr(r.RemoteAddr), o.TrustedProxies) {
 		in.Consumer = r.Header.Get(o.ConsumerHeader)
 	}
@@ -84,40 +102,52 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			return
 		}
 		in := st.opts.Input(r)
-		res := st.engine.Check(r.Context(), &in)
-		var start time.Time  // when the upstream call began; zero if it never did
-		var sw *statusWriter // the response's status, for the adaptive rules
-		if res.HasLeases() {
-			// Leases are given back whatever happens next, even if the client has gone, with
-			// the upstream call's latency and failure for the adaptive rules.
-			defer func() {
-				latency := int64(0)
-				if !start.IsZero() {
-					latency = max(time.Since(start).Microseconds(), 1)
-				}
-				st.engine.Finish(context.WithoutCancel(r.Context()), &res, latency, sw.dropped(r))
-			}()
-		}
-		if !res.Allowed {
-			if st.opts.Denied != nil {
-				st.opts.Denied(r, &in, &res)
-			}
-			Deny(w, &res)
-			return
-		}
-		if res.Delay > 0 && !Wait(r.Context(), time.Duration(res.Delay)*time.Microsecond) {
-			return // the client went away while held; its reserved units stay spent
-		}
-		SetHeaders(w.Header(), &res)
-		if res.HasLeases() { // only lease holders report a latency: no clock read otherwise
-			start = time.Now()
-		}
-		if res.Learns() { // only adaptive rules read the status: no wrapper otherwise
-			sw = &statusWriter{ResponseWriter: w}
-			w = sw
-		}
-		next.ServeHTTP(w, r)
+		st.opts.Limit(w, r, st.engine, &in, next)
 	})
+}
+
+// Limit decides r, which the rules see as in, against e, and answers it: a denial with the
+// rule's status, headers and JSON body (after calling Denied); a delayed request is held; an
+// admitted one goes to next with the rate-limit headers, and the leases it holds are given back
+// once next returns. in is Input's (or ForwardedInput's) reading of r, which a caller that
+// routes the request first completes: dianad sets in.Route to the upstream it chose, by the same
+// in, so that routing and rules read the request once and alike. Limit is Handler's work with
+// the engine and the options chosen by the caller, who keeps them for the whole request (dianad
+// takes both from one snapshot of its running config).
+func (o *Options) Limit(w http.ResponseWriter, r *http.Request, e *rules.Engine, in *rules.Input, next http.Handler) {
+	res := e.Check(r.Context(), in)
+	var start time.Time  // when the upstream call began; zero if it never did
+	var sw *statusWriter // the response's status, for the adaptive rules
+	if res.HasLeases() {
+		// Leases are given back whatever happens next, even if the client has gone, with the
+		// upstream call's latency and failure for the adaptive rules.
+		defer func() {
+			latency := int64(0)
+			if !start.IsZero() {
+				latency = max(time.Since(start).Microseconds(), 1)
+			}
+			e.Finish(context.WithoutCancel(r.Context()), &res, latency, sw.dropped(r))
+		}()
+	}
+	if !res.Allowed {
+		if o.Denied != nil {
+			o.Denied(r, in, &res)
+		}
+		Deny(w, &res)
+		return
+	}
+	if res.Delay > 0 && !Wait(r.Context(), time.Duration(res.Delay)*time.Microsecond) {
+		return // the client went away while held; its reserved units stay spent
+	}
+	SetHeaders(w.Header(), &res)
+	if res.HasLeases() { // only lease holders report a latency: no clock read otherwise
+		start = time.Now()
+	}
+	if res.Learns() { // only adaptive rules read the status: no wrapper otherwise
+		sw = &statusWriter{ResponseWriter: w}
+		w = sw
+	}
+	next.ServeHTTP(w, r)
 }
 
 // Wait holds for d, or until ctx ends; it reports whether d passed.

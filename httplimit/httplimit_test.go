@@ -321,8 +321,11 @@ func TestAdaptiveLatency(t *testing.T) {
 		return res.Header.Get("RateLimit-Limit")
 	}
 	// One request at a time is at least half of limits 1 and 2: the limit grows to 4, no further.
+	// An interval closes once it has lasted 1 ms and holds 10 samples: at least 60 requests over
+	// at least 20 ms close several, however fast the machine answers (60 fast answers alone
+	// could fit in two intervals).
 	var got string
-	for range 60 {
+	for n, until := 0, time.Now().Add(20*time.Millisecond); n < 60 || time.Now().Before(until); n++ {
 		got = limit()
 	}
 	if got != "4" {
@@ -381,5 +384,45 @@ func TestAdaptiveDrop(t *testing.T) {
 		for range 60 {
 			got = limit(200)
 		}
+	}
+}
+
+// TestLimitRoutedByCaller: a front end that reads the request itself (Input), routes it by that
+// reading and calls Limit with it has its route counted, and the rules see the Input it passed.
+func TestLimitRoutedByCaller(t *testing.T) {
+	e := engine(t, `[{"name":"per-route","by":["route"],"limit":{"algorithm":"fixed_window","limit":1,"window":"1h"}}]`, nil)
+	var denied []string
+	o := httplimit.Options{TrustedProxies: loopback, ConsumerHeader: "X-Consumer",
+		Denied: func(_ *http.Request, in *rules.Input, _ *rules.Result) {
+			denied = append(denied, in.Route+" "+in.Consumer)
+		}}
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		in := o.Input(r)
+		in.Route = in.Consumer + "-route" // routed by what the rules see of the request
+		o.Limit(w, r, e, &in, next)
+	})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	send := func(consumer string) int {
+		req, _ := http.NewRequest("GET", srv.URL+"/", nil)
+		req.Header.Set("X-Consumer", consumer)
+		res, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	for i, c := range []struct {
+		consumer string
+		want     int
+	}{{"alice", 200}, {"bob", 200}, {"alice", 429}, {"bob", 429}} {
+		if got := send(c.consumer); got != c.want {
+			t.Errorf("request %d (%s): %d, want %d", i+1, c.consumer, got, c.want)
+		}
+	}
+	if fmt.Sprint(denied) != "[alice-route alice bob-route bob]" {
+		t.Errorf("Denied saw %q, want the routes and consumers of the two refusals", denied)
 	}
 }

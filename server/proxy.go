@@ -1,16 +1,15 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"sync"
 	"time"
 
-	"github.com/diana-gw/diana/httplimit"
 	"github.com/diana-gw/diana/shared/rules"
 )
 
@@ -20,52 +19,33 @@ type upstream struct {
 	handler http.Handler
 }
 
-// upstreamKey keys the chosen upstream in a request's context.
-type upstreamKey struct{}
-
-// routeName is the limiter's Route: the name of the upstream chosen for r.
-func routeName(r *http.Request) string {
-	if u, _ := r.Context().Value(upstreamKey{}).(*upstream); u != nil {
-		return u.Name
-	}
-	return ""
-}
-
-// proxyHandler chooses each request's upstream, limits the request (the upstream's name is its
-// route), and forwards it: to the upstream's ReverseProxy, or to the built-in demo upstream;
-// a request no upstream matches gets 404.
+// proxyHandler serves the proxy listener: each request takes one snapshot of the running config
+// (live), is read once into a rules.Input, routed by it and limited by it (see live.serve).
 func (s *Server) proxyHandler() http.Handler {
-	forward := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		u, _ := r.Context().Value(upstreamKey{}).(*upstream)
-		if u == nil {
-			writeJSON(w, http.StatusNotFound, errorBody{"no upstream matches this request"})
-			return
-		}
-		u.handler.ServeHTTP(w, r)
-	})
-	limited := s.limiter.Handler(forward)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		l := s.live.Load()
-		if u := l.pick(r); u != nil {
-			r = r.WithContext(context.WithValue(r.Context(), upstreamKey{}, u))
-		}
+		in := l.opts.Input(r)
 		if !l.accessLog {
-			limited.ServeHTTP(w, r)
+			l.serve(w, r, &in)
 			return
 		}
 		start := time.Now()
 		aw := &accessWriter{ResponseWriter: w}
-		limited.ServeHTTP(aw, r)
+		l.serve(aw, r, &in)
 		if aw.status == 0 {
 			aw.status = http.StatusOK
 		}
-		client := "(no address)"
-		if ip := httplimit.ClientIP(r, l.opts.TrustedProxies); ip.IsValid() {
-			client = ip.String()
-		}
 		s.log.Info("access", "method", r.Method, "host", r.Host, "path", r.URL.Path, "status", aw.status,
-			"bytes", aw.bytes, "client", client, "duration_ms", float64(time.Since(start).Microseconds())/1000)
+			"bytes", aw.bytes, "client", addrName(in.Addr), "duration_ms", float64(time.Since(start).Microseconds())/1000)
 	})
+}
+
+// addrName names a client address in the access log.
+func addrName(a netip.Addr) string {
+	if !a.IsValid() {
+		return "(no address)"
+	}
+	return a.String()
 }
 
 // accessWriter records a response's status and size for the access log. Unwrap lets
@@ -94,16 +74,39 @@ func (a *accessWriter) Write(b []byte) (int, error) {
 
 func (a *accessWriter) Unwrap() http.ResponseWriter { return a.ResponseWriter }
 
-// pick returns the first upstream whose match matches r, or nil.
-func (l *live) pick(r *http.Request) *upstream {
-	in := rules.Input{Method: r.Method, Host: r.Host, Path: r.URL.Path, Headers: r.Header}
+// serve routes the request read as in to its upstream, limiting it on the way: the upstream's
+// name is its route. A request no upstream matches gets 404, unless the rules refuse it first.
+func (l *live) serve(w http.ResponseWriter, r *http.Request, in *rules.Input) {
+	next := noUpstream
+	if u := l.route(in); u != nil {
+		in.Route = u.Name
+		next = u.handler
+	}
+	l.opts.Limit(w, r, l.engine, in, next)
+}
+
+// route returns the first upstream whose match matches in, or nil. Upstreams match the request
+// exactly as rules do: the same Input, its path brought to the normal form the rules match
+// (which Check then finds already normal). A path the rules refuse (escaped_slashes: reject)
+// goes nowhere: Check answers it with 400.
+func (l *live) route(in *rules.Input) *upstream {
+	p, ok := rules.NormalPath(in.Path, l.slashes)
+	if !ok {
+		return nil
+	}
+	in.Path = p
 	for _, u := range l.upstreams {
-		if u.Match.Matches(&in) {
+		if u.Match.Matches(in) {
 			return u
 		}
 	}
 	return nil
 }
+
+// noUpstream answers a request no upstream matches.
+var noUpstream http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusNotFound, errorBody{"no upstream matches this request"})
+})
 
 // NewTransport returns the transport dianad proxies with: enough idle connections per upstream
 // for load (the default 2 would open and close a connection per request), no proxy from the

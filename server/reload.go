@@ -199,8 +199,8 @@ func (s *Server) logRestartNeeded(c *Config) {
 	changed("rls", s.cfg.RLS, c.RLS)
 }
 
-// setLive builds an engine and the upstreams of c and swaps them in; requests in flight finish
-// with what they started with.
+// setLive builds the engine, the request options and the upstreams of c and swaps them in at
+// once; requests in flight finish with the snapshot they started with.
 func (s *Server) setLive(c *Config) error {
 	ro := rules.Options{Local: rules.Each(s.mem.Decide), Observe: s.observe, Limit: s.met.adaptiveLimit, EscapedSlashes: c.EscapedSlashes}
 	if s.cluster != nil {
@@ -220,9 +220,9 @@ func (s *Server) setLive(c *Config) error {
 			TrustedProxies: c.TrustedProxies,
 			IPv6Prefix:     c.IPv6Prefix,
 			ConsumerHeader: c.ConsumerHeader,
-			Route:          routeName,
 			Denied:         func(_ *http.Request, in *rules.Input, res *rules.Result) { s.logDenial(in, res) },
 		},
+		slashes:   ro.EscapedSlashes,
 		upstreams: ups,
 		accessLog: c.AccessLog,
 	}
@@ -232,6 +232,5 @@ func (s *Server) setLive(c *Config) error {
 		}
 	}
 	s.live.Store(l)
-	s.limiter.Set(e, l.opts)
 	return nil
 }

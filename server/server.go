@@ -53,7 +53,6 @@ type Server struct {
 	cluster *failover.Store       // nil without a redis section
 	batch   *batch.Store          // the batched rules' units, given back at shutdown; nil likewise
 
-	limiter   *httplimit.Limiter
 	live      atomic.Pointer[live]
 	transport *http.Transport
 
@@ -78,11 +77,13 @@ type Server struct {
 	rls *rlsState // nil without an rls section
 }
 
-// live is what a config reload replaces at once: requests in flight keep the one they started
-// with.
+// live is the running config's request-time state, all that a config reload replaces: one
+// pointer swap (setLive) replaces it whole, and every request loads it once, at its start, and
+// keeps that snapshot to its end (routing, limiting, the leases given back, the access log).
 type live struct {
 	engine    *rules.Engine
-	opts      httplimit.Options
+	opts      httplimit.Options    // how a request is read (client address, consumer); its denials logged
+	slashes   rules.EscapedSlashes // the engine's, to route by the path the rules see
 	upstreams []*upstream
 	accessLog bool
 }
@@ -132,7 +133,6 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 		s.batch = st.Batch
 	}
 	s.transport = NewTransport()
-	s.limiter = httplimit.New(nil, httplimit.Options{})
 	if err := s.setLive(cfg); err != nil {
 		return nil, err
 	}
