@@ -90,11 +90,9 @@ func (l *live) serve(w http.ResponseWriter, r *http.Request, in *rules.Input) {
 // (which Check then finds already normal). A path the rules refuse (escaped_slashes: reject)
 // goes nowhere: Check answers it with 400.
 func (l *live) route(in *rules.Input) *upstream {
-	p, ok := rules.NormalPath(in.Path, l.slashes)
-	if !ok {
+	if !l.engine.Normalize(in) {
 		return nil
 	}
-	in.Path = p
 	for _, u := range l.upstreams {
 		if u.Match.Matches(in) {
 			return u

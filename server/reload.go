@@ -222,7 +222,6 @@ func (s *Server) setLive(c *Config) error {
 			ConsumerHeader: c.ConsumerHeader,
 			Denied:         func(_ *http.Request, in *rules.Input, res *rules.Result) { s.logDenial(in, res) },
 		},
-		slashes:   ro.EscapedSlashes,
 		upstreams: ups,
 		accessLog: c.AccessLog,
 	}

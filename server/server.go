@@ -82,8 +82,7 @@ type Server struct {
 // keeps that snapshot to its end (routing, limiting, the leases given back, the access log).
 type live struct {
 	engine    *rules.Engine
-	opts      httplimit.Options    // how a request is read (client address, consumer); its denials logged
-	slashes   rules.EscapedSlashes // the engine's, to route by the path the rules see
+	opts      httplimit.Options // how a request is read (client address, consumer); its denials logged
 	upstreams []*upstream
 	accessLog bool
 }

@@ -135,14 +135,24 @@ type scratch struct {
 // stays exact on its own under concurrency: a commit is a fresh atomic decision; only a request
 // racing between the two phases can be refused after other rules took its units.
 //
+// Normalize rewrites in.Path into the normal form the rules match and count (NormalPath, with
+// the engine's EscapedSlashes), and reports false for a path they refuse. Check does it first;
+// a front end that matches the request against something else before (dianad's upstreams) does
+// it so that both see the same path.
+func (e *Engine) Normalize(in *Input) bool {
+	p, ok := NormalPath(in.Path, e.slashes)
+	if ok {
+		in.Path = p
+	}
+	return ok
+}
+
 // Check first rewrites in.Path into its normal form (NormalPath), which the rules match and
 // count: front ends hand it the path as the client sent it.
 func (e *Engine) Check(ctx context.Context, in *Input) Result {
-	p, ok := NormalPath(in.Path, e.slashes)
-	if !ok {
+	if !e.Normalize(in) {
 		return Result{BadPath: true, Decision: algos.Decision{RetryAfter: algos.Never}}
 	}
-	in.Path = p
 	if r := e.exempted(in); r != nil {
 		if e.observe != nil {
 			e.observe(r, in, Exempted, nil)
