@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -631,3 +632,32 @@ var (
 	spinsOnce sync.Once
 	spins     int
 )
+
+// With Redis refusing connections, each op's error says so, as the start-up check does: go-redis
+// retries a refused dial until the round trip's deadline, and the deadline alone ("context
+// deadline exceeded") would hide why (issue 25, item 9).
+func TestRefusedSaysRefused(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	srv.Stop() // its port now refuses connections
+	s := New(redisstore.New(c, redisstore.Options{}), Options{Failures: 3})
+	g := must(algos.NewGCRA(10, algos.Second, 1))
+	for i := range 3 { // until the breaker opens
+		ops := []*rules.Op{
+			{Key: "a", Alg: g, Req: algos.Request{Cost: 1}, OnError: rules.FailOpen},
+			{Key: "b", Alg: g, Req: algos.Request{Cost: 1}, OnError: rules.FailClosed},
+		}
+		s.Decide(context.Background(), ops)
+		for _, op := range ops {
+			if op.Err == nil || !strings.Contains(op.Err.Error(), "connection refused") {
+				t.Fatalf("round trip %d, %v: err %v, want one that says connection refused", i, op.OnError, op.Err)
+			}
+			if !errors.Is(op.Err, context.DeadlineExceeded) {
+				t.Fatalf("round trip %d, %v: err %v no longer says the deadline ended the round trip", i, op.OnError, op.Err)
+			}
+		}
+	}
+	if !s.Open() {
+		t.Fatal("three refused round trips did not open the breaker")
+	}
+}

@@ -90,7 +90,7 @@ func (s *Store) DecideAll(ctx context.Context, calls []Call) {
 	case <-ctx.Done():
 		for i := range calls {
 			c := &calls[i]
-			c.Dec, c.Err, c.Cached, c.At = algos.Decision{}, fmt.Errorf("redisstore: %s on %q: %w", scriptName(c), c.Key, ctx.Err()), false, 0
+			c.Dec, c.Err, c.Cached, c.At = algos.Decision{}, fmt.Errorf("redisstore: %s on %q: %w", scriptName(c), c.Key, s.dials.explain(ctx.Err())), false, 0
 		}
 	}
 }

@@ -11,8 +11,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -51,11 +53,13 @@ type Store struct {
 	batches map[string]*redis.Script // each algorithm's batch script (scripts.Batch)
 	cluster bool                     // a Redis Cluster client: calls are not shared (see coalesce.go)
 	co      coalescer
+	dials   dials
 }
 
 // New returns a Store on c, which may be a standalone, Sentinel (failover) or Cluster client.
 // For Decide to honour context deadlines, c must be made with ContextTimeoutEnabled; otherwise
-// go-redis waits for its own read and write timeouts.
+// go-redis waits for its own read and write timeouts. New adds a hook to c that watches its
+// connection attempts (see dials).
 func New(c redis.UniversalClient, o Options) *Store {
 	if o.Prefix == "" {
 		o.Prefix = "diana:"
@@ -63,6 +67,9 @@ func New(c redis.UniversalClient, o Options) *Store {
 	_, cluster := c.(*redis.ClusterClient)
 	s := &Store{c: c, o: o, scripts: map[string]*redis.Script{}, batches: map[string]*redis.Script{}, cluster: cluster}
 	s.co.work = make(chan []*waiter)
+	if c != nil { // nil: a Store for Keys alone
+		c.AddHook(&s.dials)
+	}
 	for _, name := range scripts.Names() {
 		src, _ := scripts.Source(name)
 		s.scripts[name] = redis.NewScript(src)
@@ -162,7 +169,7 @@ func (s *Store) send(ctx context.Context, calls []Call) {
 			return
 		}
 		keys, args := e.single()
-		c.Dec, c.At, c.Err = decision(e.name, c.Key, e.script.Run(ctx, s.c, keys, args...), nil)
+		c.Dec, c.At, c.Err = s.decision(e.name, c.Key, e.script.Run(ctx, s.c, keys, args...), nil)
 		return
 	}
 	evals := make([]eval, len(calls))
@@ -224,13 +231,13 @@ func (s *Store) send(ctx context.Context, calls []Call) {
 		var replies []any
 		var err error
 		if c.n > 1 {
-			replies, err = batchReplies(c.e.name, calls[c.first].Key, c.cmd, unsent, c.n)
+			replies, err = s.batchReplies(c.e.name, calls[c.first].Key, c.cmd, unsent, c.n)
 		}
 		for i := c.first; i < c.first+c.n; i++ {
 			call := &calls[i]
 			switch {
 			case c.n == 1:
-				call.Dec, call.At, call.Err = decision(c.e.name, call.Key, c.cmd, unsent)
+				call.Dec, call.At, call.Err = s.decision(c.e.name, call.Key, c.cmd, unsent)
 			case err != nil:
 				call.Err = err
 			default:
@@ -343,17 +350,17 @@ func (s *Store) eval(key string, alg algos.Algorithm, r algos.Request) (eval, er
 
 // decision reads the reply {allowed, limit, remaining, reset_after, retry_after, delay, granted}
 // of script name on key, and the stamp that ends a partial request's reply (see Call.At).
-func decision(name, key string, cmd *redis.Cmd, unsent error) (algos.Decision, int64, error) {
-	v, err := reply(cmd, unsent)
+func (s *Store) decision(name, key string, cmd *redis.Cmd, unsent error) (algos.Decision, int64, error) {
+	v, err := s.reply(cmd, unsent)
 	return decisionOf(name, key, v, err)
 }
 
 // reply is cmd's reply, or its error: the pipeline's when cmd was not sent at all.
-func reply(cmd *redis.Cmd, unsent error) (any, error) {
+func (s *Store) reply(cmd *redis.Cmd, unsent error) (any, error) {
 	if cmd.Err() == nil && cmd.Val() == nil && unsent != nil {
-		return nil, fmt.Errorf("not sent: %w", unsent)
+		return nil, fmt.Errorf("not sent: %w", s.dials.explain(unsent))
 	}
-	return cmd.Val(), cmd.Err()
+	return cmd.Val(), s.dials.explain(cmd.Err())
 }
 
 // decisionOf reads one decision's reply, v, or its error.
@@ -388,8 +395,8 @@ func decisionOf(name, key string, v any, err error) (algos.Decision, int64, erro
 }
 
 // batchReplies reads a batch script's reply: one value per decision, n of them.
-func batchReplies(name, key string, cmd *redis.Cmd, unsent error, n int) ([]any, error) {
-	v, err := reply(cmd, unsent)
+func (s *Store) batchReplies(name, key string, cmd *redis.Cmd, unsent error, n int) ([]any, error) {
+	v, err := s.reply(cmd, unsent)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: %s on %q and %d more: %w", name, key, n-1, err)
 	}
@@ -452,6 +459,41 @@ func (s *Store) State(ctx context.Context, key string, alg algos.Algorithm) (alg
 		}
 	}
 	return st, nil
+}
+
+// dials remembers why the client's last connection attempt failed, until one succeeds. go-redis
+// retries a call whose connection failed (a refused dial, a reset) with a back-off, and a call
+// whose deadline ends meanwhile returns only the context's error: with Redis refusing
+// connections, every decision would fail with "context deadline exceeded" and never say why.
+type dials struct{ last atomic.Pointer[error] }
+
+func (d *dials) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		switch {
+		case err == nil:
+			d.last.Store(nil)
+		case ctx.Err() == nil: // a dial the deadline cut short says nothing new
+			d.last.Store(&err)
+		}
+		return c, err
+	}
+}
+
+func (*dials) ProcessHook(redis.ProcessHook) redis.ProcessHook                         { return nil }
+func (*dials) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPipelineHook { return nil }
+
+// explain adds to err, if it is the context's, why the last connection attempt failed, if it
+// did: what the client was retrying when the deadline came. err still matches the context's.
+func (d *dials) explain(err error) error {
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	last := d.last.Load()
+	if last == nil {
+		return err
+	}
+	return fmt.Errorf("%w, retried until %w", *last, err)
 }
 
 // appendInts appends vs as MessagePack integers: a positive fixint below 128, else an int 64.
