@@ -7,16 +7,28 @@ import (
 )
 
 // Op is one limit to decide for one request: the key of the identity under a rule, the rule's
-// algorithm and the request. A Store fills Dec, or Err when it could not decide.
+// algorithm and the request. It is the one call every store takes (see Store): the Engine makes
+// it, and the same value goes through every layer of a store, none of which copies it into a
+// shape of its own. A store fills Dec, or Err when it could not decide.
+//
+// Its fields are what the rule says (Key, Alg, Req, OnError, Fallback, Batch) and what the
+// store answers (Dec, Err): nothing a layer keeps for itself. A layer's own bookkeeping stays
+// in the layer (store/batch's units held, which calls it answered without a round trip).
 type Op struct {
 	Key string
 	Alg algos.Algorithm
+	// Req is the request. A store that decides on a clock of its own sets Req.Now to the time
+	// it granted a partial request at (redisstore: Redis's TIME), when it granted units: the
+	// time they count at, which algos.Batching.Refund takes to give them back.
 	Req algos.Request
 
 	// For cluster stores: what to do when the shared store cannot decide, and the algorithm
 	// to decide with locally then (the rule's limit divided by its node count).
 	OnError  FailPolicy
 	Fallback algos.Algorithm
+	// Batch is the rule's batched mode when it has one (Alg is then Batch itself): a batching
+	// store (store/batch) takes its units in batches; every other store decides with Alg.
+	Batch *Batched
 
 	Dec algos.Decision
 	Err error
@@ -25,18 +37,21 @@ type Op struct {
 }
 
 // NewOp returns the op of rule r for key and req as an Engine makes it: r's algorithm, fail
-// policy and fallback, and Rule() = r. For callers that decide a rule's ops outside an Engine
-// (a simulation replaying requests through a store that learns per rule).
+// policy, fallback and batched mode, and Rule() = r. For callers that decide a rule's ops
+// outside an Engine (a simulation replaying requests through a store that learns per rule).
 func NewOp(r *Rule, key string, req algos.Request) Op {
-	return Op{Key: key, Alg: r.Alg, Req: req, OnError: r.OnError, Fallback: r.Fallback, rule: r}
+	b, _ := r.Alg.(*Batched)
+	return Op{Key: key, Alg: r.Alg, Req: req, OnError: r.OnError, Fallback: r.Fallback, Batch: b, rule: r}
 }
 
 // Rule returns the rule op decides for, or nil for an op made outside an Engine or NewOp.
 func (op *Op) Rule() *Rule { return op.rule }
 
-// Store decides ops. Each op is atomic on its own key; a store may decide a batch in one round
-// trip but never needs to make the batch atomic: the Engine checks every op as a dry run
-// (Req.DryRun) before it commits any.
+// Store decides ops: the one interface of every store and of every layer of one, so that
+// layers stack (store/failover → store/batch → store/redisstore) and an op goes through them
+// as it is. Each op is atomic on its own key; a store may decide a batch in one round trip but
+// never needs to make the batch atomic: the Engine checks every op as a dry run (Req.DryRun)
+// before it commits any.
 type Store interface {
 	Decide(ctx context.Context, ops []*Op)
 }

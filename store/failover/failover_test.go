@@ -134,7 +134,7 @@ func TestHealthy(t *testing.T) {
 			for i := range 5 {
 				req := algos.Request{Now: 1_000_000 + int64(i)*algos.Second, Cost: 1, ID: int64(i) + 1, DryRun: i%2 == 1}
 				ops := r.decide(ctx, "f:"+l.Name, l.Alg, nil, req, rules.FailClosed)
-				want, err := r.redis.Decide(ctx, "d:"+l.Name, l.Alg, req)
+				want, err := r.redis.DecideOne(ctx, "d:"+l.Name, l.Alg, req)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -554,9 +554,8 @@ func TestStarvedProcess(t *testing.T) {
 	g := must(algos.NewGCRA(1000, algos.Second, 1000))
 	// Connect and load the script first, through redisstore: a 2ms timeout is short for a
 	// first call under -race.
-	calls := []redisstore.Call{{Key: "warm", Alg: g, Req: algos.Request{Cost: 1}}}
-	if r.redis.DecideAll(context.Background(), calls); calls[0].Err != nil {
-		t.Fatalf("healthy Redis: %v", calls[0].Err)
+	if _, err := r.redis.DecideOne(context.Background(), "warm", g, algos.Request{Cost: 1}); err != nil {
+		t.Fatalf("healthy Redis: %v", err)
 	}
 
 	var stop atomic.Bool
