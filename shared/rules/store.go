@@ -26,8 +26,9 @@ type Op struct {
 	// to decide with locally then (the rule's limit divided by its node count).
 	OnError  FailPolicy
 	Fallback algos.Algorithm
-	// Batch is the rule's batched mode when it has one (Alg is then Batch itself): a batching
-	// store (store/batch) takes its units in batches; every other store decides with Alg.
+	// Batch is the rule's batched mode when it has one (Alg is then Batch itself, as a plain
+	// algorithm): a batching store (store/batch) takes its units in batches; every other store
+	// decides with Alg, exactly. Whoever makes an op sets it (NewOp does).
 	Batch *Batched
 
 	Dec algos.Decision

@@ -12,7 +12,7 @@ import (
 	"github.com/diana-gw/diana/store/memstore"
 )
 
-// memory is a Backend that decides in process memory, as Redis's scripts do (the differential
+// memory is the store behind a batch store, deciding in process memory, as Redis's scripts do (the differential
 // tests of store/redisstore hold them equal): fast enough to replay thousands of traces.
 type memory struct{ m *memstore.Store }
 

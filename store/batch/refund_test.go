@@ -11,7 +11,7 @@ import (
 	"github.com/diana-gw/diana/store/redisstore"
 )
 
-// trips is a Backend that counts the round trips and the calls sent through it.
+// trips is a store that counts the round trips and the calls sent through it.
 type trips struct {
 	next          rules.Store
 	trips, scalls int

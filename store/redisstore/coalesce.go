@@ -50,9 +50,9 @@ type waiter struct {
 	done  chan struct{} // closed once calls are decided
 }
 
-// Decide decides every call in one round trip (a pipeline of EVALSHA, see send; the calls
-// are independent: each is atomic on its own key), shared with the calls of other goroutines
-// that are waiting at the same moment. Each call's result or error is set on it. On NOSCRIPT,
+// Decide implements rules.Store: it decides every call in one round trip (a pipeline of
+// EVALSHA, see send; the calls are independent: each is atomic on its own key), shared with
+// the calls of other goroutines that are waiting at the same moment. Each call's result or error is set on it. On NOSCRIPT,
 // the affected calls are retried once with EVAL in a second pipeline.
 //
 // Calls run in slice order on one Redis node, so calls on one key see each other as sequential
