@@ -12,8 +12,9 @@ import (
 	"github.com/diana-gw/diana/store/memstore"
 )
 
-// memory is the store behind a batch store, deciding in process memory, as Redis's scripts do (the differential
-// tests of store/redisstore hold them equal): fast enough to replay thousands of traces.
+// memory is the store behind a batch store, deciding in process memory, as Redis's scripts do
+// (the differential tests of store/redisstore hold them equal): fast enough to replay thousands
+// of traces.
 type memory struct{ m *memstore.Store }
 
 // A partial grant reports the time its units count at, as Redis does (in Req.Now, see
