@@ -230,7 +230,7 @@ func dianaRedis(c *redis.Client, alg algos.Algorithm) func(context.Context, stri
 	s := redisstore.New(c, redisstore.Options{})
 	r := algos.Request{Cost: 1}
 	return func(ctx context.Context, key string) (bool, error) {
-		d, err := s.Decide(ctx, key, alg, r)
+		d, err := s.DecideOne(ctx, key, alg, r)
 		return d.Allowed, err
 	}
 }
@@ -370,7 +370,7 @@ func BenchmarkBatched(b *testing.B) {
 		s := redisstore.New(c, redisstore.Options{Prefix: "cluster:"})
 		r := algos.Request{Cost: 1}
 		run(b, func(key string) error {
-			_, err := s.Decide(ctx, key, g, r)
+			_, err := s.DecideOne(ctx, key, g, r)
 			return err
 		})
 	})
@@ -382,9 +382,9 @@ func BenchmarkBatched(b *testing.B) {
 		alg := &rules.Batched{Algorithm: g, Batching: batching, Min: 1, Max: 100}
 		s := batch.New(redisstore.New(c, redisstore.Options{Prefix: "batched:"}), batch.Options{})
 		run(b, func(key string) error {
-			calls := [1]redisstore.Call{{Key: key, Alg: alg, Req: algos.Request{Cost: 1}}}
-			s.DecideAll(ctx, calls[:])
-			return calls[0].Err
+			op := rules.Op{Key: key, Alg: alg, Req: algos.Request{Cost: 1}, Batch: alg}
+			s.Decide(ctx, []*rules.Op{&op})
+			return op.Err
 		})
 	})
 	b.Run("redis_rate", func(b *testing.B) {

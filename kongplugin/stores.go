@@ -103,9 +103,9 @@ func clusterStore(rc *redisConf) rules.Store {
 // be made.
 type failing struct{ err error }
 
-func (f failing) DecideAll(_ context.Context, calls []redisstore.Call) {
-	for i := range calls {
-		calls[i].Err = f.err
+func (f failing) Decide(_ context.Context, ops []*rules.Op) {
+	for _, op := range ops {
+		op.Err = f.err
 	}
 }
 

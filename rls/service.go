@@ -157,8 +157,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		if l == nil || l.Alg == nil {
 			continue
 		}
+		batched, _ := l.Alg.(*rules.Batched)
 		c.op = rules.Op{Key: storeKey(req.Domain, req.Descriptors[i].Entries, l, c.m.shared), Alg: l.Alg,
-			Req: algos.Request{Cost: c.cost}, OnError: s.o.OnError, Fallback: l.Fallback}
+			Req: algos.Request{Cost: c.cost}, OnError: s.o.OnError, Fallback: l.Fallback, Batch: batched}
 		ops = append(ops, &c.op)
 	}
 	if len(ops) > 0 {

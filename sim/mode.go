@@ -86,7 +86,7 @@ func localStores(_ string, t *Trace, now func() int64, _ *Calls) ([]rules.Store,
 func Cluster(c redis.UniversalClient) Mode {
 	return Mode{Name: "cluster", About: "every request decided in Redis", Redis: true,
 		Stores: func(run string, t *Trace, _ func() int64, calls *Calls) ([]rules.Store, error) {
-			shared := callStore{NewCounted(c, "diana-sim:"+run+":", calls)}
+			shared := NewCounted(c, "diana-sim:"+run+":", calls)
 			ss := make([]rules.Store, t.Nodes)
 			for i := range ss {
 				ss[i] = shared
@@ -127,7 +127,7 @@ func Batched(c redis.UniversalClient, o BatchOptions) Mode {
 			shared := NewCounted(c, "diana-sim:"+run+":", calls)
 			ss := make([]rules.Store, t.Nodes)
 			for i := range ss {
-				ss[i] = batchNode{callStore{batch.New(shared, batch.Options{Now: now})}}
+				ss[i] = batchNode{batch.New(shared, batch.Options{Now: now})}
 			}
 			return ss, nil
 		}}
@@ -210,7 +210,7 @@ var errOutage = errors.New("sim: Redis unreachable (simulated outage)")
 
 // unreachable fails every call made in [from, to) of virtual time, without sending it.
 type unreachable struct {
-	next     backend
+	next     rules.Store
 	now      func() int64
 	from, to int64
 }
@@ -221,14 +221,14 @@ func (u *unreachable) reachable() bool {
 	return n < u.from || n >= u.to
 }
 
-func (u *unreachable) DecideAll(ctx context.Context, calls []redisstore.Call) {
+func (u *unreachable) Decide(ctx context.Context, ops []*rules.Op) {
 	if !u.reachable() {
-		for i := range calls {
-			calls[i].Err = errOutage
+		for _, op := range ops {
+			op.Err = errOutage
 		}
 		return
 	}
-	u.next.DecideAll(ctx, calls)
+	u.next.Decide(ctx, ops)
 }
 
 // Counted decides calls in Redis (redisstore, with the caller's clock) and counts them: the
@@ -244,40 +244,21 @@ func NewCounted(c redis.UniversalClient, prefix string, calls *Calls) *Counted {
 	return &Counted{s: redisstore.New(c, redisstore.Options{Prefix: prefix, CallerClock: true}), calls: calls}
 }
 
-// DecideAll decides calls in one round trip (redisstore.Store.DecideAll).
-func (c *Counted) DecideAll(ctx context.Context, calls []redisstore.Call) {
-	if len(calls) == 0 {
+// Decide decides ops in one round trip (redisstore.Store.Decide).
+func (c *Counted) Decide(ctx context.Context, ops []*rules.Op) {
+	if len(ops) == 0 {
 		return
 	}
-	c.s.DecideAll(ctx, calls)
+	c.s.Decide(ctx, ops)
 	c.calls.RoundTrips.Add(1)
-	c.calls.Scripts.Add(int64(len(calls)))
+	c.calls.Scripts.Add(int64(len(ops)))
 }
-
-// backend decides calls: *Counted, or a *batch.Store in front of one.
-type backend interface {
-	DecideAll(ctx context.Context, calls []redisstore.Call)
-}
-
-// callStore adapts a backend to rules.Store.
-type callStore struct{ b backend }
 
 // batchNode is a batched node: each virtual second it gives back the units that expired unspent
 // (batch.Store.Flush), as dianad and the Kong plugin do every second.
-type batchNode struct{ callStore }
+type batchNode struct{ *batch.Store }
 
-func (n batchNode) Tick(ctx context.Context) error { return n.b.(*batch.Store).Flush(ctx) }
-
-func (s callStore) Decide(ctx context.Context, ops []*rules.Op) {
-	calls := make([]redisstore.Call, len(ops))
-	for i, op := range ops {
-		calls[i] = redisstore.Call{Key: op.Key, Alg: op.Alg, Req: op.Req}
-	}
-	s.b.DecideAll(ctx, calls)
-	for i, op := range ops {
-		op.Dec, op.Err = calls[i].Dec, calls[i].Err
-	}
-}
+func (n batchNode) Tick(ctx context.Context) error { return n.Flush(ctx) }
 
 // decideOne decides one request on store as op says, returning whether it was admitted. An
 // error is the run's only when the op has no fail policy to answer it.
@@ -299,10 +280,8 @@ func KeyLife(ctx context.Context, c redis.UniversalClient) (time.Duration, error
 		return 0, err
 	}
 	s := redisstore.New(c, redisstore.Options{Prefix: "diana-sim:keylife:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":", CallerClock: true})
-	calls := []redisstore.Call{{Key: "k", Alg: alg, Req: algos.Request{Now: start, Cost: 1}}}
-	s.DecideAll(ctx, calls)
-	if calls[0].Err != nil {
-		return 0, fmt.Errorf("sim: measure the life of a key: %w", calls[0].Err)
+	if _, err := s.DecideOne(ctx, "k", alg, algos.Request{Now: start, Cost: 1}); err != nil {
+		return 0, fmt.Errorf("sim: measure the life of a key: %w", err)
 	}
 	key, _ := s.Keys("k")
 	ttl, err := c.PTTL(ctx, key).Result()

@@ -263,6 +263,7 @@ func runOne(ctx context.Context, nonce string, t *Trace, a Algo, m Mode, keyLife
 		op = rules.NewOp(r, "", algos.Request{})
 		op.Alg = alg // the rule's own (TestAlgoRules), or the mode's wrapping of it
 	}
+	op.Batch, _ = alg.(*rules.Batched) // the batched mode's wrapping
 	var (
 		now   int64
 		calls Calls

@@ -31,6 +31,7 @@ import (
 	ululeredis "github.com/ulule/limiter/v3/drivers/store/redis"
 
 	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/redisstore"
 )
 
@@ -194,17 +195,19 @@ func limiters(c *redis.Client) []limiter {
 			if a.alg.Script().Log {
 				id++
 			}
-			_, err := s.Decide(ctx, a.name+":"+key, a.alg, algos.Request{Cost: 1, ID: id})
+			_, err := s.DecideOne(ctx, a.name+":"+key, a.alg, algos.Request{Cost: 1, ID: id})
 			return err
 		}))
 	}
 	fw := must(algos.NewFixedWindow(1_000_000, algos.Second))
 	out = append(out, limiter{"Diana fixed window, 16 decisions per call", 16, func(ctx context.Context, keys []string) error {
-		calls := make([]redisstore.Call, len(keys))
+		calls := make([]rules.Op, len(keys))
+		ops := make([]*rules.Op, len(keys))
 		for i, k := range keys {
-			calls[i] = redisstore.Call{Key: "fw16:" + k, Alg: fw, Req: algos.Request{Cost: 1}}
+			calls[i] = rules.Op{Key: "fw16:" + k, Alg: fw, Req: algos.Request{Cost: 1}}
+			ops[i] = &calls[i]
 		}
-		s.DecideAll(ctx, calls)
+		s.Decide(ctx, ops)
 		for _, c := range calls {
 			if c.Err != nil {
 				return c.Err

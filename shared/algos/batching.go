@@ -46,9 +46,9 @@ func (l *Batching) Life(d Decision) int64 {
 }
 
 // Refund returns the algorithm that gives back to the shared store units of a grant of l.Alg
-// made at at (µs on the store's clock: the time a store reports with a partial grant, such as
-// redisstore.Call.At) which the node will not spend; nil when l.Alg cannot take units back
-// without risk of over-admission.
+// made at at (µs on the store's clock: the time a store reports with a partial grant, as
+// redisstore does in the granted request's Now) which the node will not spend; nil when l.Alg
+// cannot take units back without risk of over-admission.
 //
 // The fixed window and the sliding log take units back (see Refund). The buckets do not: a
 // bucket that moved its TAT back by the units' emission interval would credit them even when

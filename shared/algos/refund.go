@@ -84,10 +84,10 @@ func (f *FixedWindow) refund(st *State, at, n, now int64) Decision {
 // members "at:seq" must stay numbered 1..count).
 //
 // Why this never over-admits: a batch grant records its units at one time, which the store
-// reports (redisstore.Call.At) and the node gives back with them. Entries of one time are
-// interchangeable, so the log is then exactly what it would hold had those units never been
-// granted: a log of fewer entries, every window of which holds at most Limit of them (each
-// admission was checked against a superset). The units given back are never spent, and every
+// reports (redisstore: in the granted request's Now) and the node gives back with them. Entries
+// of one time are interchangeable, so the log is then exactly what it would hold had those units
+// never been granted: a log of fewer entries, every window of which holds at most Limit of them
+// (each admission was checked against a superset). The units given back are never spent, and every
 // unit spent was recorded; so Batching's argument for the longer window holds unchanged.
 func (s *SlidingLog) refund(st *State, at, n, now int64) Decision {
 	log := st.Log

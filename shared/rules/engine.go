@@ -168,22 +168,19 @@ func (e *Engine) Check(ctx context.Context, in *Input) Result {
 			continue
 		}
 		s.key = r.key(s.key, in)
-		op := NewOp(r, string(s.key), algos.Request{Cost: r.Cost})
+		s.ops = append(s.ops, NewOp(r, string(s.key), algos.Request{Cost: r.Cost}))
+		op := &s.ops[len(s.ops)-1]
 		if r.Action == Delay {
 			op.Req.MaxWait = r.MaxDelay
 		}
 		if r.Leases && r.Cost > 0 {
 			op.Req.ID = e.leaseID()
 		}
-		s.ops = append(s.ops, op)
 	}
 	if len(s.ops) == 0 {
 		return Result{Allowed: true}
 	}
-	s.ptrs = s.ptrs[:0]
-	for i := range s.ops {
-		s.ptrs = append(s.ptrs, &s.ops[i])
-	}
+	s.point()
 	if len(s.ops) == 1 {
 		e.decide(ctx, s, s.ptrs)
 		return e.verdict(s, true)
@@ -217,6 +214,14 @@ func (e *Engine) Check(ctx context.Context, in *Input) Result {
 	}
 	e.decide(ctx, s, commit)
 	return e.verdict(s, true)
+}
+
+// point sets s.ptrs to the ops, which is what the stores take.
+func (s *scratch) point() {
+	s.ptrs = s.ptrs[:0]
+	for i := range s.ops {
+		s.ptrs = append(s.ptrs, &s.ops[i])
+	}
 }
 
 // exempted returns the first unlimited rule that matches in, or nil.
@@ -353,13 +358,11 @@ func (e *Engine) Finish(ctx context.Context, res *Result, latency int64, dropped
 	}
 	s := e.scratch.Get().(*scratch)
 	defer e.scratch.Put(s)
-	s.ops, s.ptrs = s.ops[:0], s.ptrs[:0]
+	s.ops = s.ops[:0]
 	for _, l := range res.leases {
 		s.ops = append(s.ops, NewOp(l.rule, l.key, algos.Request{ID: l.id, Cost: l.units, Release: true, Latency: latency, Dropped: dropped}))
 	}
-	for i := range s.ops {
-		s.ptrs = append(s.ptrs, &s.ops[i])
-	}
+	s.point()
 	e.decide(ctx, s, s.ptrs)
 	if e.limit != nil {
 		for _, op := range s.ptrs {

@@ -35,8 +35,7 @@ func (e *Engine) Peek(ctx context.Context, in *Input) (out []Peeked, ok bool) {
 			continue
 		}
 		key = r.key(key, in)
-		op := Op{Key: string(key), Alg: r.Alg, Req: algos.Request{Cost: r.Cost, DryRun: true},
-			OnError: r.OnError, Fallback: r.Fallback, rule: r}
+		op := NewOp(r, string(key), algos.Request{Cost: r.Cost, DryRun: true})
 		if r.Leases && r.Cost > 0 {
 			op.Req.ID = e.leaseID()
 		}

@@ -6,17 +6,51 @@ import (
 	"github.com/diana-gw/diana/shared/algos"
 )
 
+// The stores' contract. A decision has one shape from the Engine to the last store: Op, the
+// key, the algorithm and the request, with what the rule says the stores need (its fail policy
+// and fallback for store/failover, its batched mode for store/batch), and the answer (Dec, Err). Every store and
+// every layer of one implements Store, Decide(ctx, []*Op), so the layers stack — store/failover
+// in front of store/batch in front of store/redisstore — and the Engine's ops go through them as
+// they are, never copied into a shape of each layer. The local stores take them too
+// (store/slotstore; store/memstore decides one key at a time, which Each makes a Store).
+//
+// The call type lives here, beside the Engine that makes it, rather than in a package of its own
+// below: an op names its rule (Op.Rule, for failover's learned shares) and its fail policy and
+// batched mode are the rule's types, so a package under rules could not hold them without
+// restating them. Its imports are as light as such a package's would be (shared/algos,
+// shared/conf and the standard library; no I/O): TinyGo builds it into diana.wasm.
+//
+// What one layer keeps for itself stays in that layer: store/batch's units held and which ops it
+// answered from them without a round trip (batch.Store.DecideHeld, which store/failover asks so
+// that such answers say nothing about Redis), and redisstore's coalescing of concurrent calls.
+// The one answer beyond Dec and Err is the time a store granted a partial request at, on its own
+// clock (Redis TIME), which it writes into that request's Now (see Op.Req): the time the units
+// count at, which store/batch needs to give them back.
+
 // Op is one limit to decide for one request: the key of the identity under a rule, the rule's
-// algorithm and the request. A Store fills Dec, or Err when it could not decide.
+// algorithm and the request. It is the one call every store takes (see Store): the Engine makes
+// it, and the same value goes through every layer of a store, none of which copies it into a
+// shape of its own. A store fills Dec, or Err when it could not decide.
+//
+// Its fields are what the rule says (Key, Alg, Req, OnError, Fallback, Batch) and what the
+// store answers (Dec, Err): nothing a layer keeps for itself. A layer's own bookkeeping stays
+// in the layer (store/batch's units held, which calls it answered without a round trip).
 type Op struct {
 	Key string
 	Alg algos.Algorithm
+	// Req is the request. A store that decides on a clock of its own sets Req.Now to the time
+	// it granted a partial request at (redisstore: Redis's TIME), when it granted units: the
+	// time they count at, which algos.Batching.Refund takes to give them back.
 	Req algos.Request
 
 	// For cluster stores: what to do when the shared store cannot decide, and the algorithm
 	// to decide with locally then (the rule's limit divided by its node count).
 	OnError  FailPolicy
 	Fallback algos.Algorithm
+	// Batch is the rule's batched mode when it has one (Alg is then Batch itself, as a plain
+	// algorithm): a batching store (store/batch) takes its units in batches; every other store
+	// decides with Alg, exactly. Whoever makes an op sets it (NewOp does).
+	Batch *Batched
 
 	Dec algos.Decision
 	Err error
@@ -25,18 +59,21 @@ type Op struct {
 }
 
 // NewOp returns the op of rule r for key and req as an Engine makes it: r's algorithm, fail
-// policy and fallback, and Rule() = r. For callers that decide a rule's ops outside an Engine
-// (a simulation replaying requests through a store that learns per rule).
+// policy, fallback and batched mode, and Rule() = r. For callers that decide a rule's ops
+// outside an Engine (a simulation replaying requests through a store that learns per rule).
 func NewOp(r *Rule, key string, req algos.Request) Op {
-	return Op{Key: key, Alg: r.Alg, Req: req, OnError: r.OnError, Fallback: r.Fallback, rule: r}
+	b, _ := r.Alg.(*Batched)
+	return Op{Key: key, Alg: r.Alg, Req: req, OnError: r.OnError, Fallback: r.Fallback, Batch: b, rule: r}
 }
 
 // Rule returns the rule op decides for, or nil for an op made outside an Engine or NewOp.
 func (op *Op) Rule() *Rule { return op.rule }
 
-// Store decides ops. Each op is atomic on its own key; a store may decide a batch in one round
-// trip but never needs to make the batch atomic: the Engine checks every op as a dry run
-// (Req.DryRun) before it commits any.
+// Store decides ops: the one interface of every store and of every layer of one, so that
+// layers stack (store/failover → store/batch → store/redisstore) and an op goes through them
+// as it is. Each op is atomic on its own key; a store may decide a batch in one round trip but
+// never needs to make the batch atomic: the Engine checks every op as a dry run (Req.DryRun)
+// before it commits any.
 type Store interface {
 	Decide(ctx context.Context, ops []*Op)
 }

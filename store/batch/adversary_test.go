@@ -10,24 +10,22 @@ import (
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/batch"
 	"github.com/diana-gw/diana/store/memstore"
-	"github.com/diana-gw/diana/store/redisstore"
 )
 
-// memory is a Backend that decides in process memory, as Redis's scripts do (the differential
-// tests of store/redisstore hold them equal): fast enough to replay thousands of traces.
+// memory is the store behind a batch store, deciding in process memory, as Redis's scripts do
+// (the differential tests of store/redisstore hold them equal): fast enough to replay thousands
+// of traces.
 type memory struct{ m *memstore.Store }
 
-// A partial grant reports the time its units count at, as Redis does (redisstore.Call.At), so
-// that units dropped unspent are given back: for the counting algorithms, the request's time (a
-// sliding log's may be later, its newest entry, which memstore does not tell: its units are not
-// given back here).
-func (b memory) DecideAll(_ context.Context, calls []redisstore.Call) {
-	for i := range calls {
-		c := &calls[i]
+// A partial grant reports the time its units count at, as Redis does (in Req.Now, see
+// rules.Op), so that units dropped unspent are given back: for the counting algorithms, the
+// request's time (a sliding log's may be later, its newest entry, which memstore does not tell:
+// it reports 0, unknown, and its units are not given back here).
+func (b memory) Decide(_ context.Context, calls []*rules.Op) {
+	for _, c := range calls {
 		c.Dec = b.m.Decide(c.Key, c.Alg, c.Req)
-		c.At = 0
-		if c.Req.Partial && c.Dec.Granted > 0 && !c.Req.DryRun && !c.Alg.Script().Log {
-			c.At = c.Req.Now
+		if c.Req.Partial && c.Dec.Granted > 0 && c.Alg.Script().Log {
+			c.Req.Now = 0
 		}
 	}
 }

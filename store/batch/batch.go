@@ -37,13 +37,7 @@ import (
 
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/rules"
-	"github.com/diana-gw/diana/store/redisstore"
 )
-
-// Backend decides calls in Redis (*redisstore.Store).
-type Backend interface {
-	DecideAll(ctx context.Context, calls []redisstore.Call)
-}
 
 // Options tune a Store.
 type Options struct {
@@ -59,11 +53,11 @@ type Options struct {
 	MaxKeys int
 }
 
-// Store decides the calls whose Alg is a *rules.Batched from batched units, asking its Backend
-// for a batch when a key's units run out; every other call goes to the Backend as it is. It is
-// safe for concurrent use and starts no goroutines.
+// Store decides the ops of batched rules (rules.Op.Batch) from batched units, asking the store
+// behind it (redisstore) for a batch when a key's units run out; every other op goes there as it
+// is. It implements rules.Store, is safe for concurrent use and starts no goroutines.
 type Store struct {
-	next   Backend
+	next   rules.Store
 	clock  func() int64
 	last   atomic.Int64 // the latest clock reading
 	epoch  atomic.Int64 // steps back of the clock seen; units of an earlier epoch are over
@@ -73,8 +67,8 @@ type Store struct {
 	stats  counters
 	closed atomic.Bool // Close was called: every call goes to Redis as it is
 
-	retMu sync.Mutex        // guards rets; taken under a shard's mutex, never the other way round
-	rets  []redisstore.Call // refunds of units dropped unspent, for the next round trip
+	retMu sync.Mutex // guards rets; taken under a shard's mutex, never the other way round
+	rets  []rules.Op // refunds of units dropped unspent, for the next round trip
 }
 
 // maxRefunds bounds the refunds that go in front of one round trip, so that a node that had many
@@ -119,8 +113,8 @@ type pool struct {
 	epoch    int64   // the clock's epoch when the units and the refusal were had
 }
 
-// grant is what is left of one batch: units granted at (Redis's time, redisstore.Call.At; 0:
-// unknown, so they cannot be given back).
+// grant is what is left of one batch: units granted at (Redis's time, which the partial
+// request's Req.Now holds once granted, see rules.Op; 0: unknown, so they cannot be given back).
 type grant struct{ at, units int64 }
 
 // Stats counts what a Store did since it was made.
@@ -137,7 +131,7 @@ type Stats struct {
 type counters struct{ batches, granted, spent, expired, returned, direct, refusals atomic.Int64 }
 
 // New returns a Store in front of next.
-func New(next Backend, o Options) *Store {
+func New(next rules.Store, o Options) *Store {
 	if o.Now == nil {
 		start := time.Now()
 		o.Now = func() int64 { return time.Since(start).Microseconds() }
@@ -186,93 +180,122 @@ func (s *Store) Stats() Stats {
 		Expired: c.expired.Load(), Returned: c.returned.Load(), Direct: c.direct.Load(), Refusals: c.refusals.Load()}
 }
 
-// DecideAll decides calls: those of batched rules from the units this node holds when it can
-// (Cached set, no round trip), the others in one round trip to the Backend, in which the keys
-// that ran out ask for a new batch. A dry run is answered from the held units without taking
-// them. A batch that the Backend could not grant (an error) leaves the call's Err for the caller's
-// fail policy.
-func (s *Store) DecideAll(ctx context.Context, calls []redisstore.Call) {
-	if !slices.ContainsFunc(calls, batched) {
-		// No batched rule: the calls go as they are, with no copy on the way.
-		s.next.DecideAll(ctx, calls)
-		s.stats.direct.Add(int64(len(calls)))
-		return
+// Decide decides ops: those of batched rules from the units this node holds when it can (no
+// round trip), the others in one round trip to the store behind it, in which the keys that ran
+// out ask for a new batch. A dry run is answered from the held units without taking them. A
+// batch that could not be granted (an error) leaves the op's Err for the caller's fail policy.
+func (s *Store) Decide(ctx context.Context, ops []*rules.Op) { s.DecideHeld(ctx, ops) }
+
+// DecideHeld is Decide, and returns how many ops it answered from what the node holds (units,
+// a remembered refusal) without a round trip: those say nothing about Redis, and
+// store/failover's breaker does not count them.
+func (s *Store) DecideHeld(ctx context.Context, ops []*rules.Op) (held int) {
+	if !slices.ContainsFunc(ops, batched) {
+		// No batched rule: the ops go as they are.
+		s.next.Decide(ctx, ops)
+		s.stats.direct.Add(int64(len(ops)))
+		return 0
 	}
-	var send []redisstore.Call
-	var from []int  // calls[from[j]] is answered by send[j]
-	var asked []int // ... which asked for a batch for it
-	for i := range calls {
-		c := &calls[i]
-		c.Dec, c.Err, c.Cached = algos.Decision{}, nil, false
-		b, ok := c.Alg.(*rules.Batched)
-		if !ok || c.Req.Release {
-			send, from = append(send, *c), append(from, i)
-			continue
+	var trips []trip // the ops that need a round trip
+	for _, op := range ops {
+		t := trip{op: op}
+		if batched(op) {
+			op.Dec, op.Err = algos.Decision{}, nil
+			want, local := s.local(op)
+			switch {
+			case local:
+				held++
+				continue
+			case want > 0:
+				t.ask, t.own = true, rules.Op{Key: op.Key, Alg: op.Batch.Batching.Alg,
+					Req: algos.Request{Now: op.Req.Now, Cost: want, Partial: true}}
+			default:
+				// Another request of this node is asking for the key's batch: decide this one
+				// exactly, as a lease spent at once.
+				t.own = rules.Op{Key: op.Key, Alg: op.Batch.Batching.Alg, Req: op.Req}
+			}
 		}
-		want, local := s.local(c, b)
-		switch {
-		case local:
-			c.Cached = true
-			continue
-		case want > 0:
-			asked = append(asked, len(send))
-			send = append(send, redisstore.Call{Key: c.Key, Alg: b.Batching.Alg,
-				Req: algos.Request{Now: c.Req.Now, Cost: want, Partial: true}})
-		default:
-			// Another request of this node is asking for the key's batch: decide this one
-			// exactly, as a lease spent at once.
-			send = append(send, redisstore.Call{Key: c.Key, Alg: b.Batching.Alg, Req: c.Req})
+		if trips == nil {
+			trips = make([]trip, 0, len(ops))
 		}
-		from = append(from, i)
+		trips = append(trips, t)
 	}
-	if len(send) == 0 {
-		return
+	if len(trips) == 0 {
+		return held
+	}
+	send := make([]*rules.Op, len(trips))
+	asked := 0
+	for j := range trips {
+		send[j] = trips[j].sent()
+		if trips[j].ask {
+			asked++
+		}
 	}
 	t0 := s.now()
 	e0 := s.epoch.Load()
 	send = s.sendWithRefunds(ctx, send)
-	s.stats.direct.Add(int64(len(send) - len(asked)))
-	for j, i := range from {
-		calls[i].Dec, calls[i].Err = send[j].Dec, send[j].Err
-	}
-	for _, j := range asked {
-		c := &calls[from[j]]
-		s.granted(c, c.Alg.(*rules.Batched), &send[j], t0, e0)
-	}
-	for j, i := range from {
-		if b, ok := calls[i].Alg.(*rules.Batched); ok && send[j].Err == nil && !send[j].Req.Partial {
-			calls[i].Dec.Limit = b.Script().Limit // decided directly with the batch algorithm
+	s.stats.direct.Add(int64(len(send) - asked))
+	for j := range trips {
+		if t := &trips[j]; send[j] != t.op {
+			t.op.Dec, t.op.Err = send[j].Dec, send[j].Err
 		}
 	}
+	for j := range trips {
+		if t := &trips[j]; t.ask {
+			s.granted(t.op, send[j], t0, e0)
+		}
+	}
+	for j := range trips {
+		if op := trips[j].op; batched(op) && send[j].Err == nil && !send[j].Req.Partial {
+			op.Dec.Limit = op.Alg.Script().Limit // decided directly with the batch algorithm
+		}
+	}
+	return held
+}
+
+// trip is an op that needs a round trip, and what is sent for it.
+type trip struct {
+	op  *rules.Op // the caller's
+	own rules.Op  // sent instead of op for a batched rule: a batch asked for, or an exact decision
+	ask bool      // own asks for a batch
+}
+
+// sent is the op the round trip decides for t.
+func (t *trip) sent() *rules.Op {
+	if t.own.Alg != nil {
+		return &t.own
+	}
+	return t.op
 }
 
 // sendWithRefunds decides send in one round trip, behind the refunds waiting for one (at most
 // maxRefunds), and returns send as decided.
-func (s *Store) sendWithRefunds(ctx context.Context, send []redisstore.Call) []redisstore.Call {
+func (s *Store) sendWithRefunds(ctx context.Context, send []*rules.Op) []*rules.Op {
 	s.retMu.Lock()
 	n := min(len(s.rets), maxRefunds)
 	if n == 0 {
 		s.retMu.Unlock()
-		s.next.DecideAll(ctx, send)
+		s.next.Decide(ctx, send)
 		return send
 	}
-	all := make([]redisstore.Call, 0, n+len(send))
-	all = append(all, s.rets[:n]...)
+	rets := slices.Clone(s.rets[:n])
 	s.rets = s.rets[:copy(s.rets, s.rets[n:])]
 	s.retMu.Unlock()
 	now := s.now() // the time of a test's or simulator's Redis (CallerClock); Redis TIME otherwise
-	for i := range all {
-		all[i].Req.Now = now
+	all := make([]*rules.Op, 0, n+len(send))
+	for i := range rets {
+		rets[i].Req.Now = now
+		all = append(all, &rets[i])
 	}
 	all = append(all, send...)
-	s.next.DecideAll(ctx, all)
-	s.refunded(all[:n])
+	s.next.Decide(ctx, all)
+	s.refunded(rets)
 	return all[n:]
 }
 
 // refunded counts the units that refunds took back. A refund that failed is not sent again: its
 // units are lost to the cluster (under-admission), as they would have been without refunds.
-func (s *Store) refunded(rets []redisstore.Call) int {
+func (s *Store) refunded(rets []rules.Op) int {
 	failed := 0
 	for i := range rets {
 		if rets[i].Err != nil {
@@ -318,9 +341,14 @@ func (s *Store) sendRefunds(ctx context.Context) error {
 	for i := range rets {
 		rets[i].Req.Now = now
 	}
+	ops := make([]*rules.Op, 0, min(len(rets), 256))
 	for len(rets) > 0 {
 		n := min(len(rets), 256)
-		s.next.DecideAll(ctx, rets[:n])
+		ops = ops[:0]
+		for i := range rets[:n] {
+			ops = append(ops, &rets[i])
+		}
+		s.next.Decide(ctx, ops)
 		failed += s.refunded(rets[:n])
 		rets = rets[n:]
 	}
@@ -340,15 +368,13 @@ func (s *Store) Close(ctx context.Context) error {
 	return s.sendRefunds(ctx)
 }
 
-// batched reports whether c is a decision of a batched rule.
-func batched(c redisstore.Call) bool {
-	_, ok := c.Alg.(*rules.Batched)
-	return ok && !c.Req.Release
-}
+// batched reports whether op is a decision of a batched rule.
+func batched(op *rules.Op) bool { return op.Batch != nil && !op.Req.Release }
 
 // local answers c from the units held for its key, if it can. Otherwise it returns the batch to
 // ask for (0 when another request is asking already), and marks the key as asking.
-func (s *Store) local(c *redisstore.Call, b *rules.Batched) (want int64, done bool) {
+func (s *Store) local(c *rules.Op) (want int64, done bool) {
+	b := c.Batch
 	sh := s.shard(c.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -368,7 +394,7 @@ func (s *Store) local(c *redisstore.Call, b *rules.Batched) (want int64, done bo
 	s.expire(p, now)
 	switch {
 	case p.units >= n:
-		s.spend(p, c, b, n, now)
+		s.spend(p, c, n, now)
 		return 0, true
 	case now < p.deny:
 		c.Dec = p.denied
@@ -403,9 +429,10 @@ func (s *Store) local(c *redisstore.Call, b *rules.Batched) (want int64, done bo
 	return max(want, n), false
 }
 
-// granted records the batch answer a for call c, asked for at t0 in epoch e0, and decides c
+// granted records the batch answer a for op c, asked for at t0 in epoch e0, and decides c
 // from it.
-func (s *Store) granted(c *redisstore.Call, b *rules.Batched, a *redisstore.Call, t0, e0 int64) {
+func (s *Store) granted(c, a *rules.Op, t0, e0 int64) {
+	b := c.Batch
 	sh := s.shard(c.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -431,7 +458,7 @@ func (s *Store) granted(c *redisstore.Call, b *rules.Batched, a *redisstore.Call
 			until = min(until, p.until) // older units keep their own end
 		}
 		p.units += g
-		p.held = append(p.held, grant{a.At, g})
+		p.held = append(p.held, grant{a.Req.Now, g})
 		p.batching = b.Batching
 		p.until, p.grant, p.granted = until, d, t0
 		s.expire(p, now)
@@ -449,15 +476,15 @@ func (s *Store) granted(c *redisstore.Call, b *rules.Batched, a *redisstore.Call
 		p.deny = t0 + hold
 		p.denied, p.deniedAt = d, t0
 		p.denied.Allowed, p.denied.Granted, p.denied.Delay = false, 0, 0
-		p.denied.Limit = b.Script().Limit
+		p.denied.Limit = c.Alg.Script().Limit
 	}
 	if p.units >= n {
-		s.spend(p, c, b, n, now)
+		s.spend(p, c, n, now)
 		return
 	}
 	c.Dec = d
 	c.Dec.Allowed, c.Dec.Granted, c.Dec.Delay = false, 0, 0
-	c.Dec.Limit = b.Script().Limit
+	c.Dec.Limit = c.Alg.Script().Limit
 	c.Dec.Remaining = p.units
 	if now < p.deny {
 		c.Dec.RetryAfter = p.deny - now
@@ -466,7 +493,7 @@ func (s *Store) granted(c *redisstore.Call, b *rules.Batched, a *redisstore.Call
 }
 
 // spend takes n held units for c (unless it is a dry run) and sets its decision.
-func (s *Store) spend(p *pool, c *redisstore.Call, b *rules.Batched, n, now int64) {
+func (s *Store) spend(p *pool, c *rules.Op, n, now int64) {
 	if !c.Req.DryRun {
 		p.units -= n
 		p.spent += n
@@ -480,7 +507,7 @@ func (s *Store) spend(p *pool, c *redisstore.Call, b *rules.Batched, n, now int6
 			}
 		}
 	}
-	limit := b.Script().Limit
+	limit := c.Alg.Script().Limit
 	c.Dec = algos.Decision{
 		Allowed:    true,
 		Limit:      limit,
@@ -520,7 +547,7 @@ func (s *Store) drop(p *pool, now int64) {
 			continue
 		}
 		if rf := p.batching.Refund(g.at); rf != nil {
-			s.rets = append(s.rets, redisstore.Call{Key: p.key, Alg: rf, Req: algos.Request{Now: now, Cost: g.units}})
+			s.rets = append(s.rets, rules.Op{Key: p.key, Alg: rf, Req: algos.Request{Now: now, Cost: g.units}})
 		}
 	}
 	s.retMu.Unlock()

@@ -48,10 +48,22 @@ func nodes(t *testing.T, n int, clk *clock) ([]*batch.Store, *redistest.Server) 
 	return out, srv
 }
 
-func decide(s *batch.Store, alg algos.Algorithm, key string, now int64, dry bool) redisstore.Call {
-	calls := []redisstore.Call{{Key: key, Alg: alg, Req: algos.Request{Now: now, Cost: 1, DryRun: dry}}}
-	s.DecideAll(context.Background(), calls)
-	return calls[0]
+// decided is an op as a batch store decided it, and whether it answered it from what it holds.
+type decided struct {
+	rules.Op
+	Cached bool
+}
+
+func decide(s *batch.Store, alg algos.Algorithm, key string, now int64, dry bool) decided {
+	op := opOf(key, alg, algos.Request{Now: now, Cost: 1, DryRun: dry})
+	held := s.DecideHeld(context.Background(), []*rules.Op{op})
+	return decided{*op, held == 1}
+}
+
+// opOf is the op of a request on alg, in its batched mode if it has one (rules.NewOp's Batch).
+func opOf(key string, alg algos.Algorithm, req algos.Request) *rules.Op {
+	b, _ := alg.(*rules.Batched)
+	return &rules.Op{Key: key, Alg: alg, Req: req, Batch: b}
 }
 
 // TestNeverOverAdmits replays random traffic from four nodes, from well below to far above the
@@ -225,7 +237,7 @@ func TestDryRunTakesNothing(t *testing.T) {
 // failing is a backend whose Redis is gone.
 type failing struct{ calls atomic.Int64 }
 
-func (f *failing) DecideAll(_ context.Context, calls []redisstore.Call) {
+func (f *failing) Decide(_ context.Context, calls []*rules.Op) {
 	f.calls.Add(1)
 	for i := range calls {
 		calls[i].Err = errors.New("connection refused")

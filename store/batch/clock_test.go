@@ -7,6 +7,7 @@ import (
 
 	"github.com/diana-gw/diana/internal/redistest"
 	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/batch"
 	"github.com/diana-gw/diana/store/redisstore"
 )
@@ -56,8 +57,8 @@ func TestClockSteps(t *testing.T) {
 					if (ms < 3000 || ms%1000 >= 100) && !(i == 0 && ms == 2990) {
 						cost = 0 // a peek: the node reads its clock, as it does for every request
 					}
-					calls := []redisstore.Call{{Key: key, Alg: r.Alg, Req: algos.Request{Now: now, Cost: cost}}}
-					n.DecideAll(context.Background(), calls)
+					calls := []*rules.Op{opOf(key, r.Alg, algos.Request{Now: now, Cost: cost})}
+					n.Decide(context.Background(), calls)
 					if calls[0].Err != nil {
 						t.Fatal(calls[0].Err)
 					}

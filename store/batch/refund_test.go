@@ -11,16 +11,16 @@ import (
 	"github.com/diana-gw/diana/store/redisstore"
 )
 
-// trips is a Backend that counts the round trips and the calls sent through it.
+// trips is a store that counts the round trips and the calls sent through it.
 type trips struct {
-	next          batch.Backend
+	next          rules.Store
 	trips, scalls int
 }
 
-func (b *trips) DecideAll(ctx context.Context, calls []redisstore.Call) {
+func (b *trips) Decide(ctx context.Context, calls []*rules.Op) {
 	b.trips++
 	b.scalls += len(calls)
-	b.next.DecideAll(ctx, calls)
+	b.next.Decide(ctx, calls)
 }
 
 // count reads the fixed window's count of key in Redis, and the window it counts in.
@@ -49,7 +49,7 @@ func TestRefundOnExpiry(t *testing.T) {
 	batchAlg := batchAlgOf(t, r.Alg)
 	// The refund script is loaded first: a call that meets NOSCRIPT is sent again after the
 	// others of its round trip, and this test counts on the refund going ahead of the batch.
-	if _, err := rs.Decide(context.Background(), "warm-up", r.Alg.(*rules.Batched).Batching.Refund(1), algos.Request{Now: clk.now()}); err != nil {
+	if _, err := rs.DecideOne(context.Background(), "warm-up", r.Alg.(*rules.Batched).Batching.Refund(1), algos.Request{Now: clk.now()}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -26,7 +26,8 @@ func TestBatchedUnitsSayNothing(t *testing.T) {
 	}
 	batched := &rules.Batched{Algorithm: fw, Batching: b, Min: 50, Max: 50}
 	decide := func(key string, alg algos.Algorithm) *rules.Op {
-		op := &rules.Op{Key: key, Alg: alg, Req: algos.Request{Cost: 1}, OnError: rules.FailClosed}
+		b, _ := alg.(*rules.Batched)
+		op := &rules.Op{Key: key, Alg: alg, Req: algos.Request{Cost: 1}, OnError: rules.FailClosed, Batch: b}
 		s.Decide(context.Background(), []*rules.Op{op})
 		return op
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/memstore"
-	"github.com/diana-gw/diana/store/redisstore"
 )
 
 // ErrOpen is the Err of the ops decided by their fail policy while the breaker is open: Redis
@@ -53,23 +52,25 @@ type Options struct {
 	OnStarved func(wait time.Duration)
 }
 
-// Backend decides calls in Redis: *redisstore.Store, or *batch.Store in front of one.
-type Backend interface {
-	DecideAll(ctx context.Context, calls []redisstore.Call)
-}
-
 // Store decides ops in Redis, falling back to their fail policies; it implements rules.Store
 // and is safe for concurrent use.
 type Store struct {
-	r  Backend
-	o  Options
-	b  breaker
-	st starvation
+	r    rules.Store
+	held holder // r, when it answers some ops without a round trip
+	o    Options
+	b    breaker
+	st   starvation
 }
 
-// New returns a Store deciding in r. For Options.Timeout to bound a round trip, r's client must
-// be made with ContextTimeoutEnabled.
-func New(r Backend, o Options) *Store {
+// holder is a store that answers some ops from what it holds, without a round trip to Redis, and
+// says how many (*batch.Store): those say nothing about Redis.
+type holder interface {
+	DecideHeld(ctx context.Context, ops []*rules.Op) (held int)
+}
+
+// New returns a Store deciding in r: *redisstore.Store, or *batch.Store in front of one. For
+// Options.Timeout to bound a round trip, r's client must be made with ContextTimeoutEnabled.
+func New(r rules.Store, o Options) *Store {
 	if o.Timeout <= 0 {
 		o.Timeout = 50 * time.Millisecond
 	}
@@ -83,6 +84,7 @@ func New(r Backend, o Options) *Store {
 		o.Local = memstore.New(memstore.Options{})
 	}
 	s := &Store{r: r, o: o}
+	s.held, _ = r.(holder)
 	s.b.failures = int32(min(o.Failures, 1<<30))
 	s.b.openFor = o.OpenFor
 	s.b.onState = o.OnState
@@ -94,7 +96,7 @@ func New(r Backend, o Options) *Store {
 // has not answered since (a probe may be under way).
 func (s *Store) Open() bool { return s.b.state.Load() == isOpen }
 
-// Decide decides ops in one round trip to Redis (redisstore.DecideAll), bounded by
+// Decide decides ops in one round trip to Redis (redisstore.Store.Decide), bounded by
 // Options.Timeout, unless the breaker is open and no probe is due: then Redis is not called at
 // all.
 //
@@ -115,7 +117,7 @@ func (s *Store) Open() bool { return s.b.state.Load() == isOpen }
 // count: the ops still get their fail policy's decision, but the breaker does not open on the
 // process's own load. The operating system's run queue is not seen: a process starved by other
 // processes still counts its timeouts (raise the timeout on such a machine).
-// Calls a batching backend answered from units it held (Call.Cached) count for neither.
+// Ops a batching store answered from units it held (holder) count for neither.
 // When ctx is done before or after the round trip, the caller went away: that is not Redis's
 // fault and does not count as a failure; each op Redis did not decide gets Err = ctx.Err() and a
 // zero Decision.
@@ -143,30 +145,26 @@ func (s *Store) Decide(ctx context.Context, ops []*rules.Op) {
 		go sh.background()
 	}
 
-	calls := make([]redisstore.Call, len(ops))
-	for i, op := range ops {
-		calls[i] = redisstore.Call{Key: op.Key, Alg: op.Alg, Req: op.Req}
-	}
 	tctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	start := time.Now()
 	s.st.tick(start)
-	s.r.DecideAll(tctx, calls)
+	held := 0
+	if s.held != nil {
+		held = s.held.DecideHeld(tctx, ops)
+	} else {
+		s.r.Decide(tctx, ops)
+	}
 	took := time.Since(start)
 	cancel()
 
-	sent, decided := 0, 0
+	// The ops answered without a round trip have no error: the others are what Redis did.
+	sent, decided := len(ops)-held, -held
 	var first error
-	for i := range calls {
-		switch {
-		case calls[i].Cached:
-		case calls[i].Err == nil:
-			sent++
+	for _, op := range ops {
+		if op.Err == nil {
 			decided++
-		default:
-			sent++
-			if first == nil {
-				first = calls[i].Err
-			}
+		} else if first == nil {
+			first = op.Err
 		}
 	}
 	if s.o.Observe != nil && sent > 0 {
@@ -187,14 +185,13 @@ func (s *Store) Decide(ctx context.Context, ops []*rules.Op) {
 	default:
 		retry = s.b.failure(t)
 	}
-	for i, op := range ops {
+	for _, op := range ops {
 		switch {
-		case calls[i].Err == nil:
-			op.Dec, op.Err = calls[i].Dec, nil
+		case op.Err == nil:
 		case cerr != nil:
 			op.Dec, op.Err = algos.Decision{}, cerr
 		default:
-			s.fallback(op, fmt.Errorf("failover: %w", calls[i].Err), retry)
+			s.fallback(op, fmt.Errorf("failover: %w", op.Err), retry)
 		}
 	}
 }

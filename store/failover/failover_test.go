@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -133,7 +134,7 @@ func TestHealthy(t *testing.T) {
 			for i := range 5 {
 				req := algos.Request{Now: 1_000_000 + int64(i)*algos.Second, Cost: 1, ID: int64(i) + 1, DryRun: i%2 == 1}
 				ops := r.decide(ctx, "f:"+l.Name, l.Alg, nil, req, rules.FailClosed)
-				want, err := r.redis.Decide(ctx, "d:"+l.Name, l.Alg, req)
+				want, err := r.redis.DecideOne(ctx, "d:"+l.Name, l.Alg, req)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -553,9 +554,8 @@ func TestStarvedProcess(t *testing.T) {
 	g := must(algos.NewGCRA(1000, algos.Second, 1000))
 	// Connect and load the script first, through redisstore: a 2ms timeout is short for a
 	// first call under -race.
-	calls := []redisstore.Call{{Key: "warm", Alg: g, Req: algos.Request{Cost: 1}}}
-	if r.redis.DecideAll(context.Background(), calls); calls[0].Err != nil {
-		t.Fatalf("healthy Redis: %v", calls[0].Err)
+	if _, err := r.redis.DecideOne(context.Background(), "warm", g, algos.Request{Cost: 1}); err != nil {
+		t.Fatalf("healthy Redis: %v", err)
 	}
 
 	var stop atomic.Bool
@@ -631,3 +631,32 @@ var (
 	spinsOnce sync.Once
 	spins     int
 )
+
+// With Redis refusing connections, each op's error says so, as the start-up check does: go-redis
+// retries a refused dial until the round trip's deadline, and the deadline alone ("context
+// deadline exceeded") would hide why (issue 25, item 9).
+func TestRefusedSaysRefused(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	srv.Stop() // its port now refuses connections
+	s := New(redisstore.New(c, redisstore.Options{}), Options{Failures: 3})
+	g := must(algos.NewGCRA(10, algos.Second, 1))
+	for i := range 3 { // until the breaker opens
+		ops := []*rules.Op{
+			{Key: "a", Alg: g, Req: algos.Request{Cost: 1}, OnError: rules.FailOpen},
+			{Key: "b", Alg: g, Req: algos.Request{Cost: 1}, OnError: rules.FailClosed},
+		}
+		s.Decide(context.Background(), ops)
+		for _, op := range ops {
+			if op.Err == nil || !strings.Contains(op.Err.Error(), "connection refused") {
+				t.Fatalf("round trip %d, %v: err %v, want one that says connection refused", i, op.OnError, op.Err)
+			}
+			if !errors.Is(op.Err, context.DeadlineExceeded) {
+				t.Fatalf("round trip %d, %v: err %v no longer says the deadline ended the round trip", i, op.OnError, op.Err)
+			}
+		}
+	}
+	if !s.Open() {
+		t.Fatal("three refused round trips did not open the breaker")
+	}
+}

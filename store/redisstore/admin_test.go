@@ -30,7 +30,7 @@ func TestAdmin(t *testing.T) {
 			defer c.Close()
 			s := New(c, Options{Prefix: "p*:"}) // a glob character in the prefix is matched as itself
 			take := func(key string) algos.Decision {
-				d, err := s.Decide(ctx, key, alg, algos.Request{Cost: 1})
+				d, err := s.DecideOne(ctx, key, alg, algos.Request{Cost: 1})
 				if err != nil {
 					t.Fatal(err)
 				}

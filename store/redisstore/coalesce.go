@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/rules"
 )
 
 // Concurrent decisions share round trips. A caller that finds fewer than maxSending round trips
@@ -15,7 +16,7 @@ import (
 // pipeline. Redis then reads, runs and answers many scripts per system call instead of one per
 // decision (BenchmarkRedis, 64 goroutines).
 //
-// Each caller's calls stay together and in order, so they run as one DecideAll always ran them;
+// Each caller's calls stay together and in order, so they run as one Decide always ran them;
 // calls of different callers are independent, as they were when they raced for connections.
 // On a Redis Cluster, calls are not shared: a pipeline waits for its slowest node, and one node
 // failing over must not hold up the decisions of the others.
@@ -41,17 +42,17 @@ type coalescer struct {
 	work    chan []*waiter // unbuffered: a queue handed to an idle flusher
 }
 
-// waiter is one DecideAll's calls in the queue. They are a copy, decided in place, so that a
+// waiter is one Decide's calls in the queue. They are a copy, decided in place, so that a
 // caller whose context ends first can leave: the round trip then writes to no memory of its.
 type waiter struct {
 	ctx   context.Context
-	calls []Call
+	calls []rules.Op
 	done  chan struct{} // closed once calls are decided
 }
 
-// DecideAll decides every call in one round trip (a pipeline of EVALSHA, see send; the calls
-// are independent: each is atomic on its own key), shared with the calls of other goroutines
-// that are waiting at the same moment. Each call's result or error is set on it. On NOSCRIPT,
+// Decide implements rules.Store: it decides every call in one round trip (a pipeline of
+// EVALSHA, see send; the calls are independent: each is atomic on its own key), shared with
+// the calls of other goroutines that are waiting at the same moment. Each call's result or error is set on it. On NOSCRIPT,
 // the affected calls are retried once with EVAL in a second pipeline.
 //
 // Calls run in slice order on one Redis node, so calls on one key see each other as sequential
@@ -60,7 +61,7 @@ type waiter struct {
 // call that cannot be sent (no script for its algorithm, a dry release) gets its error and the
 // others go ahead. A caller whose ctx ends while its calls wait for a round trip gets ctx's
 // error on each; calls already sent may still be applied by Redis, as after any timeout.
-func (s *Store) DecideAll(ctx context.Context, calls []Call) {
+func (s *Store) Decide(ctx context.Context, calls []*rules.Op) {
 	if len(calls) == 0 {
 		return
 	}
@@ -79,18 +80,20 @@ func (s *Store) DecideAll(ctx context.Context, calls []Call) {
 		}
 		return
 	}
-	w := &waiter{ctx: ctx, calls: append([]Call(nil), calls...), done: make(chan struct{})}
+	w := &waiter{ctx: ctx, calls: make([]rules.Op, len(calls)), done: make(chan struct{})}
+	for i, c := range calls {
+		w.calls[i] = *c
+	}
 	co.queue = append(co.queue, w)
 	co.mu.Unlock()
 	select {
 	case <-w.done:
-		for i := range calls {
-			calls[i].Dec, calls[i].Err, calls[i].Cached, calls[i].At = w.calls[i].Dec, w.calls[i].Err, false, w.calls[i].At
+		for i, c := range calls {
+			*c = w.calls[i]
 		}
 	case <-ctx.Done():
-		for i := range calls {
-			c := &calls[i]
-			c.Dec, c.Err, c.Cached, c.At = algos.Decision{}, fmt.Errorf("redisstore: %s on %q: %w", scriptName(c), c.Key, ctx.Err()), false, 0
+		for _, c := range calls {
+			c.Dec, c.Err = algos.Decision{}, fmt.Errorf("redisstore: %s on %q: %w", scriptName(c), c.Key, s.dials.explain(ctx.Err()))
 		}
 	}
 }
@@ -169,20 +172,20 @@ func (s *Store) flush(q []*waiter) {
 	for _, w := range q {
 		total += len(w.calls)
 	}
-	all := make([]Call, 0, total)
+	all := make([]*rules.Op, 0, total)
 	for _, w := range q {
-		all = append(all, w.calls...)
+		for i := range w.calls {
+			all = append(all, &w.calls[i])
+		}
 	}
 	s.send(ctx, all)
 	for _, w := range q {
-		n := copy(w.calls, all)
-		all = all[n:]
 		close(w.done)
 	}
 }
 
 // scriptName names c's script in an error, as the round trip's errors do.
-func scriptName(c *Call) string {
+func scriptName(c *rules.Op) string {
 	if c.Alg == nil {
 		return "?"
 	}

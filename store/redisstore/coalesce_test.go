@@ -23,7 +23,7 @@ func TestConcurrentCallsShareRoundTrips(t *testing.T) {
 	s := New(c, Options{})
 	g := must(algos.NewGCRA(1, algos.Hour, 500))
 	ctx := context.Background()
-	if _, err := s.Decide(ctx, "warm", g, algos.Request{Cost: 0}); err != nil { // loads the script
+	if _, err := s.DecideOne(ctx, "warm", g, algos.Request{Cost: 0}); err != nil { // loads the script
 		t.Fatal(err)
 	}
 	trips := &roundTrips{}
@@ -33,7 +33,7 @@ func TestConcurrentCallsShareRoundTrips(t *testing.T) {
 	for range 32 {
 		wg.Go(func() {
 			for range 50 {
-				d, err := s.Decide(ctx, "hot", g, algos.Request{Cost: 1})
+				d, err := s.DecideOne(ctx, "hot", g, algos.Request{Cost: 1})
 				if err != nil {
 					t.Error(err)
 					return
@@ -62,7 +62,7 @@ func TestQueuedCallerLeavesAtItsDeadline(t *testing.T) {
 	srv := redistest.Start(t)
 	s := New(srv.Client(), Options{})
 	g := must(algos.NewGCRA(10, algos.Second, 10))
-	if _, err := s.Decide(context.Background(), "k", g, algos.Request{Cost: 0}); err != nil {
+	if _, err := s.DecideOne(context.Background(), "k", g, algos.Request{Cost: 0}); err != nil {
 		t.Fatal(err)
 	}
 	srv.Pause()
@@ -70,7 +70,7 @@ func TestQueuedCallerLeavesAtItsDeadline(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 	for range maxSending { // they take every round trip
-		wg.Go(func() { s.Decide(long, "k", g, algos.Request{Cost: 1}) })
+		wg.Go(func() { s.DecideOne(long, "k", g, algos.Request{Cost: 1}) })
 	}
 	for s.sendingNow() < maxSending {
 		time.Sleep(time.Millisecond)
@@ -78,7 +78,7 @@ func TestQueuedCallerLeavesAtItsDeadline(t *testing.T) {
 	short, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel2()
 	start := time.Now()
-	_, err := s.Decide(short, "k", g, algos.Request{Cost: 1})
+	_, err := s.DecideOne(short, "k", g, algos.Request{Cost: 1})
 	took := time.Since(start)
 	srv.Resume()
 	if !errors.Is(err, context.DeadlineExceeded) {
@@ -88,7 +88,7 @@ func TestQueuedCallerLeavesAtItsDeadline(t *testing.T) {
 		t.Fatalf("a queued caller with a 50 ms deadline waited %v", took)
 	}
 	wg.Wait()
-	if _, err := s.Decide(context.Background(), "k", g, algos.Request{Cost: 1}); err != nil {
+	if _, err := s.DecideOne(context.Background(), "k", g, algos.Request{Cost: 1}); err != nil {
 		t.Fatalf("after Redis is back: %v", err)
 	}
 	if n := s.sendingNow(); n != 0 {

@@ -62,7 +62,7 @@ func TestDiffConcurrencyRetake(t *testing.T) {
 			r := algos.Request{Now: now, Cost: cost(rng, p.maxCost), ID: rng.Int64N(2*p.max + 1), Release: rng.IntN(3) == 0}
 			r.DryRun = !r.Release && rng.IntN(5) == 0 // renewing or resizing held ids too
 			want := goDecide(alg, &st, r)
-			got, err := s.Decide(ctx, key, alg, r)
+			got, err := s.DecideOne(ctx, key, alg, r)
 			if err != nil {
 				t.Fatalf("case %d step %d %+v: %v", ci, i, r, err)
 			}

@@ -8,11 +8,12 @@ import (
 
 	"github.com/diana-gw/diana/internal/redistest"
 	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/rules"
 )
 
 // TestDiffRefund replays random batch grants (partial requests of a rule's batch algorithm)
 // and refunds of random earlier grants, some after their window ended, through the Go
-// transitions and the Lua twins: decisions, the stamp a partial grant replies (Call.At) and the
+// transitions and the Lua twins: decisions, the stamp a partial grant replies (Req.Now) and the
 // states must be equal at every step.
 func TestDiffRefund(t *testing.T) {
 	srv := redistest.Start(t)
@@ -45,7 +46,7 @@ func TestDiffRefund(t *testing.T) {
 				if rng.IntN(50) == 0 {
 					now -= gap(rng, c.maxGap) // a clock gone back
 				}
-				call := Call{Key: key}
+				call := rules.Op{Key: key}
 				var want algos.Decision
 				var wantAt int64
 				if len(grants) > 0 && rng.IntN(3) == 0 {
@@ -71,14 +72,18 @@ func TestDiffRefund(t *testing.T) {
 						wantAt = -1 // a dry run's stamp is not checked
 					}
 				}
-				calls := []Call{call}
-				s.DecideAll(ctx, calls)
+				calls := []rules.Op{call}
+				s.decideAll(ctx, calls)
 				got := calls[0]
 				if got.Err != nil {
 					t.Fatalf("step %d: %v", i, got.Err)
 				}
-				if got.Dec != want || (wantAt >= 0 && got.At != wantAt) {
-					t.Fatalf("step %d %s %+v:\n  go  %+v at %d\n  lua %+v at %d", i, call.Alg.Script().Name, call.Req, want, wantAt, got.Dec, got.At)
+				var gotAt int64 // the stamp of a partial grant (rules.Op.Req)
+				if got.Req.Partial && got.Dec.Granted > 0 {
+					gotAt = got.Req.Now
+				}
+				if got.Dec != want || (wantAt >= 0 && gotAt != wantAt) {
+					t.Fatalf("step %d %s %+v:\n  go  %+v at %d\n  lua %+v at %d", i, call.Alg.Script().Name, call.Req, want, wantAt, got.Dec, gotAt)
 				}
 				rst, err := s.State(ctx, key, c.l.Alg)
 				if err != nil {

@@ -34,7 +34,7 @@ func TestDiffSlidingLogTTL(t *testing.T) {
 	ctx := context.Background()
 	l := must(algos.NewSlidingLog(3, 10*algos.Second))
 	for i, want := range []bool{true, true, true, false} {
-		d, err := s.Decide(ctx, "user:1", l, algos.Request{Cost: 1})
+		d, err := s.DecideOne(ctx, "user:1", l, algos.Request{Cost: 1})
 		if err != nil {
 			t.Fatal(err)
 		}

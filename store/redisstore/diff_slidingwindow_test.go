@@ -61,7 +61,7 @@ func TestDiffSlidingWindowSwitch(t *testing.T) {
 		now += gap(rng, algos.Second/2)
 		r := algos.Request{Now: now, Cost: cost(rng, 5), Partial: rng.IntN(4) == 0, DryRun: rng.IntN(5) == 0}
 		want := goDecide(alg, &st, r)
-		got, err := s.Decide(ctx, "switch", alg, r)
+		got, err := s.DecideOne(ctx, "switch", alg, r)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -81,7 +81,7 @@ func runDiff(t *testing.T, cases []diffCase) {
 				}
 				r.DryRun = !r.Release && rng.IntN(5) == 0
 				want := goDecide(c.alg, &st, r)
-				got, err := s.Decide(ctx, key, c.alg, r)
+				got, err := s.DecideOne(ctx, key, c.alg, r)
 				if err != nil {
 					t.Fatalf("step %d %+v: %v", i, r, err)
 				}

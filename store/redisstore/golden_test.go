@@ -64,7 +64,7 @@ func TestGoldenLua(t *testing.T) {
 				}
 				stepAlg = scripted(sc)
 			}
-			got, err := s.Decide(context.Background(), key, stepAlg, r)
+			got, err := s.DecideOne(context.Background(), key, stepAlg, r)
 			if err != nil {
 				t.Fatal(err)
 			}

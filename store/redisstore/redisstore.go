@@ -1,6 +1,6 @@
 // Package redisstore runs the algorithms of shared/algos in Redis, so that every gateway node
 // shares one limit. State changes only inside each algorithm's Lua twin (shared/algos/scripts):
-// one EVALSHA per decision (go-redis reloads the script on NOSCRIPT) or, for many (DecideAll),
+// one EVALSHA per decision (go-redis reloads the script on NOSCRIPT) or, for many (Decide),
 // one pipeline of EVALSHA of the algorithms' batch scripts; time from Redis TIME, a TTL on every
 // key the script writes, and the keys of one identity under one hash tag, so the same code runs
 // on a standalone Redis, behind Sentinel or on a Redis Cluster.
@@ -11,22 +11,28 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/algos/scripts"
+	"github.com/diana-gw/diana/shared/rules"
 )
 
 // Options tune a Store.
 type Options struct {
 	// Prefix starts every key; default "diana:".
 	Prefix string
-	// CallerClock sends Request.Now to the scripts instead of letting them read Redis TIME.
-	// Tests only: production uses Redis's clock, one for the whole cluster.
+	// CallerClock sends Request.Now to the scripts instead of letting them read Redis TIME:
+	// for replays in virtual time, the simulator's (package sim, which make report runs) and the
+	// tests'. The scripts then keep every key an hour past its TTL (prelude.lua's pad), as
+	// Redis expires keys on its own clock. A gateway never sets it: it decides on Redis's clock,
+	// one for the whole cluster.
 	CallerClock bool
 	// WaitReplicas, if above 0, makes every round trip that changes state end with WAIT: a
 	// decision counts only once that many replicas have its write, within WaitTimeout (default
@@ -51,11 +57,13 @@ type Store struct {
 	batches map[string]*redis.Script // each algorithm's batch script (scripts.Batch)
 	cluster bool                     // a Redis Cluster client: calls are not shared (see coalesce.go)
 	co      coalescer
+	dials   dials
 }
 
 // New returns a Store on c, which may be a standalone, Sentinel (failover) or Cluster client.
 // For Decide to honour context deadlines, c must be made with ContextTimeoutEnabled; otherwise
-// go-redis waits for its own read and write timeouts.
+// go-redis waits for its own read and write timeouts. New adds a hook to c that watches its
+// connection attempts (see dials).
 func New(c redis.UniversalClient, o Options) *Store {
 	if o.Prefix == "" {
 		o.Prefix = "diana:"
@@ -63,6 +71,9 @@ func New(c redis.UniversalClient, o Options) *Store {
 	_, cluster := c.(*redis.ClusterClient)
 	s := &Store{c: c, o: o, scripts: map[string]*redis.Script{}, batches: map[string]*redis.Script{}, cluster: cluster}
 	s.co.work = make(chan []*waiter)
+	if c != nil { // nil: a Store for Keys alone
+		c.AddHook(&s.dials)
+	}
 	for _, name := range scripts.Names() {
 		src, _ := scripts.Source(name)
 		s.scripts[name] = redis.NewScript(src)
@@ -93,33 +104,18 @@ func (s *Store) stateKey(key string) string {
 	return s.o.Prefix + "{" + tag + "}:" + key
 }
 
-// Decide applies r to the identity key under alg, atomically in Redis, in one round trip. An
+// DecideOne applies r to the identity key under alg, atomically in Redis, in one round trip. An
 // error (Redis down, timeout, context done) is returned as such and is never a denial: the
 // caller's fail policy decides what it means.
 //
 // A dry run (r.DryRun) replies the decision the same request would get and writes nothing: no
 // state, no TTL, no ban. A release cannot be a dry run: that request gets an error, with no round
 // trip (the memory store answers it, on a copy of the state; rules never ask for one).
-func (s *Store) Decide(ctx context.Context, key string, alg algos.Algorithm, r algos.Request) (algos.Decision, error) {
-	c := [1]Call{{Key: key, Alg: alg, Req: r}}
-	s.DecideAll(ctx, c[:])
-	return c[0].Dec, c[0].Err
-}
-
-// Call is one decision of a batch: Key, Alg and Req as Decide takes them; DecideAll sets Dec and
-// Err as Decide would return them.
-type Call struct {
-	Key string
-	Alg algos.Algorithm
-	Req algos.Request
-	Dec algos.Decision
-	Err error
-	// Cached is set by a store in front of this one that decided the call without a round trip
-	// (store/batch, from units taken earlier in a batch): its outcome says nothing about Redis.
-	Cached bool
-	// At is set for a partial request that Redis granted: the time (µs, Redis's clock) its units
-	// count at, which algos.Batching.Refund names to give them back; 0 otherwise.
-	At int64
+func (s *Store) DecideOne(ctx context.Context, key string, alg algos.Algorithm, r algos.Request) (algos.Decision, error) {
+	op := rules.Op{Key: key, Alg: alg, Req: r}
+	ops := [1]*rules.Op{&op}
+	s.Decide(ctx, ops[:])
+	return op.Dec, op.Err
 }
 
 // maxBatch is the most decisions one batch script call makes: Redis runs a script to its end
@@ -128,11 +124,11 @@ type Call struct {
 // make bench-redis-cpu).
 const maxBatch = 64
 
-// command is one script call of a round trip: one call by its algorithm's script, or a run of
-// calls of one algorithm by its batch script (scripts.Batch), whose reply holds each one's.
+// command is one script call of a round trip: one op by its algorithm's script, or a run of
+// ops of one algorithm by its batch script (scripts.Batch), whose reply holds each one's.
 type command struct {
-	first, n int   // the calls it decides: calls[first : first+n]
-	e        *eval // calls[first]'s (the run's algorithm)
+	first, n int   // the ops it decides: ops[first : first+n]
+	e        *eval // ops[first]'s (the run's algorithm)
 	keys     []string
 	args     []any
 	cmd      *redis.Cmd
@@ -147,30 +143,30 @@ func (c *command) script() *redis.Script {
 	return c.e.script
 }
 
-// send decides calls in one round trip: one EVALSHA, or a pipeline of them, and EVAL for the
-// commands that met NOSCRIPT. On a standalone or Sentinel Redis, a run of calls of one
+// send decides ops in one round trip: one EVALSHA, or a pipeline of them, and EVAL for the
+// commands that met NOSCRIPT. On a standalone or Sentinel Redis, a run of ops of one
 // algorithm goes in one batch script call (up to maxBatch): Redis then pays a script call's
 // overhead and its clock once for them all, and they share its time. Not on a Cluster, where
 // a script's keys must share a slot.
-func (s *Store) send(ctx context.Context, calls []Call) {
-	if len(calls) == 1 && s.o.WaitReplicas <= 0 { // no pipeline to fill and parse
-		c := &calls[0]
-		c.Dec, c.Err, c.Cached, c.At = algos.Decision{}, nil, false, 0
-		e, err := s.eval(c.Key, c.Alg, c.Req)
+func (s *Store) send(ctx context.Context, ops []*rules.Op) {
+	if len(ops) == 1 && s.o.WaitReplicas <= 0 { // no pipeline to fill and parse
+		op := ops[0]
+		op.Dec, op.Err = algos.Decision{}, nil
+		e, err := s.eval(op.Key, op.Alg, op.Req)
 		if err != nil {
-			c.Err = err
+			op.Err = err
 			return
 		}
 		keys, args := e.single()
-		c.Dec, c.At, c.Err = decision(e.name, c.Key, e.script.Run(ctx, s.c, keys, args...), nil)
+		d, at, err := s.decision(e.name, op.Key, e.script.Run(ctx, s.c, keys, args...), nil)
+		answer(op, d, at, err)
 		return
 	}
-	evals := make([]eval, len(calls))
+	evals := make([]eval, len(ops))
 	var cmds []*command
-	for i := range calls {
-		c := &calls[i]
-		c.Dec, c.Err, c.Cached, c.At = algos.Decision{}, nil, false, 0
-		if evals[i], c.Err = s.eval(c.Key, c.Alg, c.Req); c.Err != nil {
+	for i, op := range ops {
+		op.Dec, op.Err = algos.Decision{}, nil
+		if evals[i], op.Err = s.eval(op.Key, op.Alg, op.Req); op.Err != nil {
 			continue
 		}
 		if n := len(cmds); n > 0 && !s.cluster {
@@ -196,7 +192,7 @@ func (s *Store) send(ctx context.Context, calls []Call) {
 		}
 		c.cmd = c.script().EvalSha(ctx, p, c.keys, c.args...)
 	}
-	wait := s.wait(ctx, p, calls)
+	wait := s.wait(ctx, p, ops)
 	// Each command carries its own error, except when the pipeline could not be sent at all (no
 	// connection, or one whose AUTH failed: WRONGPASS, NOAUTH): then only Exec returns it.
 	_, execErr := p.Exec(ctx)
@@ -213,7 +209,7 @@ func (s *Store) send(ctx context.Context, calls []Call) {
 	var rewait *redis.Cmd
 	var reexecErr error
 	if retry != nil {
-		rewait = s.wait(ctx, retry, calls)
+		rewait = s.wait(ctx, retry, ops)
 		_, reexecErr = retry.Exec(ctx)
 	}
 	for _, c := range cmds {
@@ -224,34 +220,45 @@ func (s *Store) send(ctx context.Context, calls []Call) {
 		var replies []any
 		var err error
 		if c.n > 1 {
-			replies, err = batchReplies(c.e.name, calls[c.first].Key, c.cmd, unsent, c.n)
+			replies, err = s.batchReplies(c.e.name, ops[c.first].Key, c.cmd, unsent, c.n)
 		}
 		for i := c.first; i < c.first+c.n; i++ {
-			call := &calls[i]
+			op := ops[i]
 			switch {
 			case c.n == 1:
-				call.Dec, call.At, call.Err = decision(c.e.name, call.Key, c.cmd, unsent)
+				d, at, err := s.decision(c.e.name, op.Key, c.cmd, unsent)
+				answer(op, d, at, err)
 			case err != nil:
-				call.Err = err
+				op.Err = err
 			default:
-				call.Dec, call.At, call.Err = decisionOf(c.e.name, call.Key, replies[i-c.first], nil)
+				d, at, err := decisionOf(c.e.name, op.Key, replies[i-c.first], nil)
+				answer(op, d, at, err)
 			}
-			if w != nil && call.Err == nil && !call.Req.DryRun {
+			if w != nil && op.Err == nil && !op.Req.DryRun {
 				if n, err := w.Int64(); err != nil || n < int64(s.o.WaitReplicas) {
-					call.Dec, call.At, call.Err = algos.Decision{}, 0, fmt.Errorf("%w (%d of %d replicas, %v)", ErrNotReplicated, n, s.o.WaitReplicas, err)
+					op.Dec, op.Err = algos.Decision{}, fmt.Errorf("%w (%d of %d replicas, %v)", ErrNotReplicated, n, s.o.WaitReplicas, err)
 				}
 			}
 		}
 	}
 }
 
-// wait adds WAIT to p when Options.WaitReplicas asks for it and p holds a call that writes.
-func (s *Store) wait(ctx context.Context, p redis.Pipeliner, calls []Call) *redis.Cmd {
+// answer sets op's decision or error, and for a partial request that Redis granted units, the
+// time they count at in op.Req.Now (see rules.Op.Req).
+func answer(op *rules.Op, d algos.Decision, at int64, err error) {
+	op.Dec, op.Err = d, err
+	if err == nil && op.Req.Partial && d.Granted > 0 {
+		op.Req.Now = at
+	}
+}
+
+// wait adds WAIT to p when Options.WaitReplicas asks for it and p holds an op that writes.
+func (s *Store) wait(ctx context.Context, p redis.Pipeliner, ops []*rules.Op) *redis.Cmd {
 	if s.o.WaitReplicas <= 0 {
 		return nil
 	}
-	for i := range calls {
-		if calls[i].Err == nil && !calls[i].Req.DryRun {
+	for _, op := range ops {
+		if op.Err == nil && !op.Req.DryRun {
 			timeout := s.o.WaitTimeout
 			if timeout <= 0 {
 				timeout = 50 * time.Millisecond
@@ -342,18 +349,18 @@ func (s *Store) eval(key string, alg algos.Algorithm, r algos.Request) (eval, er
 }
 
 // decision reads the reply {allowed, limit, remaining, reset_after, retry_after, delay, granted}
-// of script name on key, and the stamp that ends a partial request's reply (see Call.At).
-func decision(name, key string, cmd *redis.Cmd, unsent error) (algos.Decision, int64, error) {
-	v, err := reply(cmd, unsent)
+// of script name on key, and the stamp that ends a partial request's reply (see answer).
+func (s *Store) decision(name, key string, cmd *redis.Cmd, unsent error) (algos.Decision, int64, error) {
+	v, err := s.reply(cmd, unsent)
 	return decisionOf(name, key, v, err)
 }
 
 // reply is cmd's reply, or its error: the pipeline's when cmd was not sent at all.
-func reply(cmd *redis.Cmd, unsent error) (any, error) {
+func (s *Store) reply(cmd *redis.Cmd, unsent error) (any, error) {
 	if cmd.Err() == nil && cmd.Val() == nil && unsent != nil {
-		return nil, fmt.Errorf("not sent: %w", unsent)
+		return nil, fmt.Errorf("not sent: %w", s.dials.explain(unsent))
 	}
-	return cmd.Val(), cmd.Err()
+	return cmd.Val(), s.dials.explain(cmd.Err())
 }
 
 // decisionOf reads one decision's reply, v, or its error.
@@ -388,8 +395,8 @@ func decisionOf(name, key string, v any, err error) (algos.Decision, int64, erro
 }
 
 // batchReplies reads a batch script's reply: one value per decision, n of them.
-func batchReplies(name, key string, cmd *redis.Cmd, unsent error, n int) ([]any, error) {
-	v, err := reply(cmd, unsent)
+func (s *Store) batchReplies(name, key string, cmd *redis.Cmd, unsent error, n int) ([]any, error) {
+	v, err := s.reply(cmd, unsent)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: %s on %q and %d more: %w", name, key, n-1, err)
 	}
@@ -452,6 +459,41 @@ func (s *Store) State(ctx context.Context, key string, alg algos.Algorithm) (alg
 		}
 	}
 	return st, nil
+}
+
+// dials remembers why the client's last connection attempt failed, until one succeeds. go-redis
+// retries a call whose connection failed (a refused dial, a reset) with a back-off, and a call
+// whose deadline ends meanwhile returns only the context's error: with Redis refusing
+// connections, every decision would fail with "context deadline exceeded" and never say why.
+type dials struct{ last atomic.Pointer[error] }
+
+func (d *dials) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		switch {
+		case err == nil:
+			d.last.Store(nil)
+		case ctx.Err() == nil: // a dial the deadline cut short says nothing new
+			d.last.Store(&err)
+		}
+		return c, err
+	}
+}
+
+func (*dials) ProcessHook(redis.ProcessHook) redis.ProcessHook                         { return nil }
+func (*dials) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPipelineHook { return nil }
+
+// explain adds to err, if it is the context's, why the last connection attempt failed, if it
+// did: what the client was retrying when the deadline came. err still matches the context's.
+func (d *dials) explain(err error) error {
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	last := d.last.Load()
+	if last == nil {
+		return err
+	}
+	return fmt.Errorf("%w, retried until %w", *last, err)
 }
 
 // appendInts appends vs as MessagePack integers: a positive fixint below 128, else an int 64.

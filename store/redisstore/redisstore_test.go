@@ -15,6 +15,7 @@ import (
 	"github.com/diana-gw/diana/internal/algotest"
 	"github.com/diana-gw/diana/internal/redistest"
 	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/rules"
 )
 
 // TestRedisClockAndTTL: without a caller clock the script reads Redis TIME, and every key it
@@ -26,7 +27,7 @@ func TestRedisClockAndTTL(t *testing.T) {
 	ctx := context.Background()
 	g := must(algos.NewBan(must(algos.NewGCRA(1, 10*algos.Second, 3)), 60*algos.Second))
 	for i, want := range []bool{true, true, true, false} {
-		d, err := s.Decide(ctx, "ip:192.0.2.1", g, algos.Request{Cost: 1})
+		d, err := s.DecideOne(ctx, "ip:192.0.2.1", g, algos.Request{Cost: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +70,7 @@ func TestScriptsReloaded(t *testing.T) {
 	g := must(algos.NewGCRA(10, algos.Second, 10))
 	decide := func(stage string) {
 		t.Helper()
-		if _, err := s.Decide(ctx, "k", g, algos.Request{Cost: 1}); err != nil {
+		if _, err := s.DecideOne(ctx, "k", g, algos.Request{Cost: 1}); err != nil {
 			t.Fatalf("%s: %v", stage, err)
 		}
 	}
@@ -81,7 +82,7 @@ func TestScriptsReloaded(t *testing.T) {
 	srv.Restart()
 	var err error
 	for range 3 { // the pool's old connections fail once each
-		if _, err = s.Decide(ctx, "k", g, algos.Request{Cost: 1}); err == nil {
+		if _, err = s.DecideOne(ctx, "k", g, algos.Request{Cost: 1}); err == nil {
 			break
 		}
 	}
@@ -99,7 +100,7 @@ func TestErrorsAreNotDenials(t *testing.T) {
 	srv.Pause()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	start := time.Now()
-	_, err := s.Decide(ctx, "k", g, algos.Request{Cost: 1})
+	_, err := s.DecideOne(ctx, "k", g, algos.Request{Cost: 1})
 	cancel()
 	srv.Resume()
 	if !errors.Is(err, context.DeadlineExceeded) {
@@ -110,7 +111,7 @@ func TestErrorsAreNotDenials(t *testing.T) {
 	}
 
 	srv.Stop()
-	if _, err := s.Decide(context.Background(), "k", g, algos.Request{Cost: 1}); err == nil {
+	if _, err := s.DecideOne(context.Background(), "k", g, algos.Request{Cost: 1}); err == nil {
 		t.Fatal("Redis stopped: no error")
 	}
 }
@@ -125,7 +126,7 @@ func TestCluster(t *testing.T) {
 	g := must(algos.NewBan(must(algos.NewGCRA(1, algos.Second, 1)), algos.Second))
 	for _, key := range []string{"ip:2001:db8::1", "user:{alice}", "}{", "{", "", "path:/a/{b}/c"} {
 		for i, want := range []bool{true, false} {
-			d, err := s.Decide(context.Background(), key, g, algos.Request{Cost: 1})
+			d, err := s.DecideOne(context.Background(), key, g, algos.Request{Cost: 1})
 			if err != nil {
 				t.Fatalf("key %q: %v", key, err)
 			}
@@ -144,7 +145,7 @@ func TestConcurrentExact(t *testing.T) {
 	for _, l := range algotest.Exact() {
 		t.Run(l.Name, func(t *testing.T) {
 			admitted := algotest.Race(t, 16, 15, func(r algos.Request) (algos.Decision, error) {
-				return s.Decide(context.Background(), "hot:"+l.Name, l.Alg, r)
+				return s.DecideOne(context.Background(), "hot:"+l.Name, l.Alg, r)
 			})
 			if admitted != l.Admits {
 				t.Fatalf("admitted %d of 240, want exactly %d", admitted, l.Admits)
@@ -177,7 +178,7 @@ func TestEveryKeyHasTTL(t *testing.T) {
 	for _, l := range algotest.Exact() {
 		alg := must(algos.NewBan(l.Alg, algos.Minute))
 		for i := range l.Admits + 1 { // the last one is denied and bans
-			if _, err := s.Decide(ctx, "ttl:"+l.Name, alg, algos.Request{Cost: 1, ID: int64(i) + 1}); err != nil {
+			if _, err := s.DecideOne(ctx, "ttl:"+l.Name, alg, algos.Request{Cost: 1, ID: int64(i) + 1}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -204,7 +205,7 @@ func TestOneRoundTrip(t *testing.T) {
 	s := New(c, Options{})
 	ctx := context.Background()
 	for _, l := range algotest.Exact() { // load every script first: the first call of each is an EVAL
-		if _, err := s.Decide(ctx, "warm:"+l.Name, l.Alg, algos.Request{Cost: 1, ID: 1}); err != nil {
+		if _, err := s.DecideOne(ctx, "warm:"+l.Name, l.Alg, algos.Request{Cost: 1, ID: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -216,7 +217,7 @@ func TestOneRoundTrip(t *testing.T) {
 	const n = 50
 	for _, l := range algotest.Exact() {
 		for i := range n {
-			if _, err := s.Decide(ctx, "k:"+l.Name, l.Alg, algos.Request{Cost: 1, ID: int64(i) + 2}); err != nil {
+			if _, err := s.DecideOne(ctx, "k:"+l.Name, l.Alg, algos.Request{Cost: 1, ID: int64(i) + 2}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -266,8 +267,8 @@ func batchLimits() []algotest.Limit {
 
 // randomBatch makes calls on every limit, on two keys each, one of them twice: unit and large
 // costs, peeks and dry runs.
-func randomBatch(rng *rand.Rand, now int64, id *int64) []Call {
-	var calls []Call
+func randomBatch(rng *rand.Rand, now int64, id *int64) []rules.Op {
+	var calls []rules.Op
 	for _, l := range batchLimits() {
 		for k := range 3 {
 			*id++
@@ -278,7 +279,7 @@ func randomBatch(rng *rand.Rand, now int64, id *int64) []Call {
 			case 1:
 				r.Cost = rng.Int64N(60)
 			}
-			calls = append(calls, Call{Key: l.Name + ":" + strconv.Itoa(k%2), Alg: l.Alg, Req: r})
+			calls = append(calls, rules.Op{Key: l.Name + ":" + strconv.Itoa(k%2), Alg: l.Alg, Req: r})
 		}
 	}
 	return calls
@@ -293,11 +294,11 @@ func TestDecideAll(t *testing.T) {
 	seq := New(srv.Client(), Options{CallerClock: true, Prefix: "seq:"})
 	ctx := context.Background()
 	for _, l := range batchLimits() { // load every script first: the first call of each is an EVAL
-		if _, err := batch.Decide(ctx, "warm:"+l.Name, l.Alg, algos.Request{Cost: 1, ID: -1}); err != nil {
+		if _, err := batch.DecideOne(ctx, "warm:"+l.Name, l.Alg, algos.Request{Cost: 1, ID: -1}); err != nil {
 			t.Fatal(err)
 		}
-		two := []Call{{Key: "warm:" + l.Name, Alg: l.Alg, Req: algos.Request{Cost: 1, ID: -2}}, {Key: "warm2:" + l.Name, Alg: l.Alg, Req: algos.Request{Cost: 1, ID: -3}}}
-		if batch.DecideAll(ctx, two); two[0].Err != nil || two[1].Err != nil { // and its batch script
+		two := []rules.Op{{Key: "warm:" + l.Name, Alg: l.Alg, Req: algos.Request{Cost: 1, ID: -2}}, {Key: "warm2:" + l.Name, Alg: l.Alg, Req: algos.Request{Cost: 1, ID: -3}}}
+		if batch.decideAll(ctx, two); two[0].Err != nil || two[1].Err != nil { // and its batch script
 			t.Fatal(two[0].Err, two[1].Err)
 		}
 	}
@@ -313,14 +314,14 @@ func TestDecideAll(t *testing.T) {
 	for round := range rounds {
 		now += rng.Int64N(2 * algos.Minute)
 		b := randomBatch(rng, now, &id)
-		batch.DecideAll(ctx, b)
+		batch.decideAll(ctx, b)
 		for i := range b {
 			if i == 0 || b[i].Alg.Script().Name != b[i-1].Alg.Script().Name {
 				runs++
 			}
 		}
 		for i, call := range b {
-			want, err := seq.Decide(ctx, call.Key, call.Alg, call.Req)
+			want, err := seq.DecideOne(ctx, call.Key, call.Alg, call.Req)
 			if err != nil || call.Err != nil {
 				t.Fatalf("round %d call %d: errors %v, %v", round, i, call.Err, err)
 			}
@@ -379,9 +380,9 @@ func TestDecideAllScriptsReloaded(t *testing.T) {
 		}
 		sent.names = nil
 		b := randomBatch(rng, now, &id)
-		batch.DecideAll(ctx, b)
+		batch.decideAll(ctx, b)
 		for i, call := range b {
-			want, err := seq.Decide(ctx, call.Key, call.Alg, call.Req)
+			want, err := seq.DecideOne(ctx, call.Key, call.Alg, call.Req)
 			if err != nil || call.Err != nil {
 				t.Fatalf("round %d call %d: errors %v, %v", round, i, call.Err, err)
 			}
@@ -414,11 +415,11 @@ func TestDecideAllErrors(t *testing.T) {
 	sent := &sentCommands{}
 	c.AddHook(sent)
 
-	bad := []Call{
+	bad := []rules.Op{
 		{Key: "a", Alg: conc, Req: algos.Request{ID: 1, Release: true, DryRun: true}},
 		{Key: "b", Alg: noScript{}, Req: algos.Request{Cost: 1}},
 	}
-	s.DecideAll(ctx, bad)
+	s.decideAll(ctx, bad)
 	if len(sent.names) != 0 {
 		t.Fatalf("a batch of calls that cannot be sent made round trips: %v", sent.names)
 	}
@@ -427,12 +428,12 @@ func TestDecideAllErrors(t *testing.T) {
 			t.Errorf("call %d: err %v, want one saying %q", i, bad[i].Err, want)
 		}
 	}
-	if _, err := s.Decide(ctx, "a", conc, bad[0].Req); err == nil || !strings.Contains(err.Error(), "Request.DryRun") {
+	if _, err := s.DecideOne(ctx, "a", conc, bad[0].Req); err == nil || !strings.Contains(err.Error(), "Request.DryRun") {
 		t.Errorf("Decide of a dry release: err %v", err)
 	}
 
-	mixed := []Call{bad[0], {Key: "c", Alg: g, Req: algos.Request{Cost: 1}}, bad[1], {Key: "c", Alg: g, Req: algos.Request{Cost: 5}}}
-	s.DecideAll(ctx, mixed)
+	mixed := []rules.Op{bad[0], {Key: "c", Alg: g, Req: algos.Request{Cost: 1}}, bad[1], {Key: "c", Alg: g, Req: algos.Request{Cost: 5}}}
+	s.decideAll(ctx, mixed)
 	if mixed[0].Err == nil || mixed[2].Err == nil {
 		t.Errorf("bad calls in a mixed batch: errors %v, %v", mixed[0].Err, mixed[2].Err)
 	}
@@ -441,8 +442,8 @@ func TestDecideAllErrors(t *testing.T) {
 	}
 
 	srv.Stop()
-	calls := []Call{{Key: "c", Alg: g, Req: algos.Request{Cost: 1}}, {Key: "d", Alg: conc, Req: algos.Request{Cost: 1, ID: 3}}}
-	s.DecideAll(ctx, calls)
+	calls := []rules.Op{{Key: "c", Alg: g, Req: algos.Request{Cost: 1}}, {Key: "d", Alg: conc, Req: algos.Request{Cost: 1, ID: 3}}}
+	s.decideAll(ctx, calls)
 	for i, call := range calls {
 		if call.Err == nil || !strings.Contains(call.Err.Error(), strconv.Quote(call.Key)) || call.Dec != (algos.Decision{}) {
 			t.Errorf("Redis stopped, call %d: %+v, %v; want an error naming the key and no decision", i, call.Dec, call.Err)
@@ -463,13 +464,13 @@ func TestBatchScript(t *testing.T) {
 	if err := c.HSet(ctx, bad, "f", "v").Err(); err != nil {
 		t.Fatal(err)
 	}
-	calls := []Call{
+	calls := []rules.Op{
 		{Key: "x", Alg: fw, Req: algos.Request{Cost: 2}},
 		{Key: "bad", Alg: fw, Req: algos.Request{Cost: 1}},
 		{Key: "x", Alg: fw, Req: algos.Request{Cost: 2}},
 		{Key: "y", Alg: fw, Req: algos.Request{Cost: 3}},
 	}
-	s.DecideAll(ctx, calls) // loads the batch script
+	s.decideAll(ctx, calls) // loads the batch script
 	if err := c.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -477,7 +478,7 @@ func TestBatchScript(t *testing.T) {
 		calls[i].Key += "2"
 	}
 	calls[1].Key = "bad"
-	s.DecideAll(ctx, calls)
+	s.decideAll(ctx, calls)
 	if err := calls[1].Err; err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), `"bad"`) {
 		t.Errorf("the call on a hash: %v, want WRONGTYPE naming its key", err)
 	}
@@ -516,7 +517,7 @@ func TestDecideAllCluster(t *testing.T) {
 	}
 	keys := []string{"ip:2001:db8::1", "user:{alice}", "}{", "", "path:/a/{b}/c", "ip:192.0.2.7"}
 	slots := map[int64]bool{}
-	var calls []Call
+	var calls []rules.Op
 	for _, key := range keys {
 		for prefix, alg := range limits {
 			stateKey, _ := s.Keys(prefix + key)
@@ -526,16 +527,16 @@ func TestDecideAllCluster(t *testing.T) {
 			}
 			slots[slot] = true
 			calls = append(calls,
-				Call{Key: prefix + key, Alg: alg, Req: algos.Request{Cost: 1, DryRun: true}},
-				Call{Key: prefix + key, Alg: alg, Req: algos.Request{Cost: 1}},
-				Call{Key: prefix + key, Alg: alg, Req: algos.Request{Cost: 1}})
+				rules.Op{Key: prefix + key, Alg: alg, Req: algos.Request{Cost: 1, DryRun: true}},
+				rules.Op{Key: prefix + key, Alg: alg, Req: algos.Request{Cost: 1}},
+				rules.Op{Key: prefix + key, Alg: alg, Req: algos.Request{Cost: 1}})
 		}
 	}
 	if len(slots) < 8 {
 		t.Fatalf("the keys fall in only %d slots", len(slots))
 	}
 	for round := range 2 { // the first round loads the scripts
-		s.DecideAll(ctx, calls)
+		s.decideAll(ctx, calls)
 		for i, call := range calls {
 			want := round == 0 && i%3 != 2 // a dry run, then one admitted, one denied
 			if call.Err != nil || call.Dec.Allowed != want {
@@ -551,7 +552,7 @@ func TestMatchesTransition(t *testing.T) {
 	srv := redistest.Start(t)
 	s := New(srv.Client(), Options{CallerClock: true})
 	decide := func(key string, alg algos.Algorithm, r algos.Request) algos.Decision {
-		d, err := s.Decide(context.Background(), key, alg, r)
+		d, err := s.DecideOne(context.Background(), key, alg, r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -582,12 +583,12 @@ func TestAuthErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := New(cl, Options{Prefix: "diana:"})
-		_, err = s.Decide(ctx, "k", alg, algos.Request{Cost: 1})
+		_, err = s.DecideOne(ctx, "k", alg, algos.Request{Cost: 1})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Decide as %q: %v, want %s", c.user, err, c.want)
 		}
-		calls := []Call{{Key: "a", Alg: alg, Req: algos.Request{Cost: 1}}, {Key: "b", Alg: alg, Req: algos.Request{Cost: 1}}}
-		s.DecideAll(ctx, calls)
+		calls := []rules.Op{{Key: "a", Alg: alg, Req: algos.Request{Cost: 1}}, {Key: "b", Alg: alg, Req: algos.Request{Cost: 1}}}
+		s.decideAll(ctx, calls)
 		for i, call := range calls {
 			if call.Err == nil || !strings.Contains(call.Err.Error(), c.want) && !(c.want == "NOAUTH" && strings.Contains(call.Err.Error(), "unauthenticated")) {
 				t.Errorf("DecideAll as %q, call %d: %v, want %s", c.user, i, call.Err, c.want)

@@ -93,7 +93,7 @@ func failoverLoad(t *testing.T, c redis.UniversalClient, o redisstore.Options, p
 				}
 				o := outcome{key: rng.IntN(loadKeys), id: nextID.Add(1), start: time.Now()}
 				ctx, cancel := context.WithTimeout(context.Background(), loadTimeout)
-				d, err := s.Decide(ctx, prefix+strconv.Itoa(o.key), lease, algos.Request{Cost: 1, ID: o.id})
+				d, err := s.DecideOne(ctx, prefix+strconv.Itoa(o.key), lease, algos.Request{Cost: 1, ID: o.id})
 				cancel()
 				o.done, o.allowed, o.err = time.Now(), err == nil && d.Allowed, err
 				outs[w] = append(outs[w], o)
@@ -134,7 +134,7 @@ func failoverLoad(t *testing.T, c redis.UniversalClient, o redisstore.Options, p
 	}
 	for k := range loadKeys {
 		key := prefix + strconv.Itoa(k)
-		d, err := s.Decide(ctx, key, lease, algos.Request{Cost: 1, ID: nextID.Add(1)})
+		d, err := s.DecideOne(ctx, key, lease, algos.Request{Cost: 1, ID: nextID.Add(1)})
 		if err == nil && d.Allowed {
 			err = fmt.Errorf("allowed: %+v", d)
 		}
@@ -464,7 +464,7 @@ func loadOrFail(t *testing.T, c redis.UniversalClient, wantErr string) {
 		exactLoad(t, c)
 		return
 	}
-	_, err := redisstore.New(c, redisstore.Options{}).Decide(context.Background(), "k", mustAlg(algos.NewGCRA(1, algos.Second, 1)), algos.Request{Cost: 1})
+	_, err := redisstore.New(c, redisstore.Options{}).DecideOne(context.Background(), "k", mustAlg(algos.NewGCRA(1, algos.Second, 1)), algos.Request{Cost: 1})
 	if err == nil || !strings.Contains(err.Error(), wantErr) {
 		t.Fatalf("Decide: %v, want an error with %q", err, wantErr)
 	}
@@ -505,7 +505,7 @@ func exactLoad(t *testing.T, c redis.UniversalClient) {
 					for k := range keys {
 						key := t.Name() + ":" + a.name + ":" + strconv.Itoa(k)
 						ctx, cancel := context.WithTimeout(context.Background(), loadTimeout)
-						d, err := s.Decide(ctx, key, a.alg, algos.Request{Cost: 1, ID: nextID.Add(1)})
+						d, err := s.DecideOne(ctx, key, a.alg, algos.Request{Cost: 1, ID: nextID.Add(1)})
 						cancel()
 						mu.Lock()
 						if err != nil {

@@ -36,6 +36,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"strconv"
+	"strings"
 
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/rules"
@@ -170,7 +171,7 @@ func (s *Store) decide(op *rules.Op) {
 	if sum == overflowSum {
 		sum++ // 0 marks the overflow state
 	}
-	rule, _, _ := cut(op.Key, '|')
+	rule, _, _ := strings.Cut(op.Key, "|")
 	c := cas{data: s.Data, peeks: &s.peeks, key: s.slotKey(rule, op.Alg, int(sum%uint64(s.Slots))),
 		retries: s.Retries, contended: s.Contended, now: s.Now, fresh: empty, slots: true}
 	req := op.Req.Bounded()
@@ -356,14 +357,4 @@ func appendEntry(b []byte, sum uint64, exp int64, st *algos.State) []byte {
 		b = binary.LittleEndian.AppendUint64(b, uint64(w))
 	}
 	return binary.LittleEndian.AppendUint64(b, uint64(st.Ban))
-}
-
-// cut is strings.Cut for one byte.
-func cut(s string, sep byte) (before, after string, found bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == sep {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
 }
