@@ -3,6 +3,7 @@ package rules_test
 import (
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -92,24 +93,12 @@ func TestSpecEqualsDocument(t *testing.T) {
 	want := *fromDoc
 	want.Alg, want.Fallback, want.Leases = nil, nil, false // checkRule leaves them out
 	checkRule(t, fromSpec, want)
-	if a, b := fromSpec.Alg.Script(), fromDoc.Alg.Script(); a.Name != b.Name || !equalInts(a.Args, b.Args) {
+	if a, b := fromSpec.Alg.Script(), fromDoc.Alg.Script(); a.Name != b.Name || !slices.Equal(a.Args, b.Args) {
 		t.Errorf("Alg = %+v, document's %+v", a, b)
 	}
-	if a, b := fromSpec.Fallback.Script(), fromDoc.Fallback.Script(); !equalInts(a.Args, b.Args) {
+	if a, b := fromSpec.Fallback.Script(), fromDoc.Fallback.Script(); !slices.Equal(a.Args, b.Args) {
 		t.Errorf("Fallback = %+v, document's %+v", a, b)
 	}
-}
-
-func equalInts(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Resolve fills in what a limit leaves out: defaults, and Same (a bucket's burst is its rate).
