@@ -64,7 +64,7 @@ func (s *Store) DecideAll(ctx context.Context, calls []Call) {
 	if len(calls) == 0 {
 		return
 	}
-	if s.cluster {
+	if s.cluster || s.ap != nil {
 		s.send(ctx, calls)
 		return
 	}

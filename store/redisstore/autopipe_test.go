@@ -1,0 +1,112 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/diana-gw/diana/internal/redistest"
+	"github.com/diana-gw/diana/shared/algos"
+)
+
+// TestAutoPipelineSharesRoundTrips: through go-redis's auto-pipeliner, 32 goroutines deciding on
+// one key at once share round trips, and each decision is counted once: a bucket of 500 that
+// refills once an hour admits exactly 500 of 1,600.
+func TestAutoPipelineSharesRoundTrips(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	s := New(c, Options{AutoPipeline: true})
+	if s.ap == nil {
+		t.Fatal("Options.AutoPipeline: the store has no auto-pipeliner")
+	}
+	g := must(algos.NewGCRA(1, algos.Hour, 500))
+	ctx := context.Background()
+	if _, err := s.Decide(ctx, "warm", g, algos.Request{Cost: 0}); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	trips := &roundTrips{}
+	c.AddHook(trips)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for range 50 {
+				d, err := s.Decide(ctx, "hot", g, algos.Request{Cost: 1})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 500 {
+		t.Fatalf("admitted %d of 1,600, want exactly 500", got)
+	}
+	if n := trips.n.Load(); n >= 1600 {
+		t.Fatalf("1,600 concurrent decisions took %d round trips, want fewer", n)
+	} else {
+		t.Logf("1,600 decisions from 32 goroutines: %d round trips", n)
+	}
+}
+
+// TestAutoPipelineCallerLeavesAtItsDeadline: while Redis does not answer, a caller whose command
+// waits in the auto-pipeliner gets its own deadline's error at that deadline, and once Redis is
+// back decisions go on.
+func TestAutoPipelineCallerLeavesAtItsDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	s := New(srv.Client(), Options{AutoPipeline: true})
+	g := must(algos.NewGCRA(10, algos.Second, 10))
+	if _, err := s.Decide(context.Background(), "k", g, algos.Request{Cost: 0}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	long, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { s.Decide(long, "k", g, algos.Request{Cost: 1}) }) // holds the one pipeline
+	time.Sleep(20 * time.Millisecond)
+	short, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel2()
+	start := time.Now()
+	_, err := s.Decide(short, "k", g, algos.Request{Cost: 1})
+	took := time.Since(start)
+	srv.Resume()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("waiting caller: err = %v, want its deadline", err)
+	}
+	if took > time.Second {
+		t.Fatalf("a caller with a 50 ms deadline waited %v", took)
+	}
+	wg.Wait()
+	if _, err := s.Decide(context.Background(), "k", g, algos.Request{Cost: 1}); err != nil {
+		t.Fatalf("after Redis is back: %v", err)
+	}
+}
+
+// roundTrips counts what a client sends: a command or a pipeline is one round trip.
+type roundTrips struct{ n atomic.Int64 }
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
