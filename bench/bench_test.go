@@ -171,9 +171,6 @@ var redisLimiters = []struct {
 	{"diana", func(b *testing.B, c *redis.Client) func(context.Context, string) (bool, error) {
 		return dianaRedis(c, gcra(b))
 	}},
-	{"diana-autopipe", func(b *testing.B, c *redis.Client) func(context.Context, string) (bool, error) {
-		return dianaRedisWith(c, gcra(b), redisstore.Options{AutoPipeline: true})
-	}},
 	{"diana-fixed-window", func(b *testing.B, c *redis.Client) func(context.Context, string) (bool, error) {
 		fw, err := algos.NewFixedWindow(perSecond, algos.Second)
 		if err != nil {
@@ -229,12 +226,7 @@ var redisLimiters = []struct {
 
 // dianaRedis decides in Diana's Redis store under alg.
 func dianaRedis(c *redis.Client, alg algos.Algorithm) func(context.Context, string) (bool, error) {
-	return dianaRedisWith(c, alg, redisstore.Options{})
-}
-
-// dianaRedisWith decides in Diana's Redis store with o under alg.
-func dianaRedisWith(c *redis.Client, alg algos.Algorithm, o redisstore.Options) func(context.Context, string) (bool, error) {
-	s := redisstore.New(c, o)
+	s := redisstore.New(c, redisstore.Options{})
 	r := algos.Request{Cost: 1}
 	return func(ctx context.Context, key string) (bool, error) {
 		d, err := s.Decide(ctx, key, alg, r)

@@ -86,10 +86,8 @@ func BenchmarkRLS(b *testing.B) {
 	dianaAddr, dianaPid, metrics := startDianaRLS(b, cfgDir, rs.Addr)
 	emptyAddr, emptyPid := startEmptyRLS(b)
 	batchedAddr, batchedPid, batchedMetrics := startDianaRLS(b, batchedDir, rs.Addr)
-	autoAddr, autoPid, autoMetrics := startDianaRLS(b, cfgDir, rs.Addr, "diana_autopipeline")
 	loads := []*rlsLoad{newRLSLoad(b, "ratelimit", rlAddr, rlPid), newRLSLoad(b, "diana", dianaAddr, dianaPid),
-		newRLSLoad(b, "empty", emptyAddr, emptyPid), newRLSLoad(b, "batched", batchedAddr, batchedPid),
-		newRLSLoad(b, "autopipe", autoAddr, autoPid)}
+		newRLSLoad(b, "empty", emptyAddr, emptyPid), newRLSLoad(b, "batched", batchedAddr, batchedPid)}
 	for _, l := range loads {
 		l.redisPid = rs.Pid()
 	}
@@ -141,7 +139,7 @@ func BenchmarkRLS(b *testing.B) {
 		})
 	}
 	// Every decision of dianad's was Redis's: none came from on_error.
-	for _, m := range []string{metrics, batchedMetrics, autoMetrics} {
+	for _, m := range []string{metrics, batchedMetrics} {
 		if n := scrape(b, m, `diana_backend_errors_total{rule="rls:bench.remote_address"}`); n != 0 {
 			b.Fatalf("dianad: %v decisions made by on_error: Redis did not answer in time", n)
 		}
@@ -203,10 +201,10 @@ func startRatelimit(b *testing.B, root, redisAddr string) (string, int) {
 }
 
 // startDianaRLS builds and runs dianad with an rls section in cluster mode on redisAddr, and
-// returns its gRPC address, its process id and its metrics URL; dianad is built with tags.
-func startDianaRLS(b *testing.B, cfgDir, redisAddr string, tags ...string) (string, int, string) {
+// returns its gRPC address, its process id and its metrics URL.
+func startDianaRLS(b *testing.B, cfgDir, redisAddr string) (string, int, string) {
 	bin := filepath.Join(b.TempDir(), "dianad")
-	build := exec.Command(goTool(), "build", "-tags", strings.Join(tags, ","), "-o", bin, "../cmd/dianad")
+	build := exec.Command(goTool(), "build", "-o", bin, "../cmd/dianad")
 	if out, err := build.CombinedOutput(); err != nil {
 		b.Fatalf("go build dianad: %v\n%s", err, out)
 	}

@@ -1,5 +1,3 @@
-//go:build !diana_autopipeline
-
 package redisstore
 
 import (
@@ -9,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/diana-gw/diana/internal/redistest"
 	"github.com/diana-gw/diana/shared/algos"
@@ -101,4 +101,23 @@ func (s *Store) sendingNow() int {
 	s.co.mu.Lock()
 	defer s.co.mu.Unlock()
 	return s.co.sending
+}
+
+// roundTrips counts what a client sends: a command or a pipeline is one round trip.
+type roundTrips struct{ n atomic.Int64 }
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
 }

@@ -37,9 +37,6 @@ type Options struct {
 	// Cluster, WAIT has no key to be routed by.
 	WaitReplicas int
 	WaitTimeout  time.Duration
-	// AutoPipeline shares round trips through go-redis's auto-pipeliner instead of the
-	// coalescer (see autopipe.go).
-	AutoPipeline bool
 }
 
 // ErrNotReplicated is the error of a decision whose write did not reach Options.WaitReplicas
@@ -54,7 +51,6 @@ type Store struct {
 	batches map[string]*redis.Script // each algorithm's batch script (scripts.Batch)
 	cluster bool                     // a Redis Cluster client: calls are not shared (see coalesce.go)
 	co      coalescer
-	ap      *redis.AutoPipeliner // with Options.AutoPipeline (see autopipe.go)
 }
 
 // New returns a Store on c, which may be a standalone, Sentinel (failover) or Cluster client.
@@ -73,7 +69,6 @@ func New(c redis.UniversalClient, o Options) *Store {
 		src, _ = scripts.Batch(name)
 		s.batches[name] = redis.NewScript(src)
 	}
-	s.ap = autoPipeliner(c, o, cluster)
 	return s
 }
 
@@ -158,7 +153,7 @@ func (c *command) script() *redis.Script {
 // overhead and its clock once for them all, and they share its time. Not on a Cluster, where
 // a script's keys must share a slot.
 func (s *Store) send(ctx context.Context, calls []Call) {
-	if len(calls) == 1 && s.o.WaitReplicas <= 0 && s.ap == nil { // no pipeline to fill and parse
+	if len(calls) == 1 && s.o.WaitReplicas <= 0 { // no pipeline to fill and parse
 		c := &calls[0]
 		c.Dec, c.Err, c.Cached, c.At = algos.Decision{}, nil, false, 0
 		e, err := s.eval(c.Key, c.Alg, c.Req)
@@ -189,6 +184,7 @@ func (s *Store) send(ctx context.Context, calls []Call) {
 	if len(cmds) == 0 {
 		return
 	}
+	p := s.c.Pipeline()
 	for _, c := range cmds {
 		if c.n == 1 {
 			c.keys, c.args = c.e.single()
@@ -198,37 +194,27 @@ func (s *Store) send(ctx context.Context, calls []Call) {
 				c.keys, c.args = e.appendBatch(c.keys, c.args)
 			}
 		}
+		c.cmd = c.script().EvalSha(ctx, p, c.keys, c.args...)
 	}
-	var wait, rewait *redis.Cmd
-	var execErr, reexecErr error
-	if s.ap != nil && len(cmds) == 1 {
-		if !s.sendAuto(ctx, calls, cmds[0]) {
-			return
-		}
-	} else {
-		p := s.c.Pipeline()
-		for _, c := range cmds {
-			c.cmd = c.script().EvalSha(ctx, p, c.keys, c.args...)
-		}
-		wait = s.wait(ctx, p, calls)
-		// Each command carries its own error, except when the pipeline could not be sent at all
-		// (no connection, or one whose AUTH failed: WRONGPASS, NOAUTH): then only Exec returns it.
-		_, execErr = p.Exec(ctx)
-		// A NOSCRIPT command did not run: sending it again with the script's source applies it
-		// once.
-		var retry redis.Pipeliner
-		for _, c := range cmds {
-			if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
-				if retry == nil {
-					retry = s.c.Pipeline()
-				}
-				c.cmd, c.retried = c.script().Eval(ctx, retry, c.keys, c.args...), true
+	wait := s.wait(ctx, p, calls)
+	// Each command carries its own error, except when the pipeline could not be sent at all (no
+	// connection, or one whose AUTH failed: WRONGPASS, NOAUTH): then only Exec returns it.
+	_, execErr := p.Exec(ctx)
+	// A NOSCRIPT command did not run: sending it again with the script's source applies it once.
+	var retry redis.Pipeliner
+	for _, c := range cmds {
+		if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
+			if retry == nil {
+				retry = s.c.Pipeline()
 			}
+			c.cmd, c.retried = c.script().Eval(ctx, retry, c.keys, c.args...), true
 		}
-		if retry != nil {
-			rewait = s.wait(ctx, retry, calls)
-			_, reexecErr = retry.Exec(ctx)
-		}
+	}
+	var rewait *redis.Cmd
+	var reexecErr error
+	if retry != nil {
+		rewait = s.wait(ctx, retry, calls)
+		_, reexecErr = retry.Exec(ctx)
 	}
 	for _, c := range cmds {
 		unsent, w := execErr, wait

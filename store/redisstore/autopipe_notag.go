@@ -1,6 +1,0 @@
-//go:build !diana_autopipeline
-
-package redisstore
-
-// autoPipelineTag makes every Store use the auto-pipeliner (see autopipe.go).
-const autoPipelineTag = false
