@@ -76,7 +76,8 @@ func TestPage(t *testing.T) {
 			"Test CPU, 2 cores, go1.99, load average 0.10 0.20 0.30", "2001-02-03 04:05 UTC",
 			"Measured by `make bench-proxy`", "Measured by `go test memory`", "Measured by `go test redis`", "Measured by `go test rls`",
 			"| dianad: three rules | "+num(1000*tc.x)+" | 900 µs |", "wrk -t 2 -c 32", "| serial: time per decision | 150 ns |",
-			"| 64 | 45.0 µs (15.0 µs) |", "| 16 | 1,500, 1,500, 1,500, 1,500 |")
+			"| 64 | 45.0 µs (15.0 µs) |", "| 16 | 1,500, 1,500, 1,500, 1,500 |",
+			"### Auto-pipelining: go-redis's against the coalescer", "[autopipeline.md](autopipeline.md)")
 		flat := strings.Join(strings.Fields(md), " ") // the prose is wrapped
 		for _, w := range want {
 			if !strings.Contains(flat, w) {

@@ -20,18 +20,24 @@ import (
 // calls of different callers are independent, as they were when they raced for connections.
 // On a Redis Cluster, calls are not shared: a pipeline waits for its slowest node, and one node
 // failing over must not hold up the decisions of the others.
+//
+// go-redis's auto-pipeliner (AsyncAutoPipeline, v9.22, experimental) was measured in this one's
+// place and was slower at 1, 16 and 64 goroutines (docs/autopipeline.md): it pipelines commands
+// but cannot merge different callers' decisions into one batch script call as flush does, it
+// keeps one pipeline under way where this keeps maxSending, it hands even a lone caller's command
+// to two other goroutines where this sends it at once, and it cannot put one DecideAll's several
+// script calls in one round trip.
 
 // maxSending is the number of round trips under way at once. A queued caller waits for a round
 // trip to end and for two goroutine switches, which pays only when Redis, not the wait, is what
-// holds decisions up (BenchmarkRedis, beside the code without sharing): with 1, two goroutines
-// made 0.6 times as many decisions per second as without sharing; with 2, four goroutines 0.6
-// times as many; with 4, four made as many and 64 about twice as many; with 8, 64 gained less.
+// holds decisions up: chosen with BenchmarkRedis beside the code without sharing, where fewer
+// made a few goroutines slower than no sharing and more made 64 gain less (docs/autopipeline.md).
 const maxSending = 4
 
 // flusherIdle is how long a flusher waits for the next queue before it exits. A flusher is a
 // goroutine that sends the queued calls: kept while the store is busy, its stack, grown by
-// go-redis's pipeline, serves the next round trip (a new goroutine per round trip spent 5% of
-// BenchmarkRLSService's CPU growing its stack).
+// go-redis's pipeline, serves the next round trip (a new goroutine per round trip spent a
+// visible share of BenchmarkRLSService's CPU growing its stack; docs/autopipeline.md).
 const flusherIdle = time.Second
 
 // coalescer queues the calls that wait for a round trip.
