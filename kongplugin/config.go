@@ -9,10 +9,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/conf"
 	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/store/stack"
 )
 
 // settings is a decoded, valid plugin config: the rules it limits with, and what a request
@@ -22,7 +24,7 @@ type settings struct {
 	// Warnings say where the config is taken otherwise than written: a field that does not
 	// apply to the chosen mode, ignored; a value lowered to what the algorithm holds.
 	Warnings []string
-	Redis    *redisConf // nil with policy local
+	Redis    *redisSettings // nil with policy local
 	// EscapedSlashes says what %2F, %5C and '\' in a request's path are to the rules.
 	EscapedSlashes rules.EscapedSlashes
 
@@ -40,24 +42,15 @@ type needs struct {
 	Leases                                  bool // Log must give concurrency leases back
 }
 
-// redisConf is the Redis connection of policy redis; equal configs share one client.
-type redisConf struct {
-	Addrs      string // comma-separated, as a comparable map key
-	MasterName string
-	Cluster    bool
-	Username   string
-	Password   string
-	DB         int
-	TLS        bool
-	SkipVerify bool
-	ServerName string
-	CAFile     string // read when the store is made (see clusterStore), as are CertFile and KeyFile
-	CertFile   string
-	KeyFile    string
-	Wait       int
-	TimeoutMS  int64
-	Prefix     string
+// redisSettings are policy redis's settings: stack.Settings, with the TLS files by name,
+// read when the store is made (see clusterStore).
+type redisSettings struct {
+	stack.Settings
+	CAFile, CertFile, KeyFile string
 }
+
+// key is the same for equal settings, which share one client.
+func (r *redisSettings) key() string { return fmt.Sprintf("%#v", *r) }
 
 // credentialHeader is the name under which the request's Kong credential id is handed to the
 // rules, as the value of a "header" dimension. headerGetter answers it from the credential,
@@ -112,7 +105,7 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 	}
 	str, integer, boolean := v.str, v.integer, v.boolean
 	s.EscapedSlashes = rules.DecodeEscapedSlashes(o)
-	var rc redisConf
+	rc := redisSettings{Settings: stack.Defaults()}
 	rc.MasterName = str("redis_sentinel_master")
 	rc.Cluster = boolean("redis_cluster")
 	rc.Username = str("redis_username")
@@ -123,8 +116,8 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 	rc.ServerName = str("redis_server_name")
 	rc.CAFile = str("redis_ssl_ca_file")
 	rc.CertFile, rc.KeyFile = str("redis_ssl_cert_file"), str("redis_ssl_key_file")
-	rc.Wait = int(integer("redis_wait_replicas"))
-	rc.TimeoutMS = integer("redis_timeout")
+	rc.WaitReplicas = int(integer("redis_wait_replicas"))
+	rc.Timeout = time.Duration(integer("redis_timeout")) * time.Millisecond
 	rc.Prefix = str("redis_prefix")
 
 	if str("policy") == "redis" {
@@ -137,15 +130,15 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 				addrs[i] = net.JoinHostPort(strings.Trim(a, "[]"), "6379")
 			}
 		}
-		if rc.MasterName != "" && rc.Cluster {
+		rc.Addrs = addrs
+		if rc.SentinelAndCluster() {
 			s.warn("redis_cluster", "is ignored: redis_sentinel_master is set, so redis_addrs are Sentinels")
 			rc.Cluster = false
 		}
-		if rc.Wait > 0 && (rc.Cluster || len(addrs) > 1 && rc.MasterName == "") {
+		if !rc.WaitRoutable() {
 			s.warn("redis_wait_replicas", "is ignored: WAIT cannot be routed on a Redis Cluster (it has no key)")
-			rc.Wait = 0
+			rc.WaitReplicas = 0
 		}
-		rc.Addrs = strings.Join(addrs, ",")
 		s.Redis = &rc
 	}
 

@@ -12,12 +12,10 @@ import (
 	"time"
 
 	"github.com/diana-gw/diana/config"
-	"github.com/diana-gw/diana/internal/lograte"
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/batch"
 	"github.com/diana-gw/diana/store/failover"
 	"github.com/diana-gw/diana/store/memstore"
-	"github.com/diana-gw/diana/store/redisstore"
 	"github.com/diana-gw/diana/store/stack"
 )
 
@@ -29,27 +27,21 @@ var (
 	local    = rules.Each(localMem.Decide)
 
 	clustersMu sync.Mutex
-	clusters   = map[redisConf]*failover.Store{} // one client per distinct connection
-	batches    []*batch.Store                    // their batched units, given back on exit
+	clusters   = map[string]*failover.Store{} // by redisSettings.key: one client per distinct connection
+	batches    []*batch.Store                 // their batched units, given back on exit
 
-	starveLog lograte.Limiter // Redis timeouts of a starved plugin server: a line a second at most
-	shareLog  lograte.Limiter // failed exchanges of the learned shares: a line a second at most
+	stackLog = stack.Logger{Warn: logLine, Info: logLine} // what the cluster stores report
 )
 
-// shareError is told of a failed exchange of the learned shares (failover.Shares): the node
-// keeps the shares it learned before, or limit / fallback_nodes without them.
-func shareError(err error) {
-	if ok, skipped := shareLog.Allow(); ok {
-		log.Printf("diana: exchanging this node's share of the traffic with Redis failed, its fallback limits stay as learned before (%d more since the last line): %v", skipped, err)
+// logLine writes msg and its key-value pairs to the plugin server's log, which Kong copies into
+// its error log, as the plugin's other lines.
+func logLine(msg string, args ...any) {
+	var b strings.Builder
+	b.WriteString("diana: " + msg)
+	for i := 0; i+1 < len(args); i += 2 {
+		fmt.Fprintf(&b, " %v=%v", args[i], args[i+1])
 	}
-}
-
-// starved is told of a Redis timeout the breaker did not count, the plugin server itself being
-// short of CPU. It logs to the plugin server's log, which Kong copies into its error log.
-func starved(wait time.Duration) {
-	if ok, skipped := starveLog.Allow(); ok {
-		log.Printf("diana: Redis timed out while the plugin server was starved of CPU (a goroutine waited %v): not counted against Redis; the request got the fail policy's decision (%d more since the last line)", wait, skipped)
-	}
+	log.Print(b.String())
 }
 
 // clusterStore returns the shared cluster store of a Redis connection, built by store/stack as
@@ -58,22 +50,17 @@ func starved(wait time.Duration) {
 // key file that cannot be read, or a certificate and key that are not a pair, make a store whose
 // every decision fails with that error (the fail policy applies, logged), and is not kept, so
 // that the next config change tries again.
-func clusterStore(rc *redisConf) rules.Store {
+func clusterStore(rc *redisSettings) rules.Store {
 	if rc == nil {
 		return nil
 	}
 	clustersMu.Lock()
 	defer clustersMu.Unlock()
-	if s, ok := clusters[*rc]; ok {
+	key := rc.key()
+	if s, ok := clusters[key]; ok {
 		return s
 	}
-	timeout := time.Duration(rc.TimeoutMS) * time.Millisecond
-	o := stack.Options{
-		Conn: redisstore.Conn{Addrs: strings.Split(rc.Addrs, ","), MasterName: rc.MasterName, Cluster: rc.Cluster,
-			Username: rc.Username, Password: rc.Password, DB: rc.DB,
-			TLS: rc.TLS, ServerName: rc.ServerName, SkipVerify: rc.SkipVerify},
-		Prefix: rc.Prefix, WaitReplicas: rc.Wait, Timeout: timeout, OnStarved: starved, OnShareError: shareError,
-	}
+	o := stack.Options{Settings: rc.Settings, OnState: stackLog.State, OnStarved: stackLog.Starved, OnShareError: stackLog.ShareError}
 	var err error
 	for _, f := range []struct {
 		field, path string
@@ -92,9 +79,9 @@ func clusterStore(rc *redisConf) rules.Store {
 		}
 	}
 	if err != nil {
-		return failover.New(failing{err}, failover.Options{Timeout: timeout})
+		return failover.New(failing{err}, failover.Options{Timeout: rc.Timeout})
 	}
-	clusters[*rc] = st.Store
+	clusters[key] = st.Store
 	batches = append(batches, st.Batch)
 	return st.Store
 }

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/diana-gw/diana/config"
 	"github.com/diana-gw/diana/examples"
@@ -875,11 +876,11 @@ func TestRuleDefaults(t *testing.T) {
 		{"listen", cfg.Listen, nil},
 		{"admin.listen", cfg.Admin.Listen, nil},
 		{"local_store.max_keys", cfg.LocalStore.MaxKeys, func(d any) any { return int(integer(d)) }},
-		{"connections.keepalive_timeout", cfg.Connections.KeepaliveTimeout, func(d any) any { return us(d.(string)) }},
-		{"admin.connections.send_timeout", cfg.Admin.Connections.SendTimeout, func(d any) any { return us(d.(string)) }},
+		{"connections.keepalive_timeout", cfg.Connections.KeepaliveTimeout, func(d any) any { return time.Duration(us(d.(string)).(int64)) * time.Microsecond }},
+		{"admin.connections.send_timeout", cfg.Admin.Connections.SendTimeout, func(d any) any { return time.Duration(us(d.(string)).(int64)) * time.Microsecond }},
 		{"ipv6_prefix", cfg.IPv6Prefix, func(d any) any { return int(integer(d)) }},
 		{"escaped_slashes", rules.EscapedSlashesNames[cfg.EscapedSlashes], nil},
-		{"remote.interval", cfg.Remote.Interval, func(d any) any { return us(d.(string)) }},
+		{"remote.interval", cfg.Remote.Interval, func(d any) any { return time.Duration(us(d.(string)).(int64)) * time.Microsecond }},
 	}
 	for _, c := range checks {
 		d, ok := props[c.path]
@@ -957,7 +958,7 @@ func decoderKeys(t *testing.T) map[string]bool {
 					literal(call.Args[0])
 				}
 			case *ast.Ident:
-				if fun.Name == "readPEM" && len(call.Args) > 1 {
+				if (fun.Name == "readPEM" || fun.Name == "duration") && len(call.Args) > 1 {
 					literal(call.Args[1])
 				}
 				if fun.Name == "secret" && len(call.Args) > 2 {

@@ -13,14 +13,15 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/diana-gw/diana/config"
 	"github.com/diana-gw/diana/httplimit"
-	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/conf"
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/memstore"
 	"github.com/diana-gw/diana/store/redisstore"
+	"github.com/diana-gw/diana/store/stack"
 )
 
 // Version is the config format this dianad reads.
@@ -38,7 +39,7 @@ type Config struct {
 	ConsumerHeader string
 	AccessLog      bool // a log line per request the proxy answers
 	Upstreams      []Upstream
-	Redis          *Redis // nil: no cluster mode
+	Redis          *stack.Settings // nil: no cluster mode
 	Remote         Remote
 	RLS            *RLS // nil: no rate limit service
 	Rules          []*rules.Rule
@@ -65,14 +66,13 @@ type Admin struct {
 	Connections          Connections
 }
 
-// Connections bound a listener's connections, as nginx's directives of the same names do; the
-// timeouts are µs.
+// Connections bound a listener's connections, as nginx's directives of the same names do.
 type Connections struct {
 	Max              int   // open connections at most; 0: derived from the open-file limit at start
-	KeepaliveTimeout int64 // an idle keep-alive connection is closed after it; 0: no keep-alive
-	HeaderTimeout    int64 // to read a request's header
-	BodyTimeout      int64 // between two reads of a request's body
-	SendTimeout      int64 // between two writes of a response
+	KeepaliveTimeout time.Duration // an idle keep-alive connection is closed after it; 0: no keep-alive
+	HeaderTimeout    time.Duration // to read a request's header
+	BodyTimeout      time.Duration // between two reads of a request's body
+	SendTimeout      time.Duration // between two writes of a response
 }
 
 // LocalStore is the in-process store of local rules' state.
@@ -87,35 +87,13 @@ type Upstream struct {
 	Match rules.Match
 }
 
-// Redis is the connection of cluster mode (and of a Redis remote config source).
-type Redis struct {
-	Addrs      []string // one: standalone; several: Redis Cluster; with MasterName: Sentinel
-	MasterName string
-	Username   string
-	Password   string
-	DB         int
-	TLS        bool
-	CACert     []byte // TLS: the PEM of tls_ca_file, the CAs to trust instead of the system's
-	// TLS: the PEM of tls_cert_file and tls_key_file, the client certificate for a server that
-	// asks for one (mutual TLS)
-	ClientCert, ClientKey []byte
-	ServerName            string // TLS: the name to verify the certificate against
-	SkipVerify            bool   // TLS: do not verify the certificate (tests only)
-	Cluster               bool   // a Redis Cluster even with one address (a configuration endpoint)
-	Wait                  int    // replicas a decision's write must reach before it counts (WAIT); 0: none
-	Timeout               int64  // µs, bound on one decision's round trip
-	Prefix                string
-	Failures              int   // consecutive failures that open the breaker
-	OpenFor               int64 // µs the breaker stays open before a probe
-}
-
 // Remote is the remote config source, whose rules win over the file's while it is reachable.
 type Remote struct {
 	URL          string
 	Headers      map[string]string
 	RedisKey     string
 	RedisChannel string
-	Interval     int64 // µs
+	Interval     time.Duration
 }
 
 // Decode reads and checks a config document; errors name the source, the field and the reason.
@@ -217,7 +195,7 @@ func (c *Config) decodeServer(o *conf.Obj) {
 	}
 	c.Remote.RedisKey = rm.String("redis_key", "")
 	c.Remote.RedisChannel = rm.String("redis_channel", c.Remote.RedisKey)
-	c.Remote.Interval = rm.Duration("interval", 5*algos.Second, 100*algos.Millisecond, algos.Day)
+	c.Remote.Interval = duration(rm, "interval", 5*time.Second, 100*time.Millisecond, 24*time.Hour)
 	if c.Remote.URL != "" && c.Remote.RedisKey != "" {
 		rm.Fail("redis_key", "cannot be combined with url: choose one remote source")
 	}
@@ -249,10 +227,10 @@ func (c *Config) decodeServer(o *conf.Obj) {
 // defaultConnections are nginx's: keepalive_timeout 75s, client_header_timeout,
 // client_body_timeout and send_timeout 60s; no cap but the open-file limit's share.
 var defaultConnections = Connections{
-	KeepaliveTimeout: 75 * algos.Second,
-	HeaderTimeout:    60 * algos.Second,
-	BodyTimeout:      60 * algos.Second,
-	SendTimeout:      60 * algos.Second,
+	KeepaliveTimeout: 75 * time.Second,
+	HeaderTimeout:    60 * time.Second,
+	BodyTimeout:      60 * time.Second,
+	SendTimeout:      60 * time.Second,
 }
 
 // decodeConnections reads a listener's connections section.
@@ -260,10 +238,10 @@ func decodeConnections(o *conf.Obj) Connections {
 	d := defaultConnections
 	c := Connections{
 		Max:              int(o.Int("max", int64(d.Max), 0, 1<<24)),
-		KeepaliveTimeout: o.Duration("keepalive_timeout", d.KeepaliveTimeout, 0, algos.Day),
-		HeaderTimeout:    o.Duration("header_timeout", d.HeaderTimeout, algos.Millisecond, algos.Day),
-		BodyTimeout:      o.Duration("body_timeout", d.BodyTimeout, algos.Millisecond, algos.Day),
-		SendTimeout:      o.Duration("send_timeout", d.SendTimeout, algos.Millisecond, algos.Day),
+		KeepaliveTimeout: duration(o, "keepalive_timeout", d.KeepaliveTimeout, 0, 24*time.Hour),
+		HeaderTimeout:    duration(o, "header_timeout", d.HeaderTimeout, time.Millisecond, 24*time.Hour),
+		BodyTimeout:      duration(o, "body_timeout", d.BodyTimeout, time.Millisecond, 24*time.Hour),
+		SendTimeout:      duration(o, "send_timeout", d.SendTimeout, time.Millisecond, 24*time.Hour),
 	}
 	o.Done()
 	return c
@@ -311,8 +289,8 @@ func secret(o *conf.Obj, field, fileField, env string) string {
 	return v
 }
 
-func decodeRedis(o *conf.Obj) *Redis {
-	r := &Redis{}
+func decodeRedis(o *conf.Obj) *stack.Settings {
+	r := stack.Defaults()
 	o.Require("addrs")
 	r.Addrs = o.Strings("addrs")
 	if o.Has("addrs") && len(r.Addrs) == 0 {
@@ -358,19 +336,24 @@ func decodeRedis(o *conf.Obj) *Redis {
 		}
 	}
 	r.Cluster = o.Bool("cluster", false)
-	if r.Cluster && r.MasterName != "" {
+	if r.SentinelAndCluster() {
 		o.Fail("cluster", "cannot be combined with master_name (Sentinel)")
 	}
-	r.Wait = int(o.Int("wait_replicas", 0, 0, 16))
-	if r.Wait > 0 && (r.Cluster || len(r.Addrs) > 1 && r.MasterName == "") {
+	r.WaitReplicas = int(o.Int("wait_replicas", 0, 0, stack.MaxWaitReplicas))
+	if !r.WaitRoutable() {
 		o.Fail("wait_replicas", "cannot be used with a Redis Cluster (WAIT has no key to be routed by); use it with a standalone or Sentinel master")
 	}
-	r.Timeout = o.Duration("timeout", 50*algos.Millisecond, algos.Millisecond, algos.Minute)
-	r.Prefix = o.String("prefix", "diana:")
-	r.Failures = int(o.Int("breaker_failures", 3, 1, 1000))
-	r.OpenFor = o.Duration("breaker_open_for", algos.Second, algos.Millisecond, algos.Hour)
+	r.Timeout = duration(o, "timeout", r.Timeout, stack.MinTimeout, stack.MaxTimeout)
+	r.Prefix = o.String("prefix", r.Prefix)
+	r.Failures = int(o.Int("breaker_failures", int64(r.Failures), 1, stack.MaxFailures))
+	r.OpenFor = duration(o, "breaker_open_for", r.OpenFor, stack.MinOpenFor, stack.MaxOpenFor)
 	o.Done()
-	return r
+	return &r
+}
+
+// duration reads a duration field into a time.Duration: def if absent, between min and max.
+func duration(o *conf.Obj, key string, def, min, max time.Duration) time.Duration {
+	return time.Duration(o.Duration(key, def.Microseconds(), min.Microseconds(), max.Microseconds())) * time.Microsecond
 }
 
 // readPEM reads the file that field names, if set, bounded as a CA bundle is.

@@ -191,7 +191,7 @@ func TestConnectionSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nginx := Connections{KeepaliveTimeout: 75_000_000, HeaderTimeout: 60_000_000, BodyTimeout: 60_000_000, SendTimeout: 60_000_000}
+	nginx := Connections{KeepaliveTimeout: 75 * time.Second, HeaderTimeout: 60 * time.Second, BodyTimeout: 60 * time.Second, SendTimeout: 60 * time.Second}
 	if cfg.Connections != nginx || cfg.Admin.Connections != nginx {
 		t.Errorf("defaults: proxy %+v, admin %+v; want %+v", cfg.Connections, cfg.Admin.Connections, nginx)
 	}
@@ -206,8 +206,8 @@ local_store: {max_keys: 64}
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Connections{Max: 100, HeaderTimeout: 5_000_000, BodyTimeout: 6_000_000, SendTimeout: 7_000_000}
-	if cfg.Connections != want || cfg.Admin.Connections.Max != 10 || cfg.Admin.Connections.KeepaliveTimeout != 1_000_000 || cfg.LocalStore.MaxKeys != 64 {
+	want := Connections{Max: 100, HeaderTimeout: 5 * time.Second, BodyTimeout: 6 * time.Second, SendTimeout: 7 * time.Second}
+	if cfg.Connections != want || cfg.Admin.Connections.Max != 10 || cfg.Admin.Connections.KeepaliveTimeout != time.Second || cfg.LocalStore.MaxKeys != 64 {
 		t.Errorf("set: proxy %+v, admin %+v, max_keys %d", cfg.Connections, cfg.Admin.Connections, cfg.LocalStore.MaxKeys)
 	}
 	for doc, want := range map[string]string{

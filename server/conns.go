@@ -190,9 +190,9 @@ func newHTTPServer(h http.Handler, c Connections, errorLog *log.Logger) *http.Se
 		c = defaultConnections
 	}
 	srv := &http.Server{
-		Handler:           timeouts(h, us(c.BodyTimeout), us(c.SendTimeout)),
-		ReadHeaderTimeout: us(c.HeaderTimeout),
-		IdleTimeout:       us(c.KeepaliveTimeout),
+		Handler:           timeouts(h, c.BodyTimeout, c.SendTimeout),
+		ReadHeaderTimeout: c.HeaderTimeout,
+		IdleTimeout:       c.KeepaliveTimeout,
 		ConnState:         connState,
 		ErrorLog:          errorLog,
 	}
@@ -201,8 +201,6 @@ func newHTTPServer(h http.Handler, c Connections, errorLog *log.Logger) *http.Se
 	}
 	return srv
 }
-
-func us(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
 
 // timeouts sets a request's read deadline before each read of its body (body), and its write
 // deadline before each write of its response (send); a request held before its first write, or

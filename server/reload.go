@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/diana-gw/diana/config"
 	"github.com/diana-gw/diana/httplimit"
@@ -53,7 +52,7 @@ func (s *Server) newLoader() {
 		Parse:    s.parse,
 		Apply:    s.apply,
 		Report:   s.report,
-		Interval: time.Duration(c.Remote.Interval) * time.Microsecond,
+		Interval: c.Remote.Interval,
 	}
 	switch {
 	case c.Remote.URL != "":

@@ -101,7 +101,7 @@ func (s *Server) stopRLS(ctx context.Context) error {
 
 // watchRLS checks the descriptor config files every remote.interval, and at once on Reload.
 func (s *Server) watchRLS(ctx context.Context) {
-	t := time.NewTicker(time.Duration(s.cfg.Remote.Interval) * time.Microsecond)
+	t := time.NewTicker(s.cfg.Remote.Interval)
 	defer t.Stop()
 	for {
 		select {

@@ -68,8 +68,7 @@ type Server struct {
 	shadowLog  lograte.Limiter // shadow denials (all counted in the metrics): likewise
 	denialLog  lograte.Limiter // denials (all counted in the metrics): likewise
 	proxyLog   lograte.Limiter // upstream errors: likewise
-	starveLog  lograte.Limiter // Redis timeouts of a starved process: likewise
-	shareLog   lograte.Limiter // failed exchanges of the learned shares: likewise
+	stackLog   stack.Logger    // what the cluster store reports: likewise
 	unknownLog lograte.Limiter // rls requests for an unknown domain: likewise
 
 	authLog lograte.Limiter // forward-auth requests refused or not believed: likewise
@@ -110,19 +109,9 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 	s.mem = memstore.New(memstore.Options{MaxEntries: cfg.LocalStore.MaxKeys})
 	s.met.localStore(s.mem)
 	if cfg.Redis != nil {
-		r := cfg.Redis
-		st, err := stack.New(stack.Options{
-			Conn: redisstore.Conn{Addrs: r.Addrs, MasterName: r.MasterName, Cluster: r.Cluster,
-				Username: r.Username, Password: r.Password, DB: r.DB,
-				TLS: r.TLS, CACert: r.CACert, ServerName: r.ServerName, SkipVerify: r.SkipVerify,
-				ClientCert: r.ClientCert, ClientKey: r.ClientKey},
-			Prefix: r.Prefix, WaitReplicas: r.Wait,
-			Timeout:  time.Duration(r.Timeout) * time.Microsecond,
-			Failures: r.Failures,
-			OpenFor:  time.Duration(r.OpenFor) * time.Microsecond,
-			Local:    s.mem, OnState: s.breakerState, OnStarved: s.starved, Observe: s.met.observeRedis,
-			OnShareError: s.shareError,
-		})
+		s.stackLog = stack.Logger{Warn: s.log.Warn, Info: s.log.Info}
+		st, err := stack.New(stack.Options{Settings: *cfg.Redis, Local: s.mem,
+			OnState: s.breakerState, OnStarved: s.starved, Observe: s.met.observeRedis, OnShareError: s.stackLog.ShareError})
 		if err != nil {
 			return nil, fmt.Errorf("server: redis: %w", err)
 		}
@@ -360,28 +349,13 @@ func (s *Server) close() {
 // starved is told of a Redis timeout the breaker did not count, dianad itself being short of CPU.
 func (s *Server) starved(wait time.Duration) {
 	s.met.starved.Inc()
-	if ok, skipped := s.starveLog.Allow(); ok {
-		s.log.Warn("Redis timed out while dianad was starved of CPU: not counted against Redis (the breaker stays closed); the request got its on_error decision",
-			"scheduling_wait", wait, "suppressed", skipped)
-	}
-}
-
-// shareError is told of a failed exchange of the learned shares (on_error local).
-func (s *Server) shareError(err error) {
-	if ok, skipped := s.shareLog.Allow(); ok {
-		s.log.Warn("cannot exchange this node's traffic shares with Redis: on_error local keeps the shares learned before, or the limit divided by nodes",
-			"err", err, "suppressed", skipped)
-	}
+	s.stackLog.Starved(wait)
 }
 
 // breakerState is told when the Redis circuit breaker opens or closes.
 func (s *Server) breakerState(open bool) {
 	s.met.breakerOpen(open)
-	if open {
-		s.log.Warn("Redis circuit breaker open: cluster rules follow their on_error policy until Redis answers again")
-	} else {
-		s.log.Info("Redis circuit breaker closed: Redis answers again")
-	}
+	s.stackLog.State(open)
 }
 
 // logDenial logs a refused request: its rule, client and numbers, at most one line a second

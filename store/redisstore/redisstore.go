@@ -26,7 +26,7 @@ import (
 
 // Options tune a Store.
 type Options struct {
-	// Prefix starts every key; default "diana:".
+	// Prefix starts every key; default DefaultPrefix.
 	Prefix string
 	// CallerClock sends Request.Now to the scripts instead of letting them read Redis TIME:
 	// for replays in virtual time, the simulator's (package sim, which make report runs) and the
@@ -60,13 +60,16 @@ type Store struct {
 	dials   dials
 }
 
+// DefaultPrefix starts every key Diana writes in Redis unless configured otherwise.
+const DefaultPrefix = "diana:"
+
 // New returns a Store on c, which may be a standalone, Sentinel (failover) or Cluster client.
 // For Decide to honour context deadlines, c must be made with ContextTimeoutEnabled; otherwise
 // go-redis waits for its own read and write timeouts. New adds a hook to c that watches its
 // connection attempts (see dials).
 func New(c redis.UniversalClient, o Options) *Store {
 	if o.Prefix == "" {
-		o.Prefix = "diana:"
+		o.Prefix = DefaultPrefix
 	}
 	_, cluster := c.(*redis.ClusterClient)
 	s := &Store{c: c, o: o, scripts: map[string]*redis.Script{}, batches: map[string]*redis.Script{}, cluster: cluster}
