@@ -68,7 +68,7 @@ type Admin struct {
 
 // Connections bound a listener's connections, as nginx's directives of the same names do.
 type Connections struct {
-	Max              int   // open connections at most; 0: derived from the open-file limit at start
+	Max              int           // open connections at most; 0: derived from the open-file limit at start
 	KeepaliveTimeout time.Duration // an idle keep-alive connection is closed after it; 0: no keep-alive
 	HeaderTimeout    time.Duration // to read a request's header
 	BodyTimeout      time.Duration // between two reads of a request's body
