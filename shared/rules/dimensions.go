@@ -10,10 +10,18 @@ func init() {
 	RegisterDimension("consumer", DimensionKind{New: noArg(field(func(in *Input) string { return in.Consumer })), Doc: "the authenticated account (Kong consumer, or the header dianad is told to trust)"})
 	RegisterDimension("route", DimensionKind{New: noArg(field(func(in *Input) string { return in.Route })), Doc: "the route or service the front end matched"})
 	RegisterDimension("path", DimensionKind{New: noArg(field(func(in *Input) string { return in.Path })), Doc: "the URL path (the resource)"})
-	RegisterDimension("method", DimensionKind{New: noArg(field(func(in *Input) string { return in.Method })), Doc: "the HTTP method"})
+	RegisterDimension("method", DimensionKind{New: noArg(field(methodValue)), Doc: "the HTTP method (HEAD counts as GET)"})
 	RegisterDimension("host", DimensionKind{New: noArg(field(func(in *Input) string { return strings.ToLower(in.Host) })), Doc: "the Host header"})
 	RegisterDimension("header", DimensionKind{New: headerDim(""), Doc: "a request header, header:NAME (e.g. header:X-Api-Key)"})
 	RegisterDimension("device", DimensionKind{New: headerDim("X-Device-Id"), Doc: "a device id header, X-Device-Id unless device:NAME names another"})
+}
+
+// methodValue counts HEAD as GET, whose handler serves it (see Match).
+func methodValue(in *Input) string {
+	if in.Method == "HEAD" {
+		return "GET"
+	}
+	return in.Method
 }
 
 // newDimension parses a "by" entry, NAME or NAME:ARG.

@@ -21,7 +21,7 @@ type Engine struct {
 	observe func(*Rule, *Input, Outcome, error)
 	limit   func(*Rule, int64)
 	leaseID func() int64
-	slashes EscapedSlashes
+	path    PathForm
 	scratch sync.Pool
 }
 
@@ -43,6 +43,8 @@ type Options struct {
 	LeaseID func() int64
 	// EscapedSlashes says what %2F, %5C and '\' in a request's path are (see NormalPath).
 	EscapedSlashes EscapedSlashes
+	// StripDotsSpaces strips trailing dots and spaces from each path segment (see NormalPath).
+	StripDotsSpaces bool
 }
 
 // Outcome is a rule's verdict on one request.
@@ -73,8 +75,8 @@ type Result struct {
 	// ErrRule is the rule of Err, and Shadow the first shadow rule that would have denied the
 	// request: for the log lines of the paths where a request passes unlimited.
 	ErrRule, Shadow *Rule
-	// BadPath: the path holds an escaped slash, which the engine refuses (RejectSlashes); no rule
-	// was asked, and the answer is 400.
+	// BadPath: the path holds a control character, or an escaped slash which the engine refuses
+	// (RejectSlashes); no rule was asked, and the answer is 400.
 	BadPath bool
 	leases  []lease
 }
@@ -108,7 +110,8 @@ func New(rules []*Rule, o Options) (*Engine, error) {
 	if int(o.EscapedSlashes) >= len(EscapedSlashesNames) {
 		return nil, errors.New("rules: unknown EscapedSlashes " + strconv.Itoa(int(o.EscapedSlashes)))
 	}
-	e.local, e.cluster, e.observe, e.limit, e.leaseID, e.slashes = o.Local, o.Cluster, o.Observe, o.Limit, o.LeaseID, o.EscapedSlashes
+	e.local, e.cluster, e.observe, e.limit, e.leaseID = o.Local, o.Cluster, o.Observe, o.Limit, o.LeaseID
+	e.path = PathForm{Slashes: o.EscapedSlashes, StripDotsSpaces: o.StripDotsSpaces}
 	e.scratch.New = func() any { return new(scratch) }
 	return e, nil
 }
@@ -135,14 +138,14 @@ type scratch struct {
 // stays exact on its own under concurrency: a commit is a fresh atomic decision; only a request
 // racing between the two phases can be refused after other rules took its units.
 //
-// Check first rewrites in.Path into its normal form (NormalPath), which the rules match and
-// count: front ends hand it the path as the client sent it.
+// Check first rewrites in.Path into its normal form (NormalPath) and upper-cases in.Method
+// (NormalMethod), which the rules match and count: front ends hand them as the client sent them.
 func (e *Engine) Check(ctx context.Context, in *Input) Result {
-	p, ok := NormalPath(in.Path, e.slashes)
+	p, ok := e.path.Normal(in.Path)
 	if !ok {
 		return Result{BadPath: true, Decision: algos.Decision{RetryAfter: algos.Never}}
 	}
-	in.Path = p
+	in.Path, in.Method = p, NormalMethod(in.Method)
 	if r := e.exempted(in); r != nil {
 		if e.observe != nil {
 			e.observe(r, in, Exempted, nil)
