@@ -49,6 +49,10 @@ var headerKeys = func() (k [len(ClientIPHeaderNames)]string) {
 	return k
 }()
 
+// Disagree is the problem AutoIPHeader reports (Options.AddressHeader): a trusted peer's
+// X-Real-IP names another client than its X-Forwarded-For, which is believed.
+const Disagree = "X-Real-IP disagrees with X-Forwarded-For"
+
 // ClientIP returns the address of the client that sent r, with AutoIPHeader: the peer
 // (r.RemoteAddr) is the client unless it is one of the trusted proxies; then X-Forwarded-For is
 // read from the right, skipping the trusted proxies, and the first address that is not one of
@@ -62,9 +66,9 @@ func ClientIP(r *http.Request, trusted []netip.Prefix) netip.Addr {
 }
 
 // clientIP returns the client address of r as h reads it, and the problem to report when the
-// peer is trusted: the name of an address header h does not read that it sent anyway (or, with
-// AutoIPHeader, an X-Real-IP that disagrees with X-Forwarded-For), or "missing " and the header h
-// reads when it sent none; "" when all is as configured.
+// peer is trusted: the name of an address header h does not read that it sent anyway (with
+// AutoIPHeader, Disagree), or "missing " and the header h reads when it sent none (or none
+// valid); "" when all is as configured.
 func clientIP(r *http.Request, trusted []netip.Prefix, h ClientIPHeader) (netip.Addr, string) {
 	peer := parseAddr(r.RemoteAddr)
 	if !peer.IsValid() || !isTrusted(peer, trusted) {
@@ -84,7 +88,7 @@ func clientIP(r *http.Request, trusted []netip.Prefix, h ClientIPHeader) (netip.
 		}
 		a := walk(xff, trusted, peer, xffEntry)
 		if xri.IsValid() && xri != a {
-			return a, "X-Real-IP"
+			return a, Disagree
 		}
 		return a, ""
 	}

@@ -127,7 +127,7 @@ func TestClientIPHeader(t *testing.T) {
 		problem string
 	}{
 		{"the trap: auto reads the client's XFF, and says so", AutoIPHeader, "10.0.0.1:1",
-			http.Header{"X-Real-Ip": {"1.1.1.1"}, "X-Forwarded-For": {"6.0.0.1"}}, "6.0.0.1", "X-Real-IP"},
+			http.Header{"X-Real-Ip": {"1.1.1.1"}, "X-Forwarded-For": {"6.0.0.1"}}, "6.0.0.1", Disagree},
 		{"auto, XFF and X-Real-IP agree", AutoIPHeader, "10.0.0.1:1",
 			http.Header{"X-Real-Ip": {"1.1.1.1"}, "X-Forwarded-For": {"6.0.0.1, 1.1.1.1"}}, "1.1.1.1", ""},
 		{"X-Real-IP: the client's XFF is not read, and is reported", XRealIP, "10.0.0.1:1",

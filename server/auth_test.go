@@ -218,3 +218,54 @@ func TestAuthDelay(t *testing.T) {
 		t.Errorf("the second answer came after %v, want at least %v", held, least)
 	}
 }
+
+// client_ip_header: X-Real-IP, for a proxy that sets only X-Real-IP (nginx's proxy_set_header
+// X-Real-IP $remote_addr with no X-Forwarded-For line): the client's own X-Forwarded-For, which
+// such a proxy passes on, picks no address, in the proxy and in /v1/auth, and is counted. With
+// the default (auto) the same requests pick their address, as before, and the disagreement is
+// counted (issue 25, item 4).
+func TestClientIPHeader(t *testing.T) {
+	config := func(extra string) string {
+		return header + `trusted_proxies: ["127.0.0.1/32"]
+` + extra + `upstreams:
+  - name: demo
+    url: "demo:"
+rules:
+  - name: per-ip
+    by: [ip]
+    limit: {algorithm: fixed_window, limit: 2, window: 1h}
+`
+	}
+	headers := func(i int) [][2]string { // the proxy's X-Real-IP, and the client's own X-Forwarded-For
+		return [][2]string{{"X-Real-IP", "192.0.2.1"}, {"X-Forwarded-For", "6.0.0." + strconv.Itoa(i)}, {"X-Original-URI", "/x"}}
+	}
+	unexpected := func(ts *testServer, n int) {
+		t.Helper()
+		m := send(t, clientFrom("127.0.0.1"), "GET", ts.admin+"/metrics", nil)
+		if want := `diana_client_address_header_problems_total{problem="unexpected"} ` + strconv.Itoa(n); !strings.Contains(m.body, want+"\n") {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
+	ts := startFile(t, config("client_ip_header: X-Real-IP\n"))
+	for i, want := range []int{200, 200, 429} {
+		if r := send(t, clientFrom("127.0.0.1"), "GET", ts.proxy+"/x", headers(i)); r.status != want {
+			t.Errorf("proxy, X-Forwarded-For 6.0.0.%d: status %d, want %d", i, r.status, want)
+		}
+	}
+	// 192.0.2.1 has spent its two, whatever X-Forwarded-For says.
+	for i := range 3 {
+		if r := send(t, clientFrom("127.0.0.1"), "GET", ts.admin+"/v1/auth", headers(10+i)); r.status != 429 {
+			t.Errorf("/v1/auth, X-Forwarded-For 6.0.0.%d: status %d, want 429", 10+i, r.status)
+		}
+	}
+	unexpected(ts, 6)
+
+	ts = startFile(t, config(""))
+	for i := range 3 {
+		if r := send(t, clientFrom("127.0.0.1"), "GET", ts.proxy+"/x", headers(i)); r.status != 200 {
+			t.Errorf("auto, X-Forwarded-For 6.0.0.%d: status %d, want 200", i, r.status)
+		}
+	}
+	unexpected(ts, 3)
+}

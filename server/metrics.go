@@ -27,6 +27,7 @@ type metrics struct {
 	rlsUnknown    prometheus.Counter
 	adaptive      *prometheus.GaugeVec
 	authProblems  *prometheus.CounterVec
+	addrHeaders   *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -77,9 +78,14 @@ func newMetrics() *metrics {
 	for _, p := range []string{"bad_request", "unauthorized", "untrusted_peer"} {
 		m.authProblems.WithLabelValues(p) // shown as 0 from the start, for alerts
 	}
-	for _, p := range []string{"bad_request", "unauthorized", "untrusted_peer"} {
-		m.authProblems.WithLabelValues(p) // shown as 0 from the start, for alerts
+	m.addrHeaders = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "diana_client_address_header_problems_total",
+		Help: "Requests from trusted proxies whose address headers are not as client_ip_header expects: another address header sent (unexpected) or the configured one missing or unreadable (missing).",
+	}, []string{"problem"})
+	for _, p := range []string{"unexpected", "missing"} {
+		m.addrHeaders.WithLabelValues(p) // shown as 0 from the start, for alerts
 	}
+	m.reg.MustRegister(m.addrHeaders)
 	m.reg.MustRegister(m.decisions, m.backendErrors, m.redisDuration, m.breaker, m.starved, m.reloads, m.info, m.rlsUnknown, m.adaptive, m.authProblems,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/diana-gw/diana/httplimit"
 	"github.com/diana-gw/diana/shared/rules"
 )
 
@@ -60,7 +59,9 @@ func (s *Server) proxyHandler() http.Handler {
 			aw.status = http.StatusOK
 		}
 		client := "(no address)"
-		if ip := httplimit.ClientIP(r, l.opts.TrustedProxies); ip.IsValid() {
+		o := l.opts
+		o.AddressHeader = nil // reported once, when the request was decided
+		if ip := o.ClientIP(r); ip.IsValid() {
 			client = ip.String()
 		}
 		s.log.Info("access", "method", r.Method, "host", r.Host, "path", r.URL.Path, "status", aw.status,

@@ -200,7 +200,7 @@ func (s *Server) logRestartNeeded(c *Config) {
 // setLive builds an engine and the upstreams of c and swaps them in; requests in flight finish
 // with what they started with.
 func (s *Server) setLive(c *Config) error {
-	ro := rules.Options{Local: rules.Each(s.mem.Decide), Observe: s.observe, Limit: s.met.adaptiveLimit, EscapedSlashes: c.EscapedSlashes}
+	ro := rules.Options{Local: rules.Each(s.mem.Decide), Observe: s.observe, Limit: s.met.adaptiveLimit, EscapedSlashes: c.EscapedSlashes, StripDotsSpaces: c.StripDots}
 	if s.cluster != nil {
 		ro.Cluster = s.cluster // never a typed nil: rules.New must see a missing store
 	}
@@ -216,6 +216,8 @@ func (s *Server) setLive(c *Config) error {
 		engine: e,
 		opts: httplimit.Options{
 			TrustedProxies: c.TrustedProxies,
+			ClientIPHeader: c.ClientIPHeader,
+			AddressHeader:  s.addressHeader,
 			IPv6Prefix:     c.IPv6Prefix,
 			ConsumerHeader: c.ConsumerHeader,
 			Route:          routeName,
