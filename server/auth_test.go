@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -268,4 +269,60 @@ rules:
 		}
 	}
 	unexpected(ts, 3)
+}
+
+// The method as an upstream that upper-cases it sees it (issue 25, items 1 and 2): through the
+// proxy, /v1/check and /v1/auth's X-Forwarded-Method, "post" spends a rule on POST and HEAD a
+// rule on GET.
+func TestMethodCase(t *testing.T) {
+	ts := startFile(t, header+`trusted_proxies: ["127.0.0.1"]
+upstreams:
+  - name: demo
+    url: "demo:"
+rules:
+  - name: writes
+    match: {methods: [POST], paths: ["/w"]}
+    limit: {algorithm: fixed_window, limit: 2, window: 1h}
+  - name: reads
+    match: {methods: [GET], paths: ["/r"]}
+    limit: {algorithm: fixed_window, limit: 2, window: 1h}
+`)
+	check := func(method, path string) int {
+		body := `{"client_ip": "192.0.2.1", "method": "` + method + `", "path": "` + path + `"}`
+		r, err := do("POST", ts.admin+"/v1/check", "", strings.NewReader(body), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp CheckResponse
+		if err := json.Unmarshal([]byte(r.body), &resp); err != nil {
+			t.Fatalf("/v1/check: %v: %s", err, r.body)
+		}
+		if resp.Allowed {
+			return 200
+		}
+		return resp.Status
+	}
+	auth := func(method, path string) int {
+		return send(t, clientFrom("127.0.0.1"), "GET", ts.admin+"/v1/auth",
+			[][2]string{{"X-Forwarded-Uri", path}, {"X-Forwarded-Method", method}}).status
+	}
+	proxy := func(method, path string) int {
+		return send(t, clientFrom("127.0.0.1"), method, ts.proxy+path, nil).status
+	}
+	for _, s := range []struct {
+		name   string
+		ask    func(method, path string) int
+		method string
+		path   string
+		want   int
+	}{
+		{"proxy", proxy, "HEAD", "/r", 200}, {"proxy", proxy, "GET", "/r", 200}, {"proxy", proxy, "HEAD", "/r", 429},
+		{"check", check, "POST", "/w", 200}, {"check", check, "post", "/w", 200}, {"check", check, "Post", "/w", 429},
+		{"check", check, "head", "/r", 429},
+		{"auth", auth, "post", "/w", 429}, {"auth", auth, "head", "/r", 429},
+	} {
+		if got := s.ask(s.method, s.path); got != s.want {
+			t.Errorf("%s %s %s: %d, want %d", s.name, s.method, s.path, got, s.want)
+		}
+	}
 }
