@@ -50,7 +50,8 @@ var headerKeys = func() (k [len(ClientIPHeaderNames)]string) {
 }()
 
 // Disagree is the problem AutoIPHeader reports (Options.AddressHeader): a trusted peer's
-// X-Real-IP names another client than its X-Forwarded-For, which is believed.
+// X-Real-IP names another client (not a trusted proxy) than its X-Forwarded-For, which is
+// believed.
 const Disagree = "X-Real-IP disagrees with X-Forwarded-For"
 
 // ClientIP returns the address of the client that sent r, with AutoIPHeader: the peer
@@ -87,7 +88,9 @@ func clientIP(r *http.Request, trusted []netip.Prefix, h ClientIPHeader) (netip.
 			return peer, ""
 		}
 		a := walk(xff, trusted, peer, xffEntry)
-		if xri.IsValid() && xri != a {
+		// An X-Real-IP naming a trusted hop (a proxy behind a load balancer, without nginx's
+		// realip module) is a misconfiguration too, but not a client's choice: not reported.
+		if xri.IsValid() && xri != a && !isTrusted(xri, trusted) {
 			return a, Disagree
 		}
 		return a, ""

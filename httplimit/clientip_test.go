@@ -130,6 +130,8 @@ func TestClientIPHeader(t *testing.T) {
 			http.Header{"X-Real-Ip": {"1.1.1.1"}, "X-Forwarded-For": {"6.0.0.1"}}, "6.0.0.1", Disagree},
 		{"auto, XFF and X-Real-IP agree", AutoIPHeader, "10.0.0.1:1",
 			http.Header{"X-Real-Ip": {"1.1.1.1"}, "X-Forwarded-For": {"6.0.0.1, 1.1.1.1"}}, "1.1.1.1", ""},
+		{"auto, X-Real-IP names a trusted hop: not a client's choice", AutoIPHeader, "10.0.0.1:1",
+			http.Header{"X-Real-Ip": {"10.0.0.9"}, "X-Forwarded-For": {"1.1.1.1, 10.0.0.9"}}, "1.1.1.1", ""},
 		{"X-Real-IP: the client's XFF is not read, and is reported", XRealIP, "10.0.0.1:1",
 			http.Header{"X-Real-Ip": {"1.1.1.1"}, "X-Forwarded-For": {"6.0.0.1"}}, "1.1.1.1", "X-Forwarded-For"},
 		{"X-Real-IP alone", XRealIP, "10.0.0.1:1", http.Header{"X-Real-Ip": {" 1.1.1.1 "}}, "1.1.1.1", ""},
