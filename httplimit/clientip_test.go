@@ -109,3 +109,65 @@ func TestClientIPAllocs(t *testing.T) {
 		}
 	}
 }
+
+// client_ip_header names the one header the trusted proxy sets; the others are not read, and
+// a trusted peer that sends one anyway, or omits the named one, is reported (issue 25, item 4:
+// nginx setting only X-Real-IP passes the client's own X-Forwarded-For on).
+func TestClientIPHeader(t *testing.T) {
+	trusted, err := ParsePrefixes([]string{"10.0.0.0/8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		h       ClientIPHeader
+		peer    string
+		headers http.Header
+		want    string
+		problem string
+	}{
+		{"the trap: auto reads the client's XFF, and says so", AutoIPHeader, "10.0.0.1:1",
+			http.Header{"X-Real-Ip": {"1.1.1.1"}, "X-Forwarded-For": {"6.0.0.1"}}, "6.0.0.1", Disagree},
+		{"auto, XFF and X-Real-IP agree", AutoIPHeader, "10.0.0.1:1",
+			http.Header{"X-Real-Ip": {"1.1.1.1"}, "X-Forwarded-For": {"6.0.0.1, 1.1.1.1"}}, "1.1.1.1", ""},
+		{"auto, X-Real-IP names a trusted hop: not a client's choice", AutoIPHeader, "10.0.0.1:1",
+			http.Header{"X-Real-Ip": {"10.0.0.9"}, "X-Forwarded-For": {"1.1.1.1, 10.0.0.9"}}, "1.1.1.1", ""},
+		{"X-Real-IP: the client's XFF is not read, and is reported", XRealIP, "10.0.0.1:1",
+			http.Header{"X-Real-Ip": {"1.1.1.1"}, "X-Forwarded-For": {"6.0.0.1"}}, "1.1.1.1", "X-Forwarded-For"},
+		{"X-Real-IP alone", XRealIP, "10.0.0.1:1", http.Header{"X-Real-Ip": {" 1.1.1.1 "}}, "1.1.1.1", ""},
+		{"X-Real-IP missing: the peer", XRealIP, "10.0.0.1:1", http.Header{"X-Forwarded-For": {"6.0.0.1"}}, "10.0.0.1", "missing X-Real-IP"},
+		{"X-Real-IP twice: the peer", XRealIP, "10.0.0.1:1", http.Header{"X-Real-Ip": {"6.0.0.1", "1.1.1.1"}}, "10.0.0.1", "missing X-Real-IP"},
+		{"X-Real-IP not an address: the peer", XRealIP, "10.0.0.1:1", http.Header{"X-Real-Ip": {"x"}}, "10.0.0.1", "missing X-Real-IP"},
+		{"X-Forwarded-For: X-Real-IP is not read", XForwardedFor, "10.0.0.1:1",
+			http.Header{"X-Real-Ip": {"6.0.0.1"}, "X-Forwarded-For": {"1.1.1.1"}}, "1.1.1.1", "X-Real-IP"},
+		{"X-Forwarded-For missing", XForwardedFor, "10.0.0.1:1", http.Header{"X-Real-Ip": {"6.0.0.1"}}, "10.0.0.1", "missing X-Forwarded-For"},
+		{"Forwarded, from the right", Forwarded, "10.0.0.1:1",
+			http.Header{"Forwarded": {`for=6.0.0.1, for=1.1.1.1;proto=https, for=10.0.0.7`}}, "1.1.1.1", ""},
+		{"Forwarded, quoted IPv6 with port", Forwarded, "10.0.0.1:1",
+			http.Header{"Forwarded": {`For="[2001:db8::17]:4711";by=10.0.0.1`}}, "2001:db8::17", ""},
+		{"Forwarded, unknown ends the walk", Forwarded, "10.0.0.1:1",
+			http.Header{"Forwarded": {`for=6.0.0.1, for=unknown, for=10.0.0.7`}}, "10.0.0.7", ""},
+		{"Forwarded: XFF reported", Forwarded, "10.0.0.1:1",
+			http.Header{"Forwarded": {`for=1.1.1.1`}, "X-Forwarded-For": {"6.0.0.1"}}, "1.1.1.1", "X-Forwarded-For"},
+		{"untrusted peer: nothing read, nothing reported", XRealIP, "203.0.113.5:1",
+			http.Header{"X-Real-Ip": {"1.1.1.1"}, "X-Forwarded-For": {"6.0.0.1"}}, "203.0.113.5", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var problems []string
+			o := Options{TrustedProxies: trusted, ClientIPHeader: tt.h,
+				AddressHeader: func(_ *http.Request, p string) { problems = append(problems, p) }}
+			r := &http.Request{RemoteAddr: tt.peer, Header: tt.headers}
+			if got := o.ClientIP(r).String(); got != tt.want {
+				t.Errorf("ClientIP = %s, want %s", got, tt.want)
+			}
+			want := []string(nil)
+			if tt.problem != "" {
+				want = []string{tt.problem}
+			}
+			if len(problems) != len(want) || len(want) == 1 && problems[0] != want[0] {
+				t.Errorf("reported %q, want %q", problems, want)
+			}
+		})
+	}
+}

@@ -170,8 +170,8 @@ const fuzzLimits = `[
 // bytes each (every byte a '|' or '%', escaped).
 const maxKey = 64 + 2*(1+3*128)
 
-// FuzzHandler: any request through the middleware gets 200 or 429 (never another status, never
-// a panic), with well-formed rate-limit headers, a JSON body on a denial, and store keys of
+// FuzzHandler: any request through the middleware gets 200 or 429, or 400 for a path with a
+// control character (never another status, never a panic), with well-formed rate-limit headers, a JSON body on a denial, and store keys of
 // bounded size.
 func FuzzHandler(f *testing.F) {
 	f.Add("GET", "/a", "example.com", "10.0.0.1:1", "192.0.2.1", "key", "dev", "acct")
@@ -194,6 +194,14 @@ func FuzzHandler(f *testing.F) {
 		r := &http.Request{Method: method, URL: &url.URL{Path: path}, Host: host, RemoteAddr: remote, Header: hdr}
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
+		// A control character in the path is refused with 400 (rules.NormalPath), and only it.
+		control := strings.ContainsFunc(path, func(c rune) bool { return c < ' ' || c == 0x7f })
+		if control || w.Code == http.StatusBadRequest {
+			if want := string(rules.DenialBody(rules.BadPathMessage, -1)); !control || w.Code != http.StatusBadRequest || w.Body.String() != want {
+				t.Fatalf("path %q: status %d, body %q", path, w.Code, w.Body.String())
+			}
+			return
+		}
 		checkReply(t, w.Code, w.Header(), w.Body.String())
 		if longest > maxKey {
 			t.Fatalf("a key of %d bytes, over %d", longest, maxKey)

@@ -27,8 +27,16 @@ import (
 
 // Options say how the middleware reads a request.
 type Options struct {
-	// TrustedProxies are the peers whose X-Forwarded-For / X-Real-IP are believed.
+	// TrustedProxies are the peers whose X-Forwarded-For / X-Real-IP / Forwarded are believed.
 	TrustedProxies []netip.Prefix
+	// ClientIPHeader names the header the trusted proxies write the client address in (see
+	// ClientIPHeader); AutoIPHeader by default.
+	ClientIPHeader ClientIPHeader
+	// AddressHeader, if set, is called when a trusted peer's address headers are not as
+	// ClientIPHeader expects (problem: the unexpected header's name, or "missing NAME"): for a
+	// rate-limited log line and a metric. The request is decided all the same, with the address
+	// the configured header gives (the peer's, when it is missing).
+	AddressHeader func(r *http.Request, problem string)
 	// IPv6Prefix counts IPv6 clients by their first IPv6Prefix bits (default 64: one customer
 	// usually holds a whole /64, so counting single addresses would let them evade the limit);
 	// 128 counts single addresses.
@@ -83,7 +91,7 @@ func (o *Options) Input(r *http.Request) rules.Input {
 		path = r.URL.EscapedPath()
 	}
 	in := rules.Input{Method: r.Method, Host: r.Host, Path: path, Headers: r.Header}
-	in.SetClient(ClientIP(r, o.TrustedProxies), o.ipv6Prefix())
+	in.SetClient(o.ClientIP(r), o.ipv6Prefix())
 	if o.ConsumerHeader != "" && isTrusted(parseAddr(r.RemoteAddr), o.TrustedProxies) {
 		in.Consumer = r.Header.Get(o.ConsumerHeader)
 	}
@@ -91,6 +99,17 @@ func (o *Options) Input(r *http.Request) rules.Input {
 		in.Route = o.Route(r)
 	}
 	return in
+}
+
+// ClientIP returns the client address of r as the rules see it: the peer's, or from a trusted
+// peer the one its ClientIPHeader gives (see ClientIPHeader), reporting a mismatch to
+// AddressHeader.
+func (o *Options) ClientIP(r *http.Request) netip.Addr {
+	a, problem := clientIP(r, o.TrustedProxies, o.ClientIPHeader)
+	if problem != "" && o.AddressHeader != nil {
+		o.AddressHeader(r, problem)
+	}
+	return a
 }
 
 // Handler limits the requests to next.

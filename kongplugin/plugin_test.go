@@ -543,3 +543,22 @@ func TestSubWindows(t *testing.T) {
 		}
 	}
 }
+
+// A path with a control character, as kong.request.get_path hands it over decoded (nginx
+// refuses %00 itself, not %09, %0A or %7F), is refused with 400 through Kong's exit whenever
+// the plugin reads the path (issue 25, item 8).
+func TestPathControlCharacters(t *testing.T) {
+	for _, cfg := range []map[string]any{
+		{"algorithm": "fixed_window", "limit": 5, "window": "1h", "limit_by": "path", "path": "/api/login"},
+		{"limit": 5, "escaped_slashes": "reject"},
+	} {
+		c := newConfig(t, cfg)
+		mustValid(t, c)
+		for _, p := range []string{"/api/login\t", "/api/login\n", "/api/\x7flogin", "/api/login%09"} {
+			res := event(t, c, "access", &kongReq{IP: "10.0.0.1", Path: p})
+			if !res.Exit || res.Status != 400 || !strings.Contains(res.Body, rules.BadPathMessage) {
+				t.Errorf("%v, %q: exit %v status %d %s, want 400", cfg, p, res.Exit, res.Status, res.Body)
+			}
+		}
+	}
+}

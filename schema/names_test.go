@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/diana-gw/diana/httplimit"
 	"github.com/diana-gw/diana/internal/algotest"
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/algos/scripts"
@@ -82,6 +83,7 @@ func TestEnumsFromRules(t *testing.T) {
 	}{
 		{RuleFile, "/properties/reply/properties/headers/oneOf/1/enum", rules.HeaderStyleNames[:]},
 		{DianadFile, "/properties/escaped_slashes/enum", rules.EscapedSlashesNames[:]},
+		{DianadFile, "/properties/client_ip_header/enum", httplimit.ClientIPHeaderNames[:]},
 	} {
 		var node any = set[c.file]
 		for _, k := range strings.Split(c.ptr[1:], "/") {

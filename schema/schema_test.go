@@ -19,6 +19,7 @@ import (
 
 	"github.com/diana-gw/diana/config"
 	"github.com/diana-gw/diana/examples"
+	"github.com/diana-gw/diana/httplimit"
 	"github.com/diana-gw/diana/server"
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/conf"
@@ -188,6 +189,8 @@ const fullServer = `
 	"trusted_proxies": ["10.0.0.0/8", "192.0.2.7", "2001:db8::/32"],
 	"ipv6_prefix": 56,
 	"escaped_slashes": "keep",
+	"strip_trailing_dots_spaces": true,
+	"client_ip_header": "X-Real-IP",
 	"consumer_header": "X-Consumer",
 	"access_log": true,
 	"upstreams": [
@@ -424,6 +427,8 @@ func TestInvalidDocuments(t *testing.T) {
 		{"max_keys 63", `{"version": 1, "local_store": {"max_keys": 63}}`, false, "local_store.max_keys"},
 		{"ipv6_prefix 129", `{"version": 1, "ipv6_prefix": 129}`, false, "ipv6_prefix"},
 		{"escaped_slashes unknown", `{"version": 1, "escaped_slashes": "drop"}`, false, "escaped_slashes"},
+		{"client_ip_header unknown", `{"version": 1, "client_ip_header": "X-Client-IP"}`, false, "client_ip_header"},
+		{"strip_trailing_dots_spaces not a boolean", `{"version": 1, "strip_trailing_dots_spaces": "yes"}`, false, "strip_trailing_dots_spaces"},
 		{"db negative", `{"version": 1, "redis": {"addrs": "x:1", "db": -1}}`, false, "redis.db"},
 		{"db above 2^20", `{"version": 1, "redis": {"addrs": "x:1", "db": 1048577}}`, false, "redis.db"},
 		{"breaker_failures 0", `{"version": 1, "redis": {"addrs": "x:1", "breaker_failures": 0}}`, false, "redis.breaker_failures"},
@@ -880,6 +885,9 @@ func TestRuleDefaults(t *testing.T) {
 		{"admin.connections.send_timeout", cfg.Admin.Connections.SendTimeout, func(d any) any { return time.Duration(us(d.(string)).(int64)) * time.Microsecond }},
 		{"ipv6_prefix", cfg.IPv6Prefix, func(d any) any { return int(integer(d)) }},
 		{"escaped_slashes", rules.EscapedSlashesNames[cfg.EscapedSlashes], nil},
+		{"client_ip_header", httplimit.ClientIPHeaderNames[cfg.ClientIPHeader], nil},
+		{"strip_trailing_dots_spaces", cfg.StripDots, nil},
+
 		{"remote.interval", cfg.Remote.Interval, func(d any) any { return time.Duration(us(d.(string)).(int64)) * time.Microsecond }},
 	}
 	for _, c := range checks {

@@ -83,7 +83,7 @@ func (s *Server) servePeek(w http.ResponseWriter, r *http.Request) {
 	}
 	peeked, ok := l.engine.Peek(r.Context(), &in)
 	if !ok {
-		writeJSON(w, http.StatusBadRequest, errorBody{"path: holds an escaped slash, which escaped_slashes: reject refuses"})
+		writeJSON(w, http.StatusBadRequest, errorBody{"path: holds a control character, or an escaped slash which escaped_slashes: reject refuses"})
 		return
 	}
 	out := PeekResponse{Rules: make([]PeekRule, len(peeked))}

@@ -124,6 +124,27 @@ func (s *Server) serveAuth(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
+// addressHeader is httplimit's AddressHeader hook: a trusted peer's address headers are not as
+// client_ip_header expects. Counted, and logged at most once a second: it means a proxy that
+// passes a client's own address header on (the request was decided by the configured header,
+// or the peer's address when that is missing), or a client_ip_header that names the wrong one.
+func (s *Server) addressHeader(r *http.Request, problem string) {
+	kind, msg := "unexpected", "a trusted proxy sent "+problem+", which client_ip_header does not read: "+
+		"if the proxy does not set or clear it, clients choose its value"
+	if strings.HasPrefix(problem, "missing ") {
+		kind, msg = "missing", "a trusted proxy sent no single valid "+strings.TrimPrefix(problem, "missing ")+
+			" (client_ip_header): the proxy's own address counts instead"
+	}
+	if problem == httplimit.Disagree {
+		msg = "a trusted proxy's X-Real-IP names another client than its X-Forwarded-For, which client_ip_header: auto believes: " +
+			"set client_ip_header to the one header the proxy sets (nginx setting only X-Real-IP passes the client's own X-Forwarded-For on)"
+	}
+	s.met.addrHeaders.WithLabelValues(kind).Inc()
+	if ok, skipped := s.addrLog.Allow(); ok {
+		s.log.Warn(msg, "problem", problem, "peer", r.RemoteAddr, "suppressed", skipped)
+	}
+}
+
 // authProblem counts a forward-auth request that was refused or not believed, and logs it (at
 // most one line a second): each means a gateway misconfigured or a caller forging headers.
 func (s *Server) authProblem(r *http.Request, problem, msg string) {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -216,5 +217,112 @@ func TestAuthDelay(t *testing.T) {
 	// The second of a bucket of 1 refilled every 250 ms waits out what is left of the 250 ms.
 	if held, least := time.Since(start), 250*time.Millisecond-start.Sub(first); held < least {
 		t.Errorf("the second answer came after %v, want at least %v", held, least)
+	}
+}
+
+// client_ip_header: X-Real-IP, for a proxy that sets only X-Real-IP (nginx's proxy_set_header
+// X-Real-IP $remote_addr with no X-Forwarded-For line): the client's own X-Forwarded-For, which
+// such a proxy passes on, picks no address, in the proxy and in /v1/auth, and is counted. With
+// the default (auto) the same requests pick their address, as before, and the disagreement is
+// counted (issue 25, item 4).
+func TestClientIPHeader(t *testing.T) {
+	config := func(extra string) string {
+		return header + `trusted_proxies: ["127.0.0.1/32"]
+` + extra + `upstreams:
+  - name: demo
+    url: "demo:"
+rules:
+  - name: per-ip
+    by: [ip]
+    limit: {algorithm: fixed_window, limit: 2, window: 1h}
+`
+	}
+	headers := func(i int) [][2]string { // the proxy's X-Real-IP, and the client's own X-Forwarded-For
+		return [][2]string{{"X-Real-IP", "192.0.2.1"}, {"X-Forwarded-For", "6.0.0." + strconv.Itoa(i)}, {"X-Original-URI", "/x"}}
+	}
+	unexpected := func(ts *testServer, n int) {
+		t.Helper()
+		m := send(t, clientFrom("127.0.0.1"), "GET", ts.admin+"/metrics", nil)
+		if want := `diana_client_address_header_problems_total{problem="unexpected"} ` + strconv.Itoa(n); !strings.Contains(m.body, want+"\n") {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
+	ts := startFile(t, config("client_ip_header: X-Real-IP\n"))
+	for i, want := range []int{200, 200, 429} {
+		if r := send(t, clientFrom("127.0.0.1"), "GET", ts.proxy+"/x", headers(i)); r.status != want {
+			t.Errorf("proxy, X-Forwarded-For 6.0.0.%d: status %d, want %d", i, r.status, want)
+		}
+	}
+	// 192.0.2.1 has spent its two, whatever X-Forwarded-For says.
+	for i := range 3 {
+		if r := send(t, clientFrom("127.0.0.1"), "GET", ts.admin+"/v1/auth", headers(10+i)); r.status != 429 {
+			t.Errorf("/v1/auth, X-Forwarded-For 6.0.0.%d: status %d, want 429", 10+i, r.status)
+		}
+	}
+	unexpected(ts, 6)
+
+	ts = startFile(t, config(""))
+	for i := range 3 {
+		if r := send(t, clientFrom("127.0.0.1"), "GET", ts.proxy+"/x", headers(i)); r.status != 200 {
+			t.Errorf("auto, X-Forwarded-For 6.0.0.%d: status %d, want 200", i, r.status)
+		}
+	}
+	unexpected(ts, 3)
+}
+
+// The method as an upstream that upper-cases it sees it (issue 25, items 1 and 2): through the
+// proxy, /v1/check and /v1/auth's X-Forwarded-Method, "post" spends a rule on POST and HEAD a
+// rule on GET.
+func TestMethodCase(t *testing.T) {
+	ts := startFile(t, header+`trusted_proxies: ["127.0.0.1"]
+upstreams:
+  - name: demo
+    url: "demo:"
+rules:
+  - name: writes
+    match: {methods: [POST], paths: ["/w"]}
+    limit: {algorithm: fixed_window, limit: 2, window: 1h}
+  - name: reads
+    match: {methods: [GET], paths: ["/r"]}
+    limit: {algorithm: fixed_window, limit: 2, window: 1h}
+`)
+	check := func(method, path string) int {
+		body := `{"client_ip": "192.0.2.1", "method": "` + method + `", "path": "` + path + `"}`
+		r, err := do("POST", ts.admin+"/v1/check", "", strings.NewReader(body), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp CheckResponse
+		if err := json.Unmarshal([]byte(r.body), &resp); err != nil {
+			t.Fatalf("/v1/check: %v: %s", err, r.body)
+		}
+		if resp.Allowed {
+			return 200
+		}
+		return resp.Status
+	}
+	auth := func(method, path string) int {
+		return send(t, clientFrom("127.0.0.1"), "GET", ts.admin+"/v1/auth",
+			[][2]string{{"X-Forwarded-Uri", path}, {"X-Forwarded-Method", method}}).status
+	}
+	proxy := func(method, path string) int {
+		return send(t, clientFrom("127.0.0.1"), method, ts.proxy+path, nil).status
+	}
+	for _, s := range []struct {
+		name   string
+		ask    func(method, path string) int
+		method string
+		path   string
+		want   int
+	}{
+		{"proxy", proxy, "HEAD", "/r", 200}, {"proxy", proxy, "GET", "/r", 200}, {"proxy", proxy, "HEAD", "/r", 429},
+		{"check", check, "POST", "/w", 200}, {"check", check, "post", "/w", 200}, {"check", check, "Post", "/w", 429},
+		{"check", check, "head", "/r", 429},
+		{"auth", auth, "post", "/w", 429}, {"auth", auth, "head", "/r", 429},
+	} {
+		if got := s.ask(s.method, s.path); got != s.want {
+			t.Errorf("%s %s %s: %d, want %d", s.name, s.method, s.path, got, s.want)
+		}
 	}
 }

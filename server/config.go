@@ -34,8 +34,10 @@ type Config struct {
 	Admin          Admin
 	LocalStore     LocalStore
 	TrustedProxies []netip.Prefix
+	ClientIPHeader httplimit.ClientIPHeader // the header the trusted proxies write the client address in
 	IPv6Prefix     int
 	EscapedSlashes rules.EscapedSlashes // what %2F, %5C and '\' in a request's path are
+	StripDots      bool                 // strip trailing dots and spaces from each path segment
 	ConsumerHeader string
 	AccessLog      bool // a log line per request the proxy answers
 	Upstreams      []Upstream
@@ -155,8 +157,10 @@ func (c *Config) decodeServer(o *conf.Obj) {
 	if c.TrustedProxies, err = httplimit.ParsePrefixes(o.Strings("trusted_proxies")); err != nil {
 		o.Fail("trusted_proxies", err.Error())
 	}
+	c.ClientIPHeader = httplimit.ClientIPHeader(o.EnumIndex("client_ip_header", httplimit.ClientIPHeaderNames[:]...))
 	c.IPv6Prefix = int(o.Int("ipv6_prefix", 64, 1, 128))
 	c.EscapedSlashes = rules.DecodeEscapedSlashes(o)
+	c.StripDots = o.Bool("strip_trailing_dots_spaces", false)
 	c.ConsumerHeader = o.String("consumer_header", "")
 	c.AccessLog = o.Bool("access_log", false)
 	names := map[string]bool{}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/diana-gw/diana/internal/algotest"
 	"github.com/diana-gw/diana/internal/redistest"
+	"github.com/diana-gw/diana/shared/rules"
 )
 
 // hostileConfig is dianad in front of its demo upstream, counting by every dimension a client
@@ -213,5 +214,52 @@ rules:
 	}
 	if check("/api/login") {
 		t.Errorf("/v1/check: after every spelling of /api/login, admitted: a spelling was not counted")
+	}
+}
+
+// A control character in the path, raw or escaped, is refused with 400 by the proxy, /v1/check
+// and /v1/auth; strip_trailing_dots_spaces makes /api/login. and /api/login%20 count as
+// /api/login (issue 25, item 8).
+func TestPathControlAndTrailingDots(t *testing.T) {
+	ts := startFile(t, header+`trusted_proxies: ["127.0.0.1"]
+strip_trailing_dots_spaces: true
+upstreams:
+  - name: demo
+    url: "demo:"
+rules:
+  - name: login
+    match: {paths: [/api/login]}
+    by: [ip]
+    limit: {algorithm: fixed_window, limit: 1, window: `+forever+`}
+`)
+	for _, p := range []string{"/api/login%00", "/api/login%09", "/api/%0d%0a/login", "/api/login%7F", "/api/login;x=%00"} {
+		if status, body := rawHTTP(t, ts.proxy, "GET "+p+" HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n"); status != 400 ||
+			!strings.Contains(body, rules.BadPathMessage) {
+			t.Errorf("proxy, %s: status %d (%s), want 400", p, status, body)
+		}
+		r := send(t, clientFrom("127.0.0.1"), "GET", ts.admin+"/v1/auth", [][2]string{{"X-Original-URI", p}})
+		if r.status != 400 || !strings.Contains(r.body, rules.BadPathMessage) {
+			t.Errorf("/v1/auth, %s: status %d (%s), want 400", p, r.status, r.body)
+		}
+	}
+	for _, p := range []string{"/api/login\x00", "/api/login\t", "/api/login%00"} {
+		body, _ := json.Marshal(map[string]string{"client_ip": "192.0.2.9", "method": "GET", "path": p})
+		r, err := do("POST", ts.admin+"/v1/check", "", bytes.NewReader(body), "")
+		var resp CheckResponse
+		if err == nil {
+			err = json.Unmarshal([]byte(r.body), &resp)
+		}
+		if err != nil || resp.Allowed || resp.Status != 400 {
+			t.Errorf("/v1/check %q: %v, %s; want status 400 in the answer", p, err, r.body)
+		}
+	}
+	for i, p := range []string{"/api/login", "/api/login.", "/api/login%2e", "/api/login%20", "/api/login./"} {
+		want := 429
+		if i == 0 {
+			want = 200
+		}
+		if status, body := rawHTTP(t, ts.proxy, "GET "+p+" HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n"); status != want {
+			t.Errorf("proxy, %s: status %d (%s), want %d", p, status, body, want)
+		}
 	}
 }

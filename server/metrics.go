@@ -30,6 +30,7 @@ type metrics struct {
 	authProblems  *prometheus.CounterVec
 	// connsReclaimed counts, by listener, the connections closed at the cap to make room.
 	connsReclaimed *prometheus.CounterVec
+	addrHeaders    *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -84,6 +85,14 @@ func newMetrics() *metrics {
 	for _, p := range []string{"bad_request", "unauthorized", "untrusted_peer"} {
 		m.authProblems.WithLabelValues(p) // shown as 0 from the start, for alerts
 	}
+	m.addrHeaders = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "diana_client_address_header_problems_total",
+		Help: "Requests from trusted proxies whose address headers are not as client_ip_header expects: another address header sent (unexpected) or the configured one missing or unreadable (missing).",
+	}, []string{"problem"})
+	for _, p := range []string{"unexpected", "missing"} {
+		m.addrHeaders.WithLabelValues(p) // shown as 0 from the start, for alerts
+	}
+	m.reg.MustRegister(m.addrHeaders)
 	m.reg.MustRegister(m.decisions, m.backendErrors, m.redisDuration, m.breaker, m.starved, m.reloads, m.info, m.rlsUnknown, m.adaptive, m.authProblems, m.connsReclaimed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

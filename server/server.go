@@ -72,6 +72,7 @@ type Server struct {
 	unknownLog lograte.Limiter // rls requests for an unknown domain: likewise
 
 	authLog lograte.Limiter // forward-auth requests refused or not believed: likewise
+	addrLog lograte.Limiter // trusted peers' address headers not as client_ip_header expects: likewise
 
 	rls *rlsState // nil without an rls section
 }

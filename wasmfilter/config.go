@@ -15,11 +15,11 @@ import (
 type config struct {
 	rules []*rules.Rule // local rules, decided in shared data
 
-	xffHops    int         // X-Forwarded-For entries appended by trusted proxies; 0: source.address
-	consumer   string      // the request header holding the consumer (lower case); "": none
-	reads      rules.Reads // what the rules read of a request (each part is a host call); all of it in cluster mode
-	ipv6Prefix int         // IPv6 clients are counted by this prefix (128: the address)
-	slashes    rules.EscapedSlashes
+	xffHops    int            // X-Forwarded-For entries appended by trusted proxies; 0: source.address
+	consumer   string         // the request header holding the consumer (lower case); "": none
+	reads      rules.Reads    // what the rules read of a request (each part is a host call); all of it in cluster mode
+	ipv6Prefix int            // IPv6 clients are counted by this prefix (128: the address)
+	path       rules.PathForm // escaped_slashes and strip_trailing_dots_spaces
 
 	slots       int // shared-data keys per rule
 	slotEntries int // identities one slot holds before it evicts
@@ -69,7 +69,7 @@ func parseConfig(data []byte) (*config, error) {
 	c.rules = decodeRules(o, c.consumer, false)
 	c.xffHops = int(o.Int("xff_trusted_hops", 0, 0, 64))
 	c.ipv6Prefix = int(o.Int("ipv6_prefix", 64, 1, 128))
-	c.slashes = rules.DecodeEscapedSlashes(o)
+	c.path = rules.PathForm{Slashes: rules.DecodeEscapedSlashes(o), StripDotsSpaces: o.Bool("strip_trailing_dots_spaces", false)}
 	c.slots = int(o.Int("slots", 512, 1, maxSlots))
 	c.slotEntries = int(o.Int("slot_entries", 16, 1, maxSlotEntries))
 	c.casRetries = int(o.Int("cas_retries", 8, 1, maxCASRetries))

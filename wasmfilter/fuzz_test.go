@@ -3,6 +3,7 @@ package main
 import (
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -144,6 +145,10 @@ func FuzzRequest(f *testing.F) {
 			if !strings.HasPrefix(r.body, `{"message":"API rate limit exceeded","retry_after":`) {
 				t.Fatalf("429 body %q", r.body)
 			}
+		case 400: // only for a path with a control character, raw or escaped (before any query)
+			if !controlInPath(path) || r.body != string(rules.DenialBody(rules.BadPathMessage, -1)) {
+				t.Fatalf("path %q: status 400, body %q", path, r.body)
+			}
 		default:
 			t.Fatalf("status %d, body %q", r.status, r.body)
 		}
@@ -167,4 +172,23 @@ func FuzzRequest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// controlInPath reports whether the path of target (before any query or fragment) holds a
+// control character, raw or as an escape (%00-%1F, %7F).
+func controlInPath(target string) bool {
+	p, _, _ := strings.Cut(target, "?")
+	p, _, _ = strings.Cut(p, "#")
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if c == '%' && i+2 < len(p) {
+			if v, err := strconv.ParseUint(p[i+1:i+3], 16, 8); err == nil {
+				c, i = byte(v), i+2
+			}
+		}
+		if c < ' ' || c == 0x7f {
+			return true
+		}
+	}
+	return false
 }

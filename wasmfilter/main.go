@@ -166,13 +166,13 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		if keepsLists(cfg.rules) {
 			local = &localStore{slots: store, states: &slotstore.States{Data: p.data, Now: p.now, Retries: cfg.casRetries, Contended: store.Contended}}
 		}
-		if p.local, err = rules.New(cfg.rules, rules.Options{Local: local, EscapedSlashes: cfg.slashes}); err != nil {
+		if p.local, err = rules.New(cfg.rules, rules.Options{Local: local, EscapedSlashes: cfg.path.Slashes, StripDotsSpaces: cfg.path.StripDotsSpaces}); err != nil {
 			proxywasm.LogCritical("diana.wasm configuration: " + err.Error())
 			return types.OnPluginStartStatusFailed
 		}
 	}
 	if cfg.cluster != nil && len(cfg.cluster.rules) > 0 {
-		if p.fallback, err = rules.New(cfg.cluster.rules, rules.Options{Local: store, EscapedSlashes: cfg.slashes}); err != nil {
+		if p.fallback, err = rules.New(cfg.cluster.rules, rules.Options{Local: store, EscapedSlashes: cfg.path.Slashes, StripDotsSpaces: cfg.path.StripDotsSpaces}); err != nil {
 			proxywasm.LogCritical("diana.wasm configuration: cluster: " + err.Error())
 			return types.OnPluginStartStatusFailed
 		}
@@ -280,7 +280,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 	h.enforce = p.sample.take(p.cfg.enforced)
 	in := h.input()
 	// The engines normalise the path too; doing it first sends dianad the same path.
-	path, ok := rules.NormalPath(in.Path, p.cfg.slashes)
+	path, ok := p.cfg.path.Normal(in.Path)
 	if !ok {
 		return h.deny(&rules.Result{BadPath: true})
 	}

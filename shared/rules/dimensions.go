@@ -14,14 +14,22 @@ func init() {
 		Doc: "the route or service the front end matched"})
 	RegisterDimension("path", DimensionKind{New: noArg(field(func(in *Input) string { return in.Path })), Reads: Reads{Path: true},
 		Doc: "the URL path (the resource)"})
-	RegisterDimension("method", DimensionKind{New: noArg(field(func(in *Input) string { return in.Method })), Reads: Reads{Method: true},
-		Doc: "the HTTP method"})
+	RegisterDimension("method", DimensionKind{New: noArg(field(methodValue)), Reads: Reads{Method: true},
+		Doc: "the HTTP method (HEAD counts as GET)"})
 	RegisterDimension("host", DimensionKind{New: noArg(field(func(in *Input) string { return strings.ToLower(in.Host) })), Reads: Reads{Host: true},
 		Doc: "the Host header"})
 	RegisterDimension("header", DimensionKind{New: headerDim(""), Reads: Reads{Headers: true},
 		Doc: "a request header, header:NAME (e.g. header:X-Api-Key)"})
 	RegisterDimension("device", DimensionKind{New: headerDim("X-Device-Id"), Reads: Reads{Headers: true},
 		Doc: "a device id header, X-Device-Id unless device:NAME names another"})
+}
+
+// methodValue counts HEAD as GET, whose handler serves it (see Match).
+func methodValue(in *Input) string {
+	if in.Method == "HEAD" {
+		return "GET"
+	}
+	return in.Method
 }
 
 // newDimension parses a "by" entry, NAME or NAME:ARG.

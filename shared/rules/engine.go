@@ -21,7 +21,7 @@ type Engine struct {
 	observe func(*Rule, *Input, Outcome, error)
 	limit   func(*Rule, int64)
 	leaseID func() int64
-	slashes EscapedSlashes
+	path    PathForm
 	scratch sync.Pool
 }
 
@@ -43,6 +43,8 @@ type Options struct {
 	LeaseID func() int64
 	// EscapedSlashes says what %2F, %5C and '\' in a request's path are (see NormalPath).
 	EscapedSlashes EscapedSlashes
+	// StripDotsSpaces strips trailing dots and spaces from each path segment (see NormalPath).
+	StripDotsSpaces bool
 }
 
 // Outcome is a rule's verdict on one request.
@@ -73,8 +75,8 @@ type Result struct {
 	// ErrRule is the rule of Err, and Shadow the first shadow rule that would have denied the
 	// request: for the log lines of the paths where a request passes unlimited.
 	ErrRule, Shadow *Rule
-	// BadPath: the path holds an escaped slash, which the engine refuses (RejectSlashes); no rule
-	// was asked, and the answer is 400.
+	// BadPath: the path holds a control character, or an escaped slash which the engine refuses
+	// (RejectSlashes); no rule was asked, and the answer is 400.
 	BadPath bool
 	leases  []lease
 }
@@ -108,7 +110,8 @@ func New(rules []*Rule, o Options) (*Engine, error) {
 	if int(o.EscapedSlashes) >= len(EscapedSlashesNames) {
 		return nil, errors.New("rules: unknown EscapedSlashes " + strconv.Itoa(int(o.EscapedSlashes)))
 	}
-	e.local, e.cluster, e.observe, e.limit, e.leaseID, e.slashes = o.Local, o.Cluster, o.Observe, o.Limit, o.LeaseID, o.EscapedSlashes
+	e.local, e.cluster, e.observe, e.limit, e.leaseID = o.Local, o.Cluster, o.Observe, o.Limit, o.LeaseID
+	e.path = PathForm{Slashes: o.EscapedSlashes, StripDotsSpaces: o.StripDotsSpaces}
 	e.scratch.New = func() any { return new(scratch) }
 	return e, nil
 }
@@ -126,6 +129,19 @@ type scratch struct {
 	in    *Input // the request being checked, for Observe
 }
 
+// Normalize brings in to the form the rules match and count, and reports false for a path they
+// refuse: in.Path to its normal form (NormalPath, with the engine's path options), in.Method to
+// upper case (NormalMethod). Check does it first; a front end that matches the request against
+// something else before (dianad's upstreams) does it so that both see the same request.
+func (e *Engine) Normalize(in *Input) bool {
+	p, ok := e.path.Normal(in.Path)
+	if !ok {
+		return false
+	}
+	in.Path, in.Method = p, NormalMethod(in.Method)
+	return true
+}
+
 // Check decides a request against every rule that applies to it, unless an unlimited rule
 // matches it: then no rule counts it. When several apply, each is
 // first decided as a dry run, and the request is committed to all of them only if none denies
@@ -135,20 +151,8 @@ type scratch struct {
 // stays exact on its own under concurrency: a commit is a fresh atomic decision; only a request
 // racing between the two phases can be refused after other rules took its units.
 //
-// Normalize rewrites in.Path into the normal form the rules match and count (NormalPath, with
-// the engine's EscapedSlashes), and reports false for a path they refuse. Check does it first;
-// a front end that matches the request against something else before (dianad's upstreams) does
-// it so that both see the same path.
-func (e *Engine) Normalize(in *Input) bool {
-	p, ok := NormalPath(in.Path, e.slashes)
-	if ok {
-		in.Path = p
-	}
-	return ok
-}
-
-// Check first rewrites in.Path into its normal form (NormalPath), which the rules match and
-// count: front ends hand it the path as the client sent it.
+// Check first brings the request to the form the rules match and count (Normalize): front
+// ends hand its path and method as the client sent them.
 func (e *Engine) Check(ctx context.Context, in *Input) Result {
 	if !e.Normalize(in) {
 		return Result{BadPath: true, Decision: algos.Decision{RetryAfter: algos.Never}}

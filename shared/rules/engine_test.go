@@ -868,3 +868,59 @@ func TestRegisterTwicePanics(t *testing.T) {
 		}()
 	}
 }
+
+// A request's method is seen as an upstream that upper-cases it sees it, and GET's handler
+// serves HEAD: "post" spends a rule on POST, HEAD a rule on GET, under both match and the
+// "method" dimension (issue 25, items 1 and 2).
+func TestEngineMethodCase(t *testing.T) {
+	e := newEnv(t, `{"rules": [
+		{"name": "post", "match": {"methods": ["POST"]}, "limit": {"algorithm": "fixed_window", "limit": 2, "window": "1h"}},
+		{"name": "get", "match": {"methods": ["GET"]}, "limit": {"algorithm": "fixed_window", "limit": 2, "window": "1h"}},
+		{"name": "by-method", "match": {"paths": ["/m"]}, "by": ["method"], "limit": {"algorithm": "fixed_window", "limit": 2, "window": "1h"}}
+	]}`)
+	req := func(method, path string) *rules.Input {
+		return &rules.Input{Method: method, Path: path, ClientIP: "192.0.2.1"}
+	}
+	for _, tt := range []struct {
+		method, path string
+		allowed      bool
+		rule         string
+	}{
+		{"POST", "/", true, "post"}, {"post", "/", true, "post"}, {"Post", "/", false, "post"}, {"pOST", "/", false, "post"},
+		{"GET", "/", true, "get"}, {"HEAD", "/", true, "get"}, {"head", "/", false, "get"}, {"GET", "/", false, "get"},
+		{"PUT", "/m", true, "by-method"}, {"put", "/m", true, "by-method"}, {"PUT", "/m", false, "by-method"},
+	} {
+		e.expect(e.check(req(tt.method, tt.path)), tt.allowed, tt.rule)
+	}
+	// The "method" dimension counts HEAD as GET; OPTIONS has a count of its own.
+	e2 := newEnv(t, `{"rules": [{"name": "by-method", "by": ["method"], "limit": {"algorithm": "fixed_window", "limit": 2, "window": "1h"}}]}`)
+	for i, m := range []string{"GET", "head", "HEAD"} {
+		e2.expect(e2.check(req(m, "/")), i < 2, "by-method")
+	}
+	e2.expect(e2.check(req("options", "/")), true, "by-method")
+}
+
+// A control character in the path, raw or escaped, is refused with 400 before any rule is
+// asked (issue 25, item 8); StripDotsSpaces makes /login. and /login%20 count as /login.
+func TestEnginePathRefusedAndStripped(t *testing.T) {
+	doc := `{"rules": [{"name": "login", "match": {"paths": ["/login"]}, "limit": {"algorithm": "fixed_window", "limit": 1, "window": "1h"}}]}`
+	e := newEnv(t, doc)
+	for _, p := range []string{"/login%00", "/login%09", "/login\x00", "/login%7f", "/a%0d%0a/login"} {
+		res := e.check(&rules.Input{Method: "GET", Path: p, ClientIP: "192.0.2.1"})
+		if status, _ := res.Denial(); res.Allowed || !res.BadPath || status != 400 {
+			t.Errorf("path %q: Allowed %v, BadPath %v, status %d; want refused with 400", p, res.Allowed, res.BadPath, status)
+		}
+		if _, ok := e.eng.Peek(context.Background(), &rules.Input{Path: p}); ok {
+			t.Errorf("Peek accepted path %q", p)
+		}
+	}
+	// By default the trailing dot is a name of its own; stripped, it is /login.
+	e.expect(e.check(&rules.Input{Method: "GET", Path: "/login", ClientIP: "192.0.2.1"}), true, "login")
+	e.expect(e.check(&rules.Input{Method: "GET", Path: "/login.", ClientIP: "192.0.2.1"}), true, "")
+	e = newEnv(t, doc)
+	e.build(mustDecode(t, doc), rules.Options{StripDotsSpaces: true})
+	e.expect(e.check(&rules.Input{Method: "GET", Path: "/login", ClientIP: "192.0.2.1"}), true, "login")
+	for _, p := range []string{"/login.", "/login%2e", "/login%20", "/login. "} {
+		e.expect(e.check(&rules.Input{Method: "GET", Path: p, ClientIP: "192.0.2.1"}), false, "login")
+	}
+}

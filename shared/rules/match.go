@@ -8,6 +8,17 @@ import (
 // Match selects the requests a rule applies to: all of its non-empty parts must match, and any
 // entry of a part matches (methods GET or POST; paths /a or /b).
 //
+// Methods are matched without regard to case, and GET includes HEAD. HTTP says methods are
+// case-sensitive, and nginx's limit_except compares them exactly, but a limiter must see a
+// request as its upstream will: Werkzeug and others upper-case the method, so "post" runs the
+// POST handler, and a rule that let "post" pass would be a way around it. Counting "post" as
+// POST can only count a request more, never let one escape, so the fold is the safe side: the
+// engine upper-cases the request's method (NormalMethod) before any rule sees it. A rule's
+// methods must be written upper-case (methods: [post] is refused, naming the field), so that the
+// config reads as the rules match. Likewise Go's ServeMux,
+// Flask, Rails and Express run the GET handler for HEAD, so a rule on GET also matches HEAD, and
+// the "method" dimension counts HEAD as GET. A rule may still name HEAD alone.
+//
 // Path patterns: "/login" matches exactly; "*" stands for one non-empty segment
 // ("/users/*/orders"); a final "**" for any rest, including none ("/api/**" matches /api,
 // /api/ and /api/v1/x). Hosts: "api.example.com", "*.example.com" for any subdomain (not
@@ -43,7 +54,9 @@ type HeaderMatch struct{ Name, Value string }
 // "methods", "paths", "hosts" or "headers.NAME").
 func (m *Match) compile(fail func(field, reason string)) {
 	for _, meth := range m.Methods {
-		if meth == "" || strings.ToUpper(meth) != meth {
+		// A lower-case method is refused rather than upper-cased: the config then says what
+		// the rules see.
+		if meth == "" || NormalMethod(meth) != meth {
 			fail("methods", "must be upper-case method names, got "+quote(meth))
 		}
 	}
@@ -86,6 +99,9 @@ func checkPath(p string) string {
 	if !strings.HasPrefix(p, "/") {
 		return "a path pattern starts with /, got " + quote(p)
 	}
+	if _, ok := NormalPath(p, KeepSlashes); !ok {
+		return "requests with a control character (raw or escaped) in their path are refused, so no pattern may hold one: got " + quote(p)
+	}
 	if strings.ContainsAny(p, ";?#\\") {
 		return "requests are matched by their normal path, which holds no ;parameters, query or backslash: got " + quote(p)
 	}
@@ -127,9 +143,29 @@ func validHost(h string) bool {
 	return true
 }
 
+// NormalMethod is the method as the rules see it: its ASCII letters upper-cased (see Match),
+// every other byte kept (strings.ToUpper would rewrite invalid UTF-8). It allocates nothing for
+// a method already upper-case, which is nearly every method.
+func NormalMethod(m string) string {
+	i := 0
+	for i < len(m) && !('a' <= m[i] && m[i] <= 'z') {
+		i++
+	}
+	if i == len(m) {
+		return m
+	}
+	b := []byte(m)
+	for ; i < len(b); i++ {
+		if 'a' <= b[i] && b[i] <= 'z' {
+			b[i] -= 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
 // Matches reports whether in matches m.
 func (m *Match) Matches(in *Input) bool {
-	if len(m.Methods) > 0 && !contains(m.Methods, in.Method) {
+	if len(m.Methods) > 0 && !anyMethod(m.Methods, in.Method) {
 		return false
 	}
 	if len(m.paths) > 0 && !anyPath(m.paths, in.Path) {
@@ -207,6 +243,39 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// anyMethod compares without regard to case (ASCII), so that a Match used outside
+// Engine.Check, whose method NormalMethod has not upper-cased, sees methods as the engine does;
+// HEAD is in any list that holds GET.
+func anyMethod(list []string, m string) bool {
+	head := asciiEqualFold(m, "HEAD")
+	for _, e := range list {
+		if asciiEqualFold(e, m) || head && e == "GET" {
+			return true
+		}
+	}
+	return false
+}
+
+// asciiEqualFold is strings.EqualFold for ASCII letters only: "ſ" is not "S" to a method.
+func asciiEqualFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'a' <= x && x <= 'z' {
+			x -= 'a' - 'A'
+		}
+		if 'a' <= y && y <= 'z' {
+			y -= 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }
 
 func anyPath(patterns [][]string, path string) bool {

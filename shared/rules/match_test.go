@@ -28,11 +28,19 @@ func TestMatch(t *testing.T) {
 		{`{}`, req{}, true},
 		{`{}`, req{Method: "DELETE", Path: "/x", Host: "h"}, true},
 
-		// Methods: exact, upper case.
+		// Methods: without regard to case (upstreams that upper-case run "post" as POST); GET
+		// includes HEAD, whose request GET's handler serves.
 		{`{"methods": ["GET", "POST"]}`, req{Method: "GET"}, true},
 		{`{"methods": ["GET", "POST"]}`, req{Method: "POST"}, true},
 		{`{"methods": ["GET", "POST"]}`, req{Method: "PUT"}, false},
-		{`{"methods": ["GET", "POST"]}`, req{Method: "get"}, false},
+		{`{"methods": ["GET", "POST"]}`, req{Method: "get"}, true},
+		{`{"methods": ["POST"]}`, req{Method: "post"}, true},
+		{`{"methods": ["POST"]}`, req{Method: "pOsT"}, true},
+		{`{"methods": ["GET"]}`, req{Method: "HEAD"}, true},
+		{`{"methods": ["GET"]}`, req{Method: "head"}, true},
+		{`{"methods": ["HEAD"]}`, req{Method: "GET"}, false},
+		{`{"methods": ["POST"]}`, req{Method: "HEAD"}, false},
+		{`{"not": {"methods": ["GET"]}}`, req{Method: "HEAD"}, false},
 		{`{"methods": "GET"}`, req{Method: "GET"}, true},
 
 		// Exact paths.

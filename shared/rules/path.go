@@ -27,7 +27,16 @@ import (
 //     (/api;v=1/login and /public/..;/login are /api/login and /login on Tomcat);
 //   - empty segments are dropped (slashes merged), "." segments too, and ".." removes the segment
 //     before it, never climbing above the root (RFC 3986 5.2.4);
-//   - a final slash is dropped (but for "/"): /api/login/ is /api/login on most frameworks.
+//   - a final slash is dropped (but for "/"): /api/login/ is /api/login on most frameworks;
+//   - a control character (0x00–0x1F, 0x7F), raw or escaped (%00, %09, %7F), anywhere in the
+//     path refuses the request with 400, as nginx, Apache and Go's server refuse them: some
+//     upstreams cut the path at %00 or strip a %09, so no normal form is safe;
+//   - trailing dots and spaces of a segment (/api/login., /api/login%2e, /api/login%20) are kept
+//     by default, since most upstreams serve "login." as a name of its own; Windows and IIS strip
+//     them, and PathForm.StripDotsSpaces (strip_trailing_dots_spaces in the configs) strips them
+//     too, so that such an upstream's /api/login. meets a rule on /api/login. A segment of dots
+//     alone ("." and "..") is a dot segment, not stripped; "..." and a segment of spaces are
+//     stripped to nothing and dropped.
 //
 // Case is kept: paths are case-sensitive on most upstreams. The rewrite is linear in the path's
 // length and allocates nothing for a path already normal, which is nearly every path. Rules only
@@ -57,10 +66,25 @@ func DecodeEscapedSlashes(o *conf.Obj) EscapedSlashes {
 	return EscapedSlashes(o.EnumIndex("escaped_slashes", EscapedSlashesNames[:]...))
 }
 
-// NormalPath returns the normal form of the request path raw (see above); ok is false when the
-// path holds an escaped slash and slashes is RejectSlashes.
+// PathForm says how a path is brought to its normal form where upstreams differ.
+type PathForm struct {
+	Slashes         EscapedSlashes
+	StripDotsSpaces bool // strip trailing dots and spaces from each segment, as Windows does
+}
+
+// NormalPath returns the normal form of the request path raw (see above) with every option at
+// its default but slashes; ok is false when the path holds a control character, or an escaped
+// slash and slashes is RejectSlashes.
 func NormalPath(raw string, slashes EscapedSlashes) (path string, ok bool) {
-	if plain(raw) {
+	return PathForm{Slashes: slashes}.Normal(raw)
+}
+
+// Normal returns the normal form of the request path raw under f (see above); ok is false when
+// the path holds a control character, or an escaped slash and f.Slashes is RejectSlashes.
+func (f PathForm) Normal(raw string) (path string, ok bool) {
+	slashes := f.Slashes
+	// A plain path holds no space; with StripDotsSpaces it needs a rewrite if a segment ends in '.'.
+	if plain(raw) && !(f.StripDotsSpaces && (strings.HasSuffix(raw, ".") || strings.Contains(raw, "./"))) {
 		return raw, true
 	}
 	p := raw
@@ -75,6 +99,9 @@ func NormalPath(raw string, slashes EscapedSlashes) (path string, ok bool) {
 	seg := make([]byte, 0, 32)
 	params := false // past a ';' in this segment: dropped
 	end := func() {
+		if f.StripDotsSpaces && string(seg) != "." && string(seg) != ".." {
+			seg = stripDotsSpaces(seg)
+		}
 		switch string(seg) {
 		case "", ".":
 		case "..":
@@ -93,6 +120,9 @@ func NormalPath(raw string, slashes EscapedSlashes) (path string, ok bool) {
 		if c == '%' && i+2 < len(p) && hexVal(p[i+1]) >= 0 && hexVal(p[i+2]) >= 0 {
 			c = byte(hexVal(p[i+1])<<4 | hexVal(p[i+2]))
 			escaped, i = true, i+2
+		}
+		if c < ' ' || c == 0x7f {
+			return "", false // a control character, raw or escaped: refused (see above)
 		}
 		if c == '/' && !escaped {
 			end()
@@ -130,6 +160,20 @@ func NormalPath(raw string, slashes EscapedSlashes) (path string, ok bool) {
 		return "/", true
 	}
 	return string(out), true
+}
+
+// stripDotsSpaces cuts the trailing dots and spaces (written "%20" in a segment) off seg.
+func stripDotsSpaces(seg []byte) []byte {
+	for {
+		switch {
+		case bytes.HasSuffix(seg, []byte(".")):
+			seg = seg[:len(seg)-1]
+		case bytes.HasSuffix(seg, []byte("%20")):
+			seg = seg[:len(seg)-3]
+		default:
+			return seg
+		}
+	}
 }
 
 // plain reports whether p needs no rewrite: it starts with '/', holds only characters a path

@@ -44,9 +44,7 @@ func TestNormalPath(t *testing.T) {
 		{"/a%20b", "/a%20b", "/a%20b"},
 		{"/a%2", "/a%252", "/a%252"},
 		{"/a%zz", "/a%25zz", "/a%25zz"},
-		{"/a%00b", "/a%00b", "/a%00b"},
 		{"/é", "/%C3%A9", "/%C3%A9"},
-		{"/a\x00b", "/a%00b", "/a%00b"},
 		{"/a:b@c!$&'()*+,=", "/a:b@c!$&'()*+,=", "/a:b@c!$&'()*+,="},
 		// Edges.
 		{"", "/", "/"},
@@ -77,6 +75,60 @@ func TestNormalPath(t *testing.T) {
 	}
 	if _, ok := NormalPath("/api/login;x%2F", RejectSlashes); !ok {
 		t.Error("a slash inside dropped ;parameters was refused")
+	}
+
+	// Control characters, raw or escaped, anywhere in the path (;parameters too) refuse the
+	// request, whatever the options; in the query they do not count.
+	for _, in := range []string{"/a%00b", "/a\x00b", "/api/login%00", "/api/login%09", "/api/login\t", "/a%0a", "/a%0D%0A",
+		"/a%1f", "/a%7F", "/a\x7f", "/a;x=%00/b", "%00", "http://h/a%00"} {
+		for _, s := range []EscapedSlashes{DecodeSlashes, KeepSlashes, RejectSlashes} {
+			for _, strip := range []bool{false, true} {
+				if p, ok := (PathForm{Slashes: s, StripDotsSpaces: strip}).Normal(in); ok {
+					t.Errorf("NormalPath(%q, %s, strip %v) = %q, accepted", in, EscapedSlashesNames[s], strip, p)
+				}
+			}
+		}
+	}
+	for _, in := range []string{"/a?x=%00", "/a#%09", "/a%2500", "/a%20b", "/a%80"} {
+		if _, ok := NormalPath(in, DecodeSlashes); !ok {
+			t.Errorf("NormalPath(%q) refused: no control character in the path", in)
+		}
+	}
+}
+
+// Trailing dots and spaces are kept by default, stripped with StripDotsSpaces.
+func TestNormalPathStripDotsSpaces(t *testing.T) {
+	for _, c := range []struct{ in, keep, strip string }{
+		{"/api/login.", "/api/login.", "/api/login"},
+		{"/api/login%2e", "/api/login.", "/api/login"},
+		{"/api/login%2E%2e", "/api/login..", "/api/login"},
+		{"/api/login%20", "/api/login%20", "/api/login"},
+		{"/api/login ", "/api/login%20", "/api/login"},
+		{"/api/login. %20.", "/api/login.%20%20.", "/api/login"},
+		{"/api./login.", "/api./login.", "/api/login"},
+		{"/api/login.json", "/api/login.json", "/api/login.json"},
+		{"/api/.hidden", "/api/.hidden", "/api/.hidden"},
+		{"/api/ x", "/api/%20x", "/api/%20x"},
+		{"/a/./b/../c", "/a/c", "/a/c"},    // dot segments stay dot segments
+		{"/a/.../b", "/a/.../b", "/a/b"},   // a segment of dots alone is stripped to nothing
+		{"/a/%20/b", "/a/%20/b", "/a/b"},   // and of spaces alone
+		{"/a/b/..%2e", "/a/b/...", "/a/b"}, // "..." is not ".."
+		{"/api/login.;x=1", "/api/login.", "/api/login"},
+		{"/api/login./", "/api/login.", "/api/login"},
+	} {
+		for _, m := range []struct {
+			strip bool
+			want  string
+		}{{false, c.keep}, {true, c.strip}} {
+			f := PathForm{StripDotsSpaces: m.strip}
+			got, ok := f.Normal(c.in)
+			if !ok || got != m.want {
+				t.Errorf("Normal(%q, strip %v) = %q, %v; want %q", c.in, m.strip, got, ok, m.want)
+			}
+			if again, _ := f.Normal(got); again != got {
+				t.Errorf("Normal(%q, strip %v) = %q, then %q: not idempotent", c.in, m.strip, got, again)
+			}
+		}
 	}
 }
 
@@ -109,17 +161,24 @@ func FuzzNormalPath(f *testing.F) {
 		f.Add(seed.path, seed.spell)
 	}
 	f.Fuzz(func(t *testing.T, raw, spell string) {
-		for _, mode := range []EscapedSlashes{DecodeSlashes, KeepSlashes} {
-			p, ok := NormalPath(raw, mode)
-			if !ok || !strings.HasPrefix(p, "/") {
-				t.Fatalf("NormalPath(%q, %s) = %q, %v", raw, EscapedSlashesNames[mode], p, ok)
+		for _, form := range []PathForm{{Slashes: DecodeSlashes}, {Slashes: KeepSlashes}, {Slashes: DecodeSlashes, StripDotsSpaces: true}} {
+			mode := EscapedSlashesNames[form.Slashes]
+			p, ok := form.Normal(raw)
+			if !ok { // only a control character refuses a path here: raw holds one, or an escape of one
+				if !hasControl(raw) {
+					t.Fatalf("NormalPath(%q, %+v) refused a path without a control character", raw, form)
+				}
+				continue
 			}
-			if again, _ := NormalPath(p, mode); again != p {
-				t.Fatalf("NormalPath(%q, %s) = %q, then %q: not idempotent", raw, EscapedSlashesNames[mode], p, again)
+			if !strings.HasPrefix(p, "/") || hasControl(p) {
+				t.Fatalf("NormalPath(%q, %s) = %q: not a path, or holds a control character", raw, mode, p)
+			}
+			if again, _ := form.Normal(p); again != p {
+				t.Fatalf("NormalPath(%q, %+v) = %q, then %q: not idempotent", raw, form, p, again)
 			}
 			if v := respell(p, spell); !strings.Contains(p, "%2F") && !strings.Contains(p, "%5C") {
-				if got, _ := NormalPath(v, mode); got != p {
-					t.Fatalf("%q is a spelling of %q, but its normal form is %q (%s)", v, p, got, EscapedSlashesNames[mode])
+				if got, _ := form.Normal(v); got != p {
+					t.Fatalf("%q is a spelling of %q, but its normal form is %q (%+v)", v, p, got, form)
 				}
 			}
 		}
@@ -129,6 +188,20 @@ func FuzzNormalPath(f *testing.F) {
 			}
 		}
 	})
+}
+
+// hasControl reports whether s holds a control character, raw or as an escape (%00–%1F, %7F).
+func hasControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '%' && i+2 < len(s) && hexVal(s[i+1]) >= 0 && hexVal(s[i+2]) >= 0 {
+			c = byte(hexVal(s[i+1])<<4 | hexVal(s[i+2]))
+		}
+		if c < ' ' || c == 0x7f {
+			return true
+		}
+	}
+	return false
 }
 
 // respell writes the normal path p another way an upstream reads alike, each choice taken from

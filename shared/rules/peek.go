@@ -20,11 +20,11 @@ type Peeked struct {
 // it rewrites in.Path into its normal form. A request an unlimited rule exempts gets that rule
 // alone, allowed, with no key.
 func (e *Engine) Peek(ctx context.Context, in *Input) (out []Peeked, ok bool) {
-	p, ok := NormalPath(in.Path, e.slashes)
+	p, ok := e.path.Normal(in.Path)
 	if !ok {
 		return nil, false
 	}
-	in.Path = p
+	in.Path, in.Method = p, NormalMethod(in.Method)
 	if r := e.exempted(in); r != nil {
 		return []Peeked{{Rule: r, Decision: algos.Decision{Allowed: true}}}, true
 	}

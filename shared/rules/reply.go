@@ -109,8 +109,9 @@ func (r *Result) AppendHeaders(h []Header) []Header {
 // Seconds turns µs into whole seconds, rounded up: a client that waits that long is not early.
 func Seconds(us int64) int64 { return (max(us, 0) + algos.Second - 1) / algos.Second }
 
-// BadPathMessage is the message of the 400 that refuses a path with an escaped slash.
-const BadPathMessage = "the request path holds an encoded slash or a backslash, which this gateway refuses"
+// BadPathMessage is the message of the 400 that refuses a path with a control character, or an
+// escaped slash under RejectSlashes.
+const BadPathMessage = "the request path holds a control character, or an encoded slash or a backslash, which this gateway refuses"
 
 // Denial is the status of a denied request (its rule's, 429 by default; 400 for a refused path)
 // and its JSON body.

@@ -483,6 +483,7 @@ func TestDecodeInvalid(t *testing.T) {
 		{"method empty", rule(tb, `"match": {"methods": [""]}`), "rules[0].match.methods", `got ""`},
 		{"path relative", rule(tb, `"match": {"paths": "api"}`), "rules[0].match.paths", `a path pattern starts with /, got "api"`},
 		{"path empty", rule(tb, `"match": {"paths": [""]}`), "rules[0].match.paths", `a path pattern starts with /, got ""`},
+		{"path control character", rule(tb, `"match": {"paths": ["/a%09"]}`), "rules[0].match.paths", `control character`},
 		{"path ** inside", rule(tb, `"match": {"paths": ["/a/**/b"]}`), "rules[0].match.paths", `** may only end a pattern, got "/a/**/b"`},
 		{"path * in a segment", rule(tb, `"match": {"paths": ["/a*"]}`), "rules[0].match.paths", `* must be a whole segment, got "/a*"`},
 		{"path ** in a segment", rule(tb, `"match": {"paths": ["/api/v1**"]}`), "rules[0].match.paths", `* must be a whole segment, got "/api/v1**"`},
