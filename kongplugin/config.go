@@ -9,9 +9,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/diana-gw/diana/shared/conf"
 	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/store/redisstore"
+	"github.com/diana-gw/diana/store/stack"
 )
 
 // settings is a decoded, valid plugin config: the rules it limits with, and what a request
@@ -21,7 +24,7 @@ type settings struct {
 	// Warnings say where the config is taken otherwise than written: a field that does not
 	// apply to the chosen mode, ignored; a value lowered to what the algorithm holds.
 	Warnings []string
-	Redis    *redisConf // nil with policy local
+	Redis    *stack.Redis // nil with policy local; equal ones share one client (clusterStore)
 	// EscapedSlashes says what %2F, %5C and '\' in a request's path are to the rules.
 	EscapedSlashes rules.EscapedSlashes
 
@@ -37,25 +40,6 @@ type needs struct {
 	IP, Consumer, Credential, Path, Service bool
 	Headers                                 bool // GetHeader, per header a rule reads
 	Leases                                  bool // Log must give concurrency leases back
-}
-
-// redisConf is the Redis connection of policy redis; equal configs share one client.
-type redisConf struct {
-	Addrs      string // comma-separated, as a comparable map key
-	MasterName string
-	Cluster    bool
-	Username   string
-	Password   string
-	DB         int
-	TLS        bool
-	SkipVerify bool
-	ServerName string
-	CAFile     string // read when the store is made (see clusterStore), as are CertFile and KeyFile
-	CertFile   string
-	KeyFile    string
-	Wait       int
-	TimeoutMS  int64
-	Prefix     string
 }
 
 // credentialHeader is the name under which the request's Kong credential id is handed to the
@@ -135,20 +119,12 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 	}
 	shadow := boolean("shadow")
 	ban := str("ban")
-	var rc redisConf
-	rc.MasterName = str("redis_sentinel_master")
-	rc.Cluster = boolean("redis_cluster")
-	rc.Username = str("redis_username")
-	rc.Password = str("redis_password")
-	rc.DB = int(integer("redis_database"))
-	rc.TLS = boolean("redis_ssl")
-	rc.SkipVerify = boolean("redis_ssl_skip_verify")
-	rc.ServerName = str("redis_server_name")
-	rc.CAFile = str("redis_ssl_ca_file")
-	rc.CertFile, rc.KeyFile = str("redis_ssl_cert_file"), str("redis_ssl_key_file")
-	rc.Wait = int(integer("redis_wait_replicas"))
-	rc.TimeoutMS = integer("redis_timeout")
-	rc.Prefix = str("redis_prefix")
+	// The CA, certificate and key files are read when the store is made (see clusterStore).
+	rc := stack.Redis{Conn: redisstore.Conn{MasterName: str("redis_sentinel_master"), Cluster: boolean("redis_cluster"),
+		Username: str("redis_username"), Password: str("redis_password"), DB: int(integer("redis_database")),
+		TLS: boolean("redis_ssl"), SkipVerify: boolean("redis_ssl_skip_verify"), ServerName: str("redis_server_name")},
+		CAFile: str("redis_ssl_ca_file"), CertFile: str("redis_ssl_cert_file"), KeyFile: str("redis_ssl_key_file"),
+		Wait: int(integer("redis_wait_replicas")), Timeout: time.Duration(integer("redis_timeout")) * time.Millisecond, Prefix: str("redis_prefix")}
 	failClosed := boolean("fail_closed")
 	nodes := integer("fallback_nodes")
 	batchMax := integer("batch_max")
@@ -168,15 +144,15 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 				addrs[i] = net.JoinHostPort(strings.Trim(a, "[]"), "6379")
 			}
 		}
-		if rc.MasterName != "" && rc.Cluster {
-			s.warn("redis_cluster", "is ignored: redis_sentinel_master is set, so redis_addrs are Sentinels")
-			rc.Cluster = false
-		}
-		if rc.Wait > 0 && (rc.Cluster || len(addrs) > 1 && rc.MasterName == "") {
-			s.warn("redis_wait_replicas", "is ignored: WAIT cannot be routed on a Redis Cluster (it has no key)")
-			rc.Wait = 0
-		}
-		rc.Addrs = strings.Join(addrs, ",")
+		rc.Addrs = addrs
+		rc.Conflicts(true, func(c stack.Conflict) {
+			switch c {
+			case stack.ClusterWithSentinel:
+				s.warn("redis_cluster", "is ignored: redis_sentinel_master is set, so redis_addrs are Sentinels")
+			case stack.WaitOnCluster:
+				s.warn("redis_wait_replicas", "is ignored: WAIT cannot be routed on a Redis Cluster (it has no key)")
+			}
+		})
 		s.Redis = &rc
 	}
 

@@ -8,6 +8,7 @@ package main
 import (
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/store/stack"
 )
 
 // field is one config field as Kong's schema describes it. Zero values mean "take it from the
@@ -81,7 +82,7 @@ func fieldTable() []field {
 	portMin, portMax := bounds(1, 65535)
 	zeroMin, zeroMax := bounds(0, maxLimit)
 	dbMin, dbMax := bounds(0, 1<<31-1)
-	toMin, toMax := bounds(1, 60000)
+	toMin, toMax := bounds(stack.MinTimeout.Milliseconds(), stack.MaxTimeout.Milliseconds())
 	nodesMin, nodesMax := bounds(0, 10000)
 	batchMin, batchMax := bounds(0, rules.MaxBatch)
 	redis := &cond{"policy", []any{"redis"}}
@@ -157,9 +158,9 @@ func fieldTable() []field {
 			Desc: "policy redis with TLS: a PEM file, on every Kong node, of the private key of redis_ssl_cert_file's certificate."},
 		field{Name: "redis_wait_replicas", Type: "integer", From: "dianad.schema.json#/properties/redis/properties/wait_replicas", Default: int64(0), Applies: redis,
 			Desc: "policy redis: above 0, a decision counts only once this many replicas have its write (Redis WAIT, within 3/4 of redis_timeout), else the fail policy decides: a failover then loses no count. Ignored (with a warning) on a Redis Cluster."},
-		field{Name: "redis_timeout", Type: "integer", Default: int64(50), Min: toMin, Max: toMax, Applies: redis,
+		field{Name: "redis_timeout", Type: "integer", Default: stack.DefaultTimeout.Milliseconds(), Min: toMin, Max: toMax, Applies: redis,
 			Desc: "policy redis: the longest a decision waits for Redis, in milliseconds. After a few failures Redis is left alone for a while, so an outage adds no latency."},
-		field{Name: "redis_prefix", Type: "string", Default: "diana:", Applies: redis,
+		field{Name: "redis_prefix", Type: "string", Default: stack.DefaultPrefix, Applies: redis,
 			Desc: "policy redis: the prefix of every key Diana writes in Redis."},
 		field{Name: "fail_closed", Type: "boolean", Default: false, Applies: redis,
 			Desc: "policy redis, when Redis cannot decide (down, slow, failing): refuse requests. Default (off): let them through, as Kong's fault_tolerant does."},

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/diana-gw/diana/config"
 	"github.com/diana-gw/diana/httplimit"
@@ -17,6 +18,7 @@ import (
 	"github.com/diana-gw/diana/shared/conf"
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/redisstore"
+	"github.com/diana-gw/diana/store/stack"
 )
 
 // Version is the config format this dianad reads.
@@ -62,27 +64,9 @@ type Upstream struct {
 	Match rules.Match
 }
 
-// Redis is the connection of cluster mode (and of a Redis remote config source).
-type Redis struct {
-	Addrs      []string // one: standalone; several: Redis Cluster; with MasterName: Sentinel
-	MasterName string
-	Username   string
-	Password   string
-	DB         int
-	TLS        bool
-	CACert     []byte // TLS: the PEM of tls_ca_file, the CAs to trust instead of the system's
-	// TLS: the PEM of tls_cert_file and tls_key_file, the client certificate for a server that
-	// asks for one (mutual TLS)
-	ClientCert, ClientKey []byte
-	ServerName            string // TLS: the name to verify the certificate against
-	SkipVerify            bool   // TLS: do not verify the certificate (tests only)
-	Cluster               bool   // a Redis Cluster even with one address (a configuration endpoint)
-	Wait                  int    // replicas a decision's write must reach before it counts (WAIT); 0: none
-	Timeout               int64  // µs, bound on one decision's round trip
-	Prefix                string
-	Failures              int   // consecutive failures that open the breaker
-	OpenFor               int64 // µs the breaker stays open before a probe
-}
+// Redis is the connection of cluster mode (and of a Redis remote config source): store/stack's
+// settings, which the redis section fills (decodeRedis).
+type Redis = stack.Redis
 
 // Remote is the remote config source, whose rules win over the file's while it is reachable.
 type Remote struct {
@@ -253,20 +237,20 @@ func decodeRedis(o *conf.Obj) *Redis {
 	r.MasterName = o.String("master_name", "")
 	r.Username = o.String("username", "")
 	r.Password = secret(o, "password", "password_file", "DIANA_REDIS_PASSWORD")
-	r.DB = int(o.Int("db", 0, 0, 1<<20))
+	r.DB = int(o.Int("db", 0, 0, stack.MaxDB))
 	r.TLS = o.Bool("tls", false)
 	r.ServerName = o.String("tls_server_name", "")
 	r.SkipVerify = o.Bool("tls_skip_verify", false)
-	if ca := o.String("tls_ca_file", ""); ca != "" {
+	if r.CAFile = o.String("tls_ca_file", ""); r.CAFile != "" {
 		var err error
-		if r.CACert, err = config.ReadRegular(ca, config.MaxCA); err != nil {
+		if r.CACert, err = config.ReadRegular(r.CAFile, config.MaxCA); err != nil {
 			o.Fail("tls_ca_file", "cannot be read: "+err.Error())
 		} else if _, err := (redisstore.Conn{TLS: true, CACert: r.CACert}).TLSConfig(); err != nil {
 			o.Fail("tls_ca_file", "holds no PEM certificate (want -----BEGIN CERTIFICATE----- blocks)")
 		}
 	}
-	r.ClientCert = readPEM(o, "tls_cert_file")
-	r.ClientKey = readPEM(o, "tls_key_file")
+	r.CertFile, r.ClientCert = readPEM(o, "tls_cert_file")
+	r.KeyFile, r.ClientKey = readPEM(o, "tls_key_file")
 	switch {
 	case (r.ClientCert == nil) != (r.ClientKey == nil) && !o.Failed("tls_cert_file", "tls_key_file"):
 		o.Fail("tls_key_file", "tls_cert_file and tls_key_file go together: the client certificate and its key")
@@ -284,33 +268,37 @@ func decodeRedis(o *conf.Obj) *Redis {
 		}
 	}
 	r.Cluster = o.Bool("cluster", false)
-	if r.Cluster && r.MasterName != "" {
-		o.Fail("cluster", "cannot be combined with master_name (Sentinel)")
-	}
-	r.Wait = int(o.Int("wait_replicas", 0, 0, 16))
-	if r.Wait > 0 && (r.Cluster || len(r.Addrs) > 1 && r.MasterName == "") {
-		o.Fail("wait_replicas", "cannot be used with a Redis Cluster (WAIT has no key to be routed by); use it with a standalone or Sentinel master")
-	}
-	r.Timeout = o.Duration("timeout", 50*algos.Millisecond, algos.Millisecond, algos.Minute)
-	r.Prefix = o.String("prefix", "diana:")
-	r.Failures = int(o.Int("breaker_failures", 3, 1, 1000))
-	r.OpenFor = o.Duration("breaker_open_for", algos.Second, algos.Millisecond, algos.Hour)
+	r.Wait = int(o.Int("wait_replicas", 0, 0, stack.MaxWait))
+	r.Conflicts(false, func(c stack.Conflict) {
+		switch c {
+		case stack.ClusterWithSentinel:
+			o.Fail("cluster", "cannot be combined with master_name (Sentinel)")
+		case stack.WaitOnCluster:
+			o.Fail("wait_replicas", "cannot be used with a Redis Cluster (WAIT has no key to be routed by); use it with a standalone or Sentinel master")
+		}
+	})
+	us := time.Duration.Microseconds // conf's durations are in µs
+	r.Timeout = time.Microsecond * time.Duration(o.Duration("timeout", us(stack.DefaultTimeout), us(stack.MinTimeout), us(stack.MaxTimeout)))
+	r.Prefix = o.String("prefix", stack.DefaultPrefix)
+	r.Failures = int(o.Int("breaker_failures", stack.DefaultFailures, 1, stack.MaxFailures))
+	r.OpenFor = time.Microsecond * time.Duration(o.Duration("breaker_open_for", us(stack.DefaultOpenFor), us(stack.MinOpenFor), us(stack.MaxOpenFor)))
 	o.Done()
 	return r
 }
 
-// readPEM reads the file that field names, if set, bounded as a CA bundle is.
-func readPEM(o *conf.Obj, field string) []byte {
+// readPEM reads the file that field names, if set, bounded as a CA bundle is: its name and its
+// content.
+func readPEM(o *conf.Obj, field string) (string, []byte) {
 	name := o.String(field, "")
 	if name == "" {
-		return nil
+		return "", nil
 	}
 	b, err := config.ReadRegular(name, config.MaxCA)
 	if err != nil {
 		o.Fail(field, "cannot be read: "+err.Error())
-		return nil
+		return name, nil
 	}
-	return b
+	return name, b
 }
 
 func decodeRLS(o *conf.Obj, redis bool) *RLS {

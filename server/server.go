@@ -19,7 +19,6 @@ import (
 	"github.com/diana-gw/diana/internal/lograte"
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/rules"
-	"github.com/diana-gw/diana/store/batch"
 	"github.com/diana-gw/diana/store/failover"
 	"github.com/diana-gw/diana/store/memstore"
 	"github.com/diana-gw/diana/store/redisstore"
@@ -53,7 +52,7 @@ type Server struct {
 	rdb     redis.UniversalClient // nil without a redis section
 	rstore  *redisstore.Store     // the cluster rules' state, for the admin operations; nil likewise
 	cluster *failover.Store       // nil without a redis section
-	batch   *batch.Store          // the batched rules' units, given back at shutdown; nil likewise
+	stack   *stack.Stack          // the glue around the store (logs, batched units); nil likewise
 
 	limiter   *httplimit.Limiter
 	live      atomic.Pointer[live]
@@ -71,8 +70,6 @@ type Server struct {
 	shadowLog  lograte.Limiter // shadow denials (all counted in the metrics): likewise
 	denialLog  lograte.Limiter // denials (all counted in the metrics): likewise
 	proxyLog   lograte.Limiter // upstream errors: likewise
-	starveLog  lograte.Limiter // Redis timeouts of a starved process: likewise
-	shareLog   lograte.Limiter // failed exchanges of the learned shares: likewise
 	unknownLog lograte.Limiter // rls requests for an unknown domain: likewise
 
 	authLog lograte.Limiter // forward-auth requests refused or not believed: likewise
@@ -114,26 +111,14 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 	}()
 	s.mem = memstore.New(memstore.Options{MaxEntries: o.MaxEntries})
 	if cfg.Redis != nil {
-		r := cfg.Redis
-		st, err := stack.New(stack.Options{
-			Conn: redisstore.Conn{Addrs: r.Addrs, MasterName: r.MasterName, Cluster: r.Cluster,
-				Username: r.Username, Password: r.Password, DB: r.DB,
-				TLS: r.TLS, CACert: r.CACert, ServerName: r.ServerName, SkipVerify: r.SkipVerify,
-				ClientCert: r.ClientCert, ClientKey: r.ClientKey},
-			Prefix: r.Prefix, WaitReplicas: r.Wait,
-			Timeout:  time.Duration(r.Timeout) * time.Microsecond,
-			Failures: r.Failures,
-			OpenFor:  time.Duration(r.OpenFor) * time.Microsecond,
-			Local:    s.mem, OnState: s.breakerState, OnStarved: s.starved, Observe: s.met.observeRedis,
-			OnShareError: s.shareError,
-		})
+		st, err := stack.New(*cfg.Redis, stack.Hooks{Log: s.log, Local: s.mem,
+			OnState: s.met.breakerOpen, OnStarved: func(time.Duration) { s.met.starved.Inc() }, Observe: s.met.observeRedis})
 		if err != nil {
 			return nil, fmt.Errorf("server: redis: %w", err)
 		}
-		s.rdb, s.rstore, s.cluster = st.Client, st.Redis, st.Store
+		s.rdb, s.rstore, s.cluster, s.stack = st.Client, st.Redis, st.Store, st
 		s.met.batches(st.Batch)
 		s.met.shares(st.Shares)
-		s.batch = st.Batch
 	}
 	s.transport = NewTransport()
 	s.limiter = httplimit.New(nil, httplimit.Options{})
@@ -229,9 +214,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); every(bg, time.Minute, s.sweep) }()
-	if s.batch != nil {
+	if s.stack != nil {
 		wg.Add(1)
-		go func() { defer wg.Done(); every(bg, time.Second, s.flushBatches) }()
+		go func() { defer wg.Done(); s.stack.Run(bg) }()
 	}
 	if s.rdb != nil {
 		wg.Add(1)
@@ -283,23 +268,11 @@ func (s *Server) Run(ctx context.Context) error {
 		s.adminSrv.Close()
 		runErr = errors.Join(runErr, fmt.Errorf("server: admin shutdown: %w", err))
 	}
-	if s.batch != nil { // no more decisions: the batched units held go back to Redis
-		if err := s.batch.Close(sctx); err != nil {
-			s.log.Warn("batched units not given back", "err", err)
-		}
+	if s.stack != nil { // no more decisions: the batched units held go back to Redis
+		s.stack.Shutdown(sctx)
 	}
 	s.log.Info("stopped")
 	return runErr
-}
-
-// flushBatches gives the batched units that expired unspent back to Redis, so that a key whose
-// traffic stopped gets them back within their window (batch.Store.Flush; called every second).
-func (s *Server) flushBatches(ctx context.Context) {
-	fctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	if err := s.batch.Flush(fctx); err != nil {
-		s.log.Debug("batched units not given back", "err", err)
-	}
 }
 
 // sweep drops the local store's expired entries, giving their memory back (called every minute).
@@ -362,33 +335,6 @@ func (s *Server) close() {
 		if err := s.rdb.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
 			s.log.Warn("closing the Redis client", "err", err)
 		}
-	}
-}
-
-// starved is told of a Redis timeout the breaker did not count, dianad itself being short of CPU.
-func (s *Server) starved(wait time.Duration) {
-	s.met.starved.Inc()
-	if ok, skipped := s.starveLog.Allow(); ok {
-		s.log.Warn("Redis timed out while dianad was starved of CPU: not counted against Redis (the breaker stays closed); the request got its on_error decision",
-			"scheduling_wait", wait, "suppressed", skipped)
-	}
-}
-
-// shareError is told of a failed exchange of the learned shares (on_error local).
-func (s *Server) shareError(err error) {
-	if ok, skipped := s.shareLog.Allow(); ok {
-		s.log.Warn("cannot exchange this node's traffic shares with Redis: on_error local keeps the shares learned before, or the limit divided by nodes",
-			"err", err, "suppressed", skipped)
-	}
-}
-
-// breakerState is told when the Redis circuit breaker opens or closes.
-func (s *Server) breakerState(open bool) {
-	s.met.breakerOpen(open)
-	if open {
-		s.log.Warn("Redis circuit breaker open: cluster rules follow their on_error policy until Redis answers again")
-	} else {
-		s.log.Info("Redis circuit breaker closed: Redis answers again")
 	}
 }
 

@@ -24,15 +24,23 @@ import (
 // was not called.
 var ErrOpen = errors.New("failover: circuit breaker open, Redis not called")
 
+// The defaults of Options, which every front end's settings take too (store/stack.Redis).
+const (
+	DefaultTimeout  = 50 * time.Millisecond
+	DefaultFailures = 3
+	DefaultOpenFor  = time.Second
+)
+
 // Options tune a Store. Zero or negative values take the defaults.
 type Options struct {
-	// Timeout bounds one Decide's round trip to Redis; default 50ms.
+	// Timeout bounds one Decide's round trip to Redis; default DefaultTimeout.
 	Timeout time.Duration
-	// Failures is the number of consecutive failed round trips that open the breaker; default 3.
+	// Failures is the number of consecutive failed round trips that open the breaker; default
+	// DefaultFailures.
 	Failures int
 	// OpenFor is how long the breaker stays open before one call probes Redis, and how long
-	// after a failed probe the next one goes; default 1s. A Redis that is back is found within
-	// OpenFor.
+	// after a failed probe the next one goes; default DefaultOpenFor. A Redis that is back is
+	// found within OpenFor.
 	OpenFor time.Duration
 	// Local decides the ops whose policy is rules.FailLocal while Redis cannot, with the rule's
 	// learned share (Shares) or else op.Fallback (op.Alg if nil); default a memstore of its own.
@@ -71,13 +79,13 @@ type Store struct {
 // be made with ContextTimeoutEnabled.
 func New(r Backend, o Options) *Store {
 	if o.Timeout <= 0 {
-		o.Timeout = 50 * time.Millisecond
+		o.Timeout = DefaultTimeout
 	}
 	if o.Failures <= 0 {
-		o.Failures = 3
+		o.Failures = DefaultFailures
 	}
 	if o.OpenFor <= 0 {
-		o.OpenFor = time.Second
+		o.OpenFor = DefaultOpenFor
 	}
 	if o.Local == nil {
 		o.Local = memstore.New(memstore.Options{})

@@ -18,6 +18,7 @@ import (
 
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/store/redisstore"
 )
 
 // Headroom is what a learned share is raised by before it limits a node: 2% of the share, so
@@ -54,7 +55,7 @@ const dropAfter = 300
 
 // ShareOptions tune Shares. Zero values take the defaults.
 type ShareOptions struct {
-	// Prefix starts the keys of the shares, as redisstore.Options.Prefix does; default "diana:".
+	// Prefix starts the keys of the shares, as redisstore.Options.Prefix does; default redisstore.DefaultPrefix.
 	Prefix string
 	// Node names this node among those that share Redis; default the host name, the process id
 	// and a random suffix. Two nodes must not share a name.
@@ -131,7 +132,7 @@ type built struct {
 // NewShares returns Shares that exchange counts in the Redis c reaches.
 func NewShares(c redis.Scripter, o ShareOptions) *Shares {
 	if o.Prefix == "" {
-		o.Prefix = "diana:"
+		o.Prefix = redisstore.DefaultPrefix
 	}
 	if o.Every <= 0 {
 		o.Every = time.Second

@@ -23,7 +23,7 @@ import (
 
 // Options tune a Store.
 type Options struct {
-	// Prefix starts every key; default "diana:".
+	// Prefix starts every key; default DefaultPrefix.
 	Prefix string
 	// CallerClock sends Request.Now to the scripts instead of letting them read Redis TIME.
 	// Tests only: production uses Redis's clock, one for the whole cluster.
@@ -58,7 +58,7 @@ type Store struct {
 // go-redis waits for its own read and write timeouts.
 func New(c redis.UniversalClient, o Options) *Store {
 	if o.Prefix == "" {
-		o.Prefix = "diana:"
+		o.Prefix = DefaultPrefix
 	}
 	_, cluster := c.(*redis.ClusterClient)
 	s := &Store{c: c, o: o, scripts: map[string]*redis.Script{}, batches: map[string]*redis.Script{}, cluster: cluster}

@@ -2,37 +2,42 @@
 // plugin, so that the two cannot drift: a Redis client (TLS, ACL user, Sentinel or Cluster),
 // redisstore (the scripts, WAIT for replicas), batch (batched rules) and failover (the timeout,
 // the breaker and the fail policies, with the learned shares of on_error local), in that order.
+//
+// It holds what the front ends share around that stack, each stated once:
+//   - Redis, cluster mode's settings: one type, with its defaults, bounds and conflicts, that
+//     dianad's config decoder and the Kong plugin's field reader both fill (each keeps its own
+//     field names and wording, which users see). It lives here, not in redisstore, because it
+//     spans every layer of the stack: the connection (redisstore.Conn, embedded), the keys'
+//     prefix and WAIT (redisstore), the timeout and the breaker (failover).
+//   - The glue: the breaker's state changes, the Redis timeouts of a starved process and the
+//     failed exchanges of the learned shares are logged here (rate-limited), the batched units
+//     are given back every second (Run) and at shutdown (Shutdown). A front end passes only what
+//     differs: its logger and its metrics hooks (Hooks).
 package stack
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/diana-gw/diana/internal/lograte"
 	"github.com/diana-gw/diana/store/batch"
 	"github.com/diana-gw/diana/store/failover"
 	"github.com/diana-gw/diana/store/memstore"
 	"github.com/diana-gw/diana/store/redisstore"
 )
 
-// Options say how to reach Redis and how to fail when it cannot decide.
-type Options struct {
-	Conn         redisstore.Conn
-	Prefix       string // of every key
-	WaitReplicas int    // replicas a decision's write must reach before it counts (WAIT); 0: none
-	// Timeout bounds a decision's round trip; WAIT gets 3/4 of it, past which the decision
-	// fails and the rule's fail policy decides. Failures and OpenFor tune the breaker.
-	Timeout  time.Duration
-	Failures int
-	OpenFor  time.Duration
-	Local    *memstore.Store // the store of the FailLocal policy; nil: failover's own
-	// Hooks, as failover.Options has them.
+// Hooks are what differs between front ends: where the logs go and what the metrics count.
+type Hooks struct {
+	Log   *slog.Logger    // default slog.Default()
+	Local *memstore.Store // the store of the FailLocal policy; nil: failover's own
+	// Metrics, as failover.Options has them; the logging is the stack's.
 	OnState   func(open bool)
 	OnStarved func(wait time.Duration)
 	Observe   func(d time.Duration, err error)
-	// OnShareError is failover.ShareOptions.OnError.
-	OnShareError func(err error)
 }
 
 // Stack is a cluster-mode store and its parts, which some front ends use on their own (the
@@ -43,20 +48,90 @@ type Stack struct {
 	Batch  *batch.Store
 	Shares *failover.Shares // each on_error local rule's learned share of the traffic
 	Store  *failover.Store  // the rules.Store of cluster mode
+
+	h         Hooks
+	starveLog lograte.Limiter // Redis timeouts of a starved process: a line a second at most
+	shareLog  lograte.Limiter // failed exchanges of the learned shares: likewise
 }
 
 // New opens the client and builds the store; it fails if the connection's settings are
 // invalid (see redisstore.Conn.TLSConfig). It does not contact Redis.
-func New(o Options) (*Stack, error) {
-	c, err := redisstore.Open(o.Conn)
+func New(r Redis, h Hooks) (*Stack, error) {
+	c, err := redisstore.Open(r.Conn)
 	if err != nil {
 		return nil, fmt.Errorf("stack: %w", err)
 	}
-	s := &Stack{Client: c}
-	s.Redis = redisstore.New(c, redisstore.Options{Prefix: o.Prefix, WaitReplicas: o.WaitReplicas, WaitTimeout: o.Timeout * 3 / 4})
+	if h.Log == nil {
+		h.Log = slog.Default()
+	}
+	timeout := r.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	s := &Stack{Client: c, h: h}
+	s.Redis = redisstore.New(c, redisstore.Options{Prefix: r.Prefix, WaitReplicas: r.Wait, WaitTimeout: timeout * 3 / 4})
 	s.Batch = batch.New(s.Redis, batch.Options{})
-	s.Shares = failover.NewShares(c, failover.ShareOptions{Prefix: o.Prefix, OnError: o.OnShareError})
-	s.Store = failover.New(s.Batch, failover.Options{Timeout: o.Timeout, Failures: o.Failures, OpenFor: o.OpenFor,
-		Local: o.Local, Shares: s.Shares, OnState: o.OnState, OnStarved: o.OnStarved, Observe: o.Observe})
+	s.Shares = failover.NewShares(c, failover.ShareOptions{Prefix: r.Prefix, OnError: s.shareError})
+	s.Store = failover.New(s.Batch, failover.Options{Timeout: timeout, Failures: r.Failures, OpenFor: r.OpenFor,
+		Local: h.Local, Shares: s.Shares, OnState: s.state, OnStarved: s.starved, Observe: h.Observe})
 	return s, nil
+}
+
+// state is told when the breaker opens or closes.
+func (s *Stack) state(open bool) {
+	if s.h.OnState != nil {
+		s.h.OnState(open)
+	}
+	if open {
+		s.h.Log.Warn("Redis circuit breaker open: cluster rules follow their on_error policy until Redis answers again")
+	} else {
+		s.h.Log.Info("Redis circuit breaker closed: Redis answers again")
+	}
+}
+
+// starved is told of a Redis timeout the breaker did not count, this process itself being
+// short of CPU.
+func (s *Stack) starved(wait time.Duration) {
+	if s.h.OnStarved != nil {
+		s.h.OnStarved(wait)
+	}
+	if ok, skipped := s.starveLog.Allow(); ok {
+		s.h.Log.Warn("Redis timed out while this process was starved of CPU: not counted against Redis (the breaker stays closed); the request got its on_error decision",
+			"scheduling_wait", wait, "suppressed", skipped)
+	}
+}
+
+// shareError is told of a failed exchange of the learned shares (on_error local).
+func (s *Stack) shareError(err error) {
+	if ok, skipped := s.shareLog.Allow(); ok {
+		s.h.Log.Warn("cannot exchange this node's traffic shares with Redis: on_error local keeps the shares learned before, or the limit divided by nodes",
+			"err", err, "suppressed", skipped)
+	}
+}
+
+// Run gives the batched units that expired unspent back to Redis every second until ctx ends,
+// so that a key whose traffic stopped gets them back within their window (batch.Store.Flush).
+func (s *Stack) Run(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fctx, cancel := context.WithTimeout(ctx, time.Second)
+			if err := s.Batch.Flush(fctx); err != nil { // a failed refund loses its units, as expiry would
+				s.h.Log.Debug("batched units not given back", "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// Shutdown gives every batched unit held back to Redis, once no more decisions come, within
+// ctx; it logs what it could not give back. It does not close the client.
+func (s *Stack) Shutdown(ctx context.Context) {
+	if err := s.Batch.Close(ctx); err != nil {
+		s.h.Log.Warn("batched units not given back", "err", err)
+	}
 }
