@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/diana-gw/diana/config"
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/failover"
 	"github.com/diana-gw/diana/store/memstore"
@@ -48,16 +47,11 @@ func clusterStore(rc *stack.Redis) rules.Store {
 	}
 	r := *rc
 	var err error
-	for _, f := range []struct {
-		field, path string
-		into        *[]byte
-	}{{"redis_ssl_ca_file", r.CAFile, &r.CACert}, {"redis_ssl_cert_file", r.CertFile, &r.ClientCert}, {"redis_ssl_key_file", r.KeyFile, &r.ClientKey}} {
-		if f.path != "" && err == nil {
-			if *f.into, err = config.ReadRegular(f.path, config.MaxCA); err != nil {
-				err = fmt.Errorf("%s: %w", f.field, err)
-			}
+	r.ReadFiles(func(f stack.TLSFile, e error) {
+		if err == nil {
+			err = fmt.Errorf("%s: %w", [...]string{stack.CAFile: "redis_ssl_ca_file", stack.CertFile: "redis_ssl_cert_file", stack.KeyFile: "redis_ssl_key_file"}[f], e)
 		}
-	}
+	})
 	var st *stack.Stack
 	if err == nil {
 		if st, err = stack.New(r, stack.Hooks{Log: slog.Default().With("plugin", "diana")}); err != nil {

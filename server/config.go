@@ -241,16 +241,15 @@ func decodeRedis(o *conf.Obj) *Redis {
 	r.TLS = o.Bool("tls", false)
 	r.ServerName = o.String("tls_server_name", "")
 	r.SkipVerify = o.Bool("tls_skip_verify", false)
-	if r.CAFile = o.String("tls_ca_file", ""); r.CAFile != "" {
-		var err error
-		if r.CACert, err = config.ReadRegular(r.CAFile, config.MaxCA); err != nil {
-			o.Fail("tls_ca_file", "cannot be read: "+err.Error())
-		} else if _, err := (redisstore.Conn{TLS: true, CACert: r.CACert}).TLSConfig(); err != nil {
+	r.CAFile, r.CertFile, r.KeyFile = o.String("tls_ca_file", ""), o.String("tls_cert_file", ""), o.String("tls_key_file", "")
+	r.ReadFiles(func(f stack.TLSFile, err error) {
+		o.Fail([...]string{stack.CAFile: "tls_ca_file", stack.CertFile: "tls_cert_file", stack.KeyFile: "tls_key_file"}[f], "cannot be read: "+err.Error())
+	})
+	if r.CACert != nil {
+		if _, err := (redisstore.Conn{TLS: true, CACert: r.CACert}).TLSConfig(); err != nil {
 			o.Fail("tls_ca_file", "holds no PEM certificate (want -----BEGIN CERTIFICATE----- blocks)")
 		}
 	}
-	r.CertFile, r.ClientCert = readPEM(o, "tls_cert_file")
-	r.KeyFile, r.ClientKey = readPEM(o, "tls_key_file")
 	switch {
 	case (r.ClientCert == nil) != (r.ClientKey == nil) && !o.Failed("tls_cert_file", "tls_key_file"):
 		o.Fail("tls_key_file", "tls_cert_file and tls_key_file go together: the client certificate and its key")
@@ -284,21 +283,6 @@ func decodeRedis(o *conf.Obj) *Redis {
 	r.OpenFor = time.Microsecond * time.Duration(o.Duration("breaker_open_for", us(stack.DefaultOpenFor), us(stack.MinOpenFor), us(stack.MaxOpenFor)))
 	o.Done()
 	return r
-}
-
-// readPEM reads the file that field names, if set, bounded as a CA bundle is: its name and its
-// content.
-func readPEM(o *conf.Obj, field string) (string, []byte) {
-	name := o.String(field, "")
-	if name == "" {
-		return "", nil
-	}
-	b, err := config.ReadRegular(name, config.MaxCA)
-	if err != nil {
-		o.Fail(field, "cannot be read: "+err.Error())
-		return name, nil
-	}
-	return name, b
 }
 
 func decodeRLS(o *conf.Obj, redis bool) *RLS {

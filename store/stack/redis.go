@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/diana-gw/diana/config"
 	"github.com/diana-gw/diana/store/failover"
 	"github.com/diana-gw/diana/store/redisstore"
 )
@@ -65,6 +66,35 @@ func (r *Redis) Conflicts(drop bool, f func(Conflict)) {
 		f(WaitOnCluster)
 		if drop {
 			r.Wait = 0
+		}
+	}
+}
+
+// TLSFile is one of the PEM files of Redis: CAFile, CertFile or KeyFile.
+type TLSFile int
+
+const (
+	CAFile TLSFile = iota
+	CertFile
+	KeyFile
+)
+
+// ReadFiles reads the PEM files CAFile, CertFile and KeyFile name into Conn's CACert,
+// ClientCert and ClientKey, each a regular file bounded as config.MaxCA; it reports each file
+// that cannot be read to fail, leaving its bytes nil. Whether the PEM is usable is
+// Conn.TLSConfig's to say.
+func (r *Redis) ReadFiles(fail func(f TLSFile, err error)) {
+	for f, file := range [...]struct {
+		name string
+		into *[]byte
+	}{CAFile: {r.CAFile, &r.CACert}, CertFile: {r.CertFile, &r.ClientCert}, KeyFile: {r.KeyFile, &r.ClientKey}} {
+		if file.name == "" {
+			continue
+		}
+		var err error
+		if *file.into, err = config.ReadRegular(file.name, config.MaxCA); err != nil {
+			*file.into = nil
+			fail(TLSFile(f), err)
 		}
 	}
 }

@@ -4,9 +4,10 @@
 // the breaker and the fail policies, with the learned shares of on_error local), in that order.
 //
 // It holds what the front ends share around that stack, each stated once:
-//   - Redis, cluster mode's settings: one type, with its defaults, bounds and conflicts, that
-//     dianad's config decoder and the Kong plugin's field reader both fill (each keeps its own
-//     field names and wording, which users see). It lives here, not in redisstore, because it
+//   - Redis, cluster mode's settings: one type, with its defaults, bounds, conflicts and the
+//     reading of its TLS files, that dianad's config decoder and the Kong plugin's field reader
+//     both fill (each keeps its own field names and wording, which users see, and says whether a
+//     conflict is refused or ignored with a warning). It lives here, not in redisstore, because it
 //     spans every layer of the stack: the connection (redisstore.Conn, embedded), the keys'
 //     prefix and WAIT (redisstore), the timeout and the breaker (failover).
 //   - The glue: the breaker's state changes, the Redis timeouts of a starved process and the

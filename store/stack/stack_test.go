@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -150,5 +152,40 @@ func TestKey(t *testing.T) {
 		if c.Key() == a.Key() {
 			t.Errorf("changing %s keeps the key %q", name, a.Key())
 		}
+	}
+}
+
+// ReadFiles reads each named file into its bytes and reports each that cannot be read, by
+// which file it is.
+func TestReadFiles(t *testing.T) {
+	dir := t.TempDir()
+	pem := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(pem, []byte("PEM"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.pem")
+	for _, c := range []struct {
+		name     string
+		r        Redis
+		failed   []TLSFile
+		ca, cert string
+	}{
+		{"none", Redis{}, nil, "", ""},
+		{"CA", Redis{CAFile: pem}, nil, "PEM", ""},
+		{"certificate and missing key", Redis{CertFile: pem, KeyFile: missing}, []TLSFile{KeyFile}, "", "PEM"},
+		{"not regular and missing", Redis{CAFile: "/dev/zero", CertFile: missing}, []TLSFile{CAFile, CertFile}, "", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var failed []TLSFile
+			c.r.ReadFiles(func(f TLSFile, err error) {
+				if err == nil {
+					t.Errorf("file %d reported without an error", f)
+				}
+				failed = append(failed, f)
+			})
+			if !slices.Equal(failed, c.failed) || string(c.r.CACert) != c.ca || string(c.r.ClientCert) != c.cert || c.r.ClientKey != nil {
+				t.Errorf("failed %v, CA %q, certificate %q, key %q; want %v, %q, %q, none", failed, c.r.CACert, c.r.ClientCert, c.r.ClientKey, c.failed, c.ca, c.cert)
+			}
+		})
 	}
 }
