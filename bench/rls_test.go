@@ -152,7 +152,7 @@ func BenchmarkRLS(b *testing.B) {
 // gRPC framework's (the wall time includes Redis's, on the same cores).
 func BenchmarkRLSService(b *testing.B) {
 	rs := redistest.Start(b)
-	st, err := stack.New(stack.Options{Settings: stack.Settings{Conn: redisstore.Conn{Addrs: []string{rs.Addr}}, Timeout: 5 * time.Second}})
+	st, err := stack.New(stack.Redis{Conn: redisstore.Conn{Addrs: []string{rs.Addr}}, Timeout: 5 * time.Second}, stack.Hooks{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/conf"
 	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/store/redisstore"
 	"github.com/diana-gw/diana/store/stack"
 )
 
@@ -24,7 +25,7 @@ type settings struct {
 	// Warnings say where the config is taken otherwise than written: a field that does not
 	// apply to the chosen mode, ignored; a value lowered to what the algorithm holds.
 	Warnings []string
-	Redis    *redisSettings // nil with policy local
+	Redis    *stack.Redis // nil with policy local; equal ones share one client (clusterStore)
 	// EscapedSlashes says what %2F, %5C and '\' in a request's path are to the rules.
 	EscapedSlashes rules.EscapedSlashes
 
@@ -41,16 +42,6 @@ type needs struct {
 	Headers                                 bool // GetHeader, per header a rule reads
 	Leases                                  bool // Log must give concurrency leases back
 }
-
-// redisSettings are policy redis's settings: stack.Settings, with the TLS files by name,
-// read when the store is made (see clusterStore).
-type redisSettings struct {
-	stack.Settings
-	CAFile, CertFile, KeyFile string
-}
-
-// key is the same for equal settings, which share one client.
-func (r *redisSettings) key() string { return fmt.Sprintf("%#v", *r) }
 
 // credentialHeader is the name under which the request's Kong credential id is handed to the
 // rules, as the value of a "header" dimension. headerGetter answers it from the credential,
@@ -105,20 +96,12 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 	}
 	str, integer, boolean := v.str, v.integer, v.boolean
 	s.EscapedSlashes = rules.DecodeEscapedSlashes(o)
-	rc := redisSettings{Settings: stack.Defaults()}
-	rc.MasterName = str("redis_sentinel_master")
-	rc.Cluster = boolean("redis_cluster")
-	rc.Username = str("redis_username")
-	rc.Password = str("redis_password")
-	rc.DB = int(integer("redis_database"))
-	rc.TLS = boolean("redis_ssl")
-	rc.SkipVerify = boolean("redis_ssl_skip_verify")
-	rc.ServerName = str("redis_server_name")
-	rc.CAFile = str("redis_ssl_ca_file")
-	rc.CertFile, rc.KeyFile = str("redis_ssl_cert_file"), str("redis_ssl_key_file")
-	rc.WaitReplicas = int(integer("redis_wait_replicas"))
-	rc.Timeout = time.Duration(integer("redis_timeout")) * time.Millisecond
-	rc.Prefix = str("redis_prefix")
+	// The CA, certificate and key files are read when the store is made (see clusterStore).
+	rc := stack.Redis{Conn: redisstore.Conn{MasterName: str("redis_sentinel_master"), Cluster: boolean("redis_cluster"),
+		Username: str("redis_username"), Password: str("redis_password"), DB: int(integer("redis_database")),
+		TLS: boolean("redis_ssl"), SkipVerify: boolean("redis_ssl_skip_verify"), ServerName: str("redis_server_name")},
+		CAFile: str("redis_ssl_ca_file"), CertFile: str("redis_ssl_cert_file"), KeyFile: str("redis_ssl_key_file"),
+		Wait: int(integer("redis_wait_replicas")), Timeout: time.Duration(integer("redis_timeout")) * time.Millisecond, Prefix: str("redis_prefix")}
 
 	if str("policy") == "redis" {
 		addrs, _ := v["redis_addrs"].([]string)
@@ -131,14 +114,14 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 			}
 		}
 		rc.Addrs = addrs
-		if rc.SentinelAndCluster() {
-			s.warn("redis_cluster", "is ignored: redis_sentinel_master is set, so redis_addrs are Sentinels")
-			rc.Cluster = false
-		}
-		if !rc.WaitRoutable() {
-			s.warn("redis_wait_replicas", "is ignored: WAIT cannot be routed on a Redis Cluster (it has no key)")
-			rc.WaitReplicas = 0
-		}
+		rc.Conflicts(true, func(c stack.Conflict) {
+			switch c {
+			case stack.ClusterWithSentinel:
+				s.warn("redis_cluster", "is ignored: redis_sentinel_master is set, so redis_addrs are Sentinels")
+			case stack.WaitOnCluster:
+				s.warn("redis_wait_replicas", "is ignored: WAIT cannot be routed on a Redis Cluster (it has no key)")
+			}
+		})
 		s.Redis = &rc
 	}
 

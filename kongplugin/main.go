@@ -38,7 +38,6 @@ func main() {
 		return
 	}
 	go closeOnSignal()
-	go flushBatches()
 	if err := server.StartServer(New, Version, Priority); err != nil {
 		log.Fatalf("diana: %v", err)
 	}

@@ -41,7 +41,7 @@ type Config struct {
 	ConsumerHeader string
 	AccessLog      bool // a log line per request the proxy answers
 	Upstreams      []Upstream
-	Redis          *stack.Settings // nil: no cluster mode
+	Redis          *stack.Redis // nil: no cluster mode
 	Remote         Remote
 	RLS            *RLS // nil: no rate limit service
 	Rules          []*rules.Rule
@@ -293,8 +293,8 @@ func secret(o *conf.Obj, field, fileField, env string) string {
 	return v
 }
 
-func decodeRedis(o *conf.Obj) *stack.Settings {
-	r := stack.Defaults()
+func decodeRedis(o *conf.Obj) *stack.Redis {
+	var r stack.Redis
 	o.Require("addrs")
 	r.Addrs = o.Strings("addrs")
 	if o.Has("addrs") && len(r.Addrs) == 0 {
@@ -309,20 +309,19 @@ func decodeRedis(o *conf.Obj) *stack.Settings {
 	r.MasterName = o.String("master_name", "")
 	r.Username = o.String("username", "")
 	r.Password = secret(o, "password", "password_file", "DIANA_REDIS_PASSWORD")
-	r.DB = int(o.Int("db", 0, 0, 1<<20))
+	r.DB = int(o.Int("db", 0, 0, stack.MaxDB))
 	r.TLS = o.Bool("tls", false)
 	r.ServerName = o.String("tls_server_name", "")
 	r.SkipVerify = o.Bool("tls_skip_verify", false)
-	if ca := o.String("tls_ca_file", ""); ca != "" {
-		var err error
-		if r.CACert, err = config.ReadRegular(ca, config.MaxCA); err != nil {
-			o.Fail("tls_ca_file", "cannot be read: "+err.Error())
-		} else if _, err := (redisstore.Conn{TLS: true, CACert: r.CACert}).TLSConfig(); err != nil {
+	r.CAFile, r.CertFile, r.KeyFile = o.String("tls_ca_file", ""), o.String("tls_cert_file", ""), o.String("tls_key_file", "")
+	r.ReadFiles(func(f stack.TLSFile, err error) {
+		o.Fail([...]string{stack.CAFile: "tls_ca_file", stack.CertFile: "tls_cert_file", stack.KeyFile: "tls_key_file"}[f], "cannot be read: "+err.Error())
+	})
+	if r.CACert != nil {
+		if _, err := (redisstore.Conn{TLS: true, CACert: r.CACert}).TLSConfig(); err != nil {
 			o.Fail("tls_ca_file", "holds no PEM certificate (want -----BEGIN CERTIFICATE----- blocks)")
 		}
 	}
-	r.ClientCert = readPEM(o, "tls_cert_file")
-	r.ClientKey = readPEM(o, "tls_key_file")
 	switch {
 	case (r.ClientCert == nil) != (r.ClientKey == nil) && !o.Failed("tls_cert_file", "tls_key_file"):
 		o.Fail("tls_key_file", "tls_cert_file and tls_key_file go together: the client certificate and its key")
@@ -340,17 +339,19 @@ func decodeRedis(o *conf.Obj) *stack.Settings {
 		}
 	}
 	r.Cluster = o.Bool("cluster", false)
-	if r.SentinelAndCluster() {
-		o.Fail("cluster", "cannot be combined with master_name (Sentinel)")
-	}
-	r.WaitReplicas = int(o.Int("wait_replicas", 0, 0, stack.MaxWaitReplicas))
-	if !r.WaitRoutable() {
-		o.Fail("wait_replicas", "cannot be used with a Redis Cluster (WAIT has no key to be routed by); use it with a standalone or Sentinel master")
-	}
-	r.Timeout = duration(o, "timeout", r.Timeout, stack.MinTimeout, stack.MaxTimeout)
-	r.Prefix = o.String("prefix", r.Prefix)
-	r.Failures = int(o.Int("breaker_failures", int64(r.Failures), 1, stack.MaxFailures))
-	r.OpenFor = duration(o, "breaker_open_for", r.OpenFor, stack.MinOpenFor, stack.MaxOpenFor)
+	r.Wait = int(o.Int("wait_replicas", 0, 0, stack.MaxWait))
+	r.Conflicts(false, func(c stack.Conflict) {
+		switch c {
+		case stack.ClusterWithSentinel:
+			o.Fail("cluster", "cannot be combined with master_name (Sentinel)")
+		case stack.WaitOnCluster:
+			o.Fail("wait_replicas", "cannot be used with a Redis Cluster (WAIT has no key to be routed by); use it with a standalone or Sentinel master")
+		}
+	})
+	r.Timeout = duration(o, "timeout", stack.DefaultTimeout, stack.MinTimeout, stack.MaxTimeout)
+	r.Prefix = o.String("prefix", stack.DefaultPrefix)
+	r.Failures = int(o.Int("breaker_failures", stack.DefaultFailures, 1, stack.MaxFailures))
+	r.OpenFor = duration(o, "breaker_open_for", stack.DefaultOpenFor, stack.MinOpenFor, stack.MaxOpenFor)
 	o.Done()
 	return &r
 }
@@ -358,20 +359,6 @@ func decodeRedis(o *conf.Obj) *stack.Settings {
 // duration reads a duration field into a time.Duration: def if absent, between min and max.
 func duration(o *conf.Obj, key string, def, min, max time.Duration) time.Duration {
 	return time.Duration(o.Duration(key, def.Microseconds(), min.Microseconds(), max.Microseconds())) * time.Microsecond
-}
-
-// readPEM reads the file that field names, if set, bounded as a CA bundle is.
-func readPEM(o *conf.Obj, field string) []byte {
-	name := o.String(field, "")
-	if name == "" {
-		return nil
-	}
-	b, err := config.ReadRegular(name, config.MaxCA)
-	if err != nil {
-		o.Fail(field, "cannot be read: "+err.Error())
-		return nil
-	}
-	return b
 }
 
 func decodeRLS(o *conf.Obj, redis bool) *RLS {

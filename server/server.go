@@ -19,7 +19,6 @@ import (
 	"github.com/diana-gw/diana/internal/lograte"
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/rules"
-	"github.com/diana-gw/diana/store/batch"
 	"github.com/diana-gw/diana/store/failover"
 	"github.com/diana-gw/diana/store/memstore"
 	"github.com/diana-gw/diana/store/redisstore"
@@ -51,7 +50,7 @@ type Server struct {
 	rdb     redis.UniversalClient // nil without a redis section
 	rstore  *redisstore.Store     // the cluster rules' state, for the admin operations; nil likewise
 	cluster *failover.Store       // nil without a redis section
-	batch   *batch.Store          // the batched rules' units, given back at shutdown; nil likewise
+	stack   *stack.Stack          // the glue around the store (logs, batched units); nil likewise
 
 	live      atomic.Pointer[live]
 	transport *http.Transport
@@ -68,7 +67,6 @@ type Server struct {
 	shadowLog  lograte.Limiter // shadow denials (all counted in the metrics): likewise
 	denialLog  lograte.Limiter // denials (all counted in the metrics): likewise
 	proxyLog   lograte.Limiter // upstream errors: likewise
-	stackLog   stack.Logger    // what the cluster store reports: likewise
 	unknownLog lograte.Limiter // rls requests for an unknown domain: likewise
 
 	authLog lograte.Limiter // forward-auth requests refused or not believed: likewise
@@ -110,16 +108,14 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 	s.mem = memstore.New(memstore.Options{MaxEntries: cfg.LocalStore.MaxKeys})
 	s.met.localStore(s.mem)
 	if cfg.Redis != nil {
-		s.stackLog = stack.Logger{Warn: s.log.Warn, Info: s.log.Info}
-		st, err := stack.New(stack.Options{Settings: *cfg.Redis, Local: s.mem,
-			OnState: s.breakerState, OnStarved: s.starved, Observe: s.met.observeRedis, OnShareError: s.stackLog.ShareError})
+		st, err := stack.New(*cfg.Redis, stack.Hooks{Log: s.log, Local: s.mem,
+			OnState: s.met.breakerOpen, OnStarved: func(time.Duration) { s.met.starved.Inc() }, Observe: s.met.observeRedis})
 		if err != nil {
 			return nil, fmt.Errorf("server: redis: %w", err)
 		}
-		s.rdb, s.rstore, s.cluster = st.Client, st.Redis, st.Store
+		s.rdb, s.rstore, s.cluster, s.stack = st.Client, st.Redis, st.Store, st
 		s.met.batches(st.Batch)
 		s.met.shares(st.Shares)
-		s.batch = st.Batch
 	}
 	s.transport = NewTransport()
 	if err := s.setLive(cfg); err != nil {
@@ -211,9 +207,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); every(bg, time.Minute, s.sweep) }()
-	if s.batch != nil {
+	if s.stack != nil {
 		wg.Add(1)
-		go func() { defer wg.Done(); every(bg, time.Second, s.flushBatches) }()
+		go func() { defer wg.Done(); s.stack.Run(bg) }()
 	}
 	if s.rdb != nil {
 		wg.Add(1)
@@ -265,23 +261,11 @@ func (s *Server) Run(ctx context.Context) error {
 		s.adminSrv.Close()
 		runErr = errors.Join(runErr, fmt.Errorf("server: admin shutdown: %w", err))
 	}
-	if s.batch != nil { // no more decisions: the batched units held go back to Redis
-		if err := s.batch.Close(sctx); err != nil {
-			s.log.Warn("batched units not given back", "err", err)
-		}
+	if s.stack != nil { // no more decisions: the batched units held go back to Redis
+		s.stack.Shutdown(sctx)
 	}
 	s.log.Info("stopped")
 	return runErr
-}
-
-// flushBatches gives the batched units that expired unspent back to Redis, so that a key whose
-// traffic stopped gets them back within their window (batch.Store.Flush; called every second).
-func (s *Server) flushBatches(ctx context.Context) {
-	fctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	if err := s.batch.Flush(fctx); err != nil {
-		s.log.Debug("batched units not given back", "err", err)
-	}
 }
 
 // sweep drops the local store's expired entries, giving their memory back (called every minute).
@@ -345,18 +329,6 @@ func (s *Server) close() {
 			s.log.Warn("closing the Redis client", "err", err)
 		}
 	}
-}
-
-// starved is told of a Redis timeout the breaker did not count, dianad itself being short of CPU.
-func (s *Server) starved(wait time.Duration) {
-	s.met.starved.Inc()
-	s.stackLog.Starved(wait)
-}
-
-// breakerState is told when the Redis circuit breaker opens or closes.
-func (s *Server) breakerState(open bool) {
-	s.met.breakerOpen(open)
-	s.stackLog.State(open)
 }
 
 // logDenial logs a refused request: its rule, client and numbers, at most one line a second

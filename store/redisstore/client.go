@@ -11,6 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// DefaultPrefix starts every key Diana writes in Redis unless a front end's settings say
+// otherwise (Options.Prefix, failover.ShareOptions.Prefix, store/stack.Redis.Prefix).
+const DefaultPrefix = "diana:"
+
 // Conn says how to reach Redis.
 type Conn struct {
 	Addrs      []string // one: standalone (or a Cluster's endpoint with Cluster set); several: Cluster; the Sentinels with MasterName

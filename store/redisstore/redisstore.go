@@ -60,9 +60,6 @@ type Store struct {
 	dials   dials
 }
 
-// DefaultPrefix starts every key Diana writes in Redis unless configured otherwise.
-const DefaultPrefix = "diana:"
-
 // New returns a Store on c, which may be a standalone, Sentinel (failover) or Cluster client.
 // For Decide to honour context deadlines, c must be made with ContextTimeoutEnabled; otherwise
 // go-redis waits for its own read and write timeouts. New adds a hook to c that watches its

@@ -3,14 +3,23 @@
 // redisstore (the scripts, WAIT for replicas), batch (batched rules) and failover (the timeout,
 // the breaker and the fail policies, with the learned shares of on_error local), in that order.
 //
-// Settings are what an operator configures of it, stated once with their defaults (Defaults)
-// and the ties between them (WaitRoutable, SentinelAndCluster); dianad's config file and the
-// Kong plugin's fields are two readers that fill them. Logger is the glue both front ends want
-// around the stack: rate-limited log lines for what the stack reports.
+// It holds what the front ends share around that stack, each stated once:
+//   - Redis, cluster mode's settings: one type, with its defaults, bounds, conflicts and the
+//     reading of its TLS files, that dianad's config decoder and the Kong plugin's field reader
+//     both fill (each keeps its own field names and wording, which users see, and says whether a
+//     conflict is refused or ignored with a warning). It lives here, not in redisstore, because it
+//     spans every layer of the stack: the connection (redisstore.Conn, embedded), the keys'
+//     prefix and WAIT (redisstore), the timeout and the breaker (failover).
+//   - The glue: the breaker's state changes, the Redis timeouts of a starved process and the
+//     failed exchanges of the learned shares are logged here (rate-limited), the batched units
+//     are given back every second (Run) and at shutdown (Shutdown). A front end passes only what
+//     differs: its logger and its metrics hooks (Hooks).
 package stack
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,54 +31,14 @@ import (
 	"github.com/diana-gw/diana/store/redisstore"
 )
 
-// Settings say how to reach Redis and how to fail when it cannot decide.
-type Settings struct {
-	redisstore.Conn
-	Prefix       string // of every key
-	WaitReplicas int    // replicas a decision's write must reach before it counts (WAIT); 0: none
-	// Timeout bounds a decision's round trip; WAIT gets 3/4 of it, past which the decision
-	// fails and the rule's fail policy decides. Failures in a row open the breaker, which
-	// stays open OpenFor before a probe.
-	Timeout  time.Duration
-	Failures int
-	OpenFor  time.Duration
-}
-
-// Defaults returns the settings an operator has not given: the keys' prefix and the failure
-// settings.
-func Defaults() Settings {
-	return Settings{Prefix: redisstore.DefaultPrefix, Timeout: failover.DefaultTimeout,
-		Failures: failover.DefaultFailures, OpenFor: failover.DefaultOpenFor}
-}
-
-// The bounds of Settings, which the front ends' readers check.
-const (
-	MinTimeout, MaxTimeout = time.Millisecond, time.Minute
-	MinOpenFor, MaxOpenFor = time.Millisecond, time.Hour
-	MaxFailures            = 1000
-	MaxWaitReplicas        = 16
-)
-
-// SentinelAndCluster reports whether s asks for a Sentinel master and a Cluster at once, which
-// cannot be: the addresses are Sentinels or Cluster nodes.
-func (s *Settings) SentinelAndCluster() bool { return s.MasterName != "" && s.Cluster }
-
-// WaitRoutable reports whether WaitReplicas can be honoured: WAIT has no key, so a Redis
-// Cluster cannot route it.
-func (s *Settings) WaitRoutable() bool {
-	return s.WaitReplicas == 0 || !s.Cluster && (len(s.Addrs) <= 1 || s.MasterName != "")
-}
-
-// Options are the settings and what the front end wants told.
-type Options struct {
-	Settings
+// Hooks are what differs between front ends: where the logs go and what the metrics count.
+type Hooks struct {
+	Log   *slog.Logger    // default slog.Default()
 	Local *memstore.Store // the store of the FailLocal policy; nil: failover's own
-	// Hooks, as failover.Options has them.
+	// Metrics, as failover.Options has them; the logging is the stack's.
 	OnState   func(open bool)
 	OnStarved func(wait time.Duration)
 	Observe   func(d time.Duration, err error)
-	// OnShareError is failover.ShareOptions.OnError.
-	OnShareError func(err error)
 }
 
 // Stack is a cluster-mode store and its parts, which some front ends use on their own (the
@@ -80,54 +49,90 @@ type Stack struct {
 	Batch  *batch.Store
 	Shares *failover.Shares // each on_error local rule's learned share of the traffic
 	Store  *failover.Store  // the rules.Store of cluster mode
+
+	h         Hooks
+	starveLog lograte.Limiter // Redis timeouts of a starved process: a line a second at most
+	shareLog  lograte.Limiter // failed exchanges of the learned shares: likewise
 }
 
 // New opens the client and builds the store; it fails if the connection's settings are
 // invalid (see redisstore.Conn.TLSConfig). It does not contact Redis.
-func New(o Options) (*Stack, error) {
-	c, err := redisstore.Open(o.Conn)
+func New(r Redis, h Hooks) (*Stack, error) {
+	c, err := redisstore.Open(r.Conn)
 	if err != nil {
 		return nil, fmt.Errorf("stack: %w", err)
 	}
-	s := &Stack{Client: c}
-	s.Redis = redisstore.New(c, redisstore.Options{Prefix: o.Prefix, WaitReplicas: o.WaitReplicas, WaitTimeout: o.Timeout * 3 / 4})
+	if h.Log == nil {
+		h.Log = slog.Default()
+	}
+	timeout := r.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	s := &Stack{Client: c, h: h}
+	s.Redis = redisstore.New(c, redisstore.Options{Prefix: r.Prefix, WaitReplicas: r.Wait, WaitTimeout: timeout * 3 / 4})
 	s.Batch = batch.New(s.Redis, batch.Options{})
-	s.Shares = failover.NewShares(c, failover.ShareOptions{Prefix: o.Prefix, OnError: o.OnShareError})
-	s.Store = failover.New(s.Batch, failover.Options{Timeout: o.Timeout, Failures: o.Failures, OpenFor: o.OpenFor,
-		Local: o.Local, Shares: s.Shares, OnState: o.OnState, OnStarved: o.OnStarved, Observe: o.Observe})
+	s.Shares = failover.NewShares(c, failover.ShareOptions{Prefix: r.Prefix, OnError: s.shareError})
+	s.Store = failover.New(s.Batch, failover.Options{Timeout: timeout, Failures: r.Failures, OpenFor: r.OpenFor,
+		Local: h.Local, Shares: s.Shares, OnState: s.state, OnStarved: s.starved, Observe: h.Observe})
 	return s, nil
 }
 
-// Logger writes the log lines of what a stack reports, at most one a second of each kind (with
-// the count of those held back), in the front end's words: Warn for trouble, Info for news.
-type Logger struct {
-	Warn, Info func(msg string, args ...any)
-
-	starveLog, shareLog lograte.Limiter
+// state is told when the breaker opens or closes.
+func (s *Stack) state(open bool) {
+	if s.h.OnState != nil {
+		s.h.OnState(open)
+	}
+	if open {
+		s.h.Log.Warn("Redis circuit breaker open: cluster rules follow their on_error policy until Redis answers again")
+	} else {
+		s.h.Log.Info("Redis circuit breaker closed: Redis answers again")
+	}
 }
 
-// Starved logs a Redis timeout that the breaker did not count, the process itself being short
-// of CPU (failover.Options.OnStarved).
-func (l *Logger) Starved(wait time.Duration) {
-	if ok, skipped := l.starveLog.Allow(); ok {
-		l.Warn("Redis timed out while this process was starved of CPU: not counted against Redis (the breaker stays closed); the request got its rule's fail policy",
+// starved is told of a Redis timeout the breaker did not count, this process itself being
+// short of CPU.
+func (s *Stack) starved(wait time.Duration) {
+	if s.h.OnStarved != nil {
+		s.h.OnStarved(wait)
+	}
+	if ok, skipped := s.starveLog.Allow(); ok {
+		s.h.Log.Warn("Redis timed out while this process was starved of CPU: not counted against Redis (the breaker stays closed); the request got its on_error decision",
 			"scheduling_wait", wait, "suppressed", skipped)
 	}
 }
 
-// ShareError logs a failed exchange of the learned shares (failover.ShareOptions.OnError).
-func (l *Logger) ShareError(err error) {
-	if ok, skipped := l.shareLog.Allow(); ok {
-		l.Warn("cannot exchange this node's traffic shares with Redis: on_error local keeps the shares learned before, or the limit divided by nodes",
+// shareError is told of a failed exchange of the learned shares (on_error local).
+func (s *Stack) shareError(err error) {
+	if ok, skipped := s.shareLog.Allow(); ok {
+		s.h.Log.Warn("cannot exchange this node's traffic shares with Redis: on_error local keeps the shares learned before, or the limit divided by nodes",
 			"err", err, "suppressed", skipped)
 	}
 }
 
-// State logs the breaker's opening and closing (failover.Options.OnState).
-func (l *Logger) State(open bool) {
-	if open {
-		l.Warn("Redis circuit breaker open: cluster rules follow their fail policy until Redis answers again")
-	} else {
-		l.Info("Redis circuit breaker closed: Redis answers again")
+// Run gives the batched units that expired unspent back to Redis every second until ctx ends,
+// so that a key whose traffic stopped gets them back within their window (batch.Store.Flush).
+func (s *Stack) Run(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fctx, cancel := context.WithTimeout(ctx, time.Second)
+			if err := s.Batch.Flush(fctx); err != nil { // a failed refund loses its units, as expiry would
+				s.h.Log.Debug("batched units not given back", "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// Shutdown gives every batched unit held back to Redis, once no more decisions come, within
+// ctx; it logs what it could not give back. It does not close the client.
+func (s *Stack) Shutdown(ctx context.Context) {
+	if err := s.Batch.Close(ctx); err != nil {
+		s.h.Log.Warn("batched units not given back", "err", err)
 	}
 }
