@@ -26,8 +26,9 @@ type settings struct {
 	// apply to the chosen mode, ignored; a value lowered to what the algorithm holds.
 	Warnings []string
 	Redis    *stack.Redis // nil with policy local; equal ones share one client (clusterStore)
-	// EscapedSlashes says what %2F, %5C and '\' in a request's path are to the rules.
-	EscapedSlashes rules.EscapedSlashes
+	// Path is the form the rules see a request's path in: what %2F, %5C and '\' are to them,
+	// and whether trailing dots and spaces are stripped from its segments.
+	Path rules.PathForm
 
 	// Kong's extra keys.
 	PluginID  string // __plugin_id: the instance's id, the same in every worker and node
@@ -95,7 +96,7 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 		}
 	}
 	str, integer, boolean := v.str, v.integer, v.boolean
-	s.EscapedSlashes = rules.DecodeEscapedSlashes(o)
+	s.Path = rules.PathForm{Slashes: rules.DecodeEscapedSlashes(o), StripDotsSpaces: v.boolean("strip_trailing_dots_spaces")}
 	// The CA, certificate and key files are read when the store is made (see clusterStore).
 	rc := stack.Redis{Conn: redisstore.Conn{MasterName: str("redis_sentinel_master"), Cluster: boolean("redis_cluster"),
 		Username: str("redis_username"), Password: str("redis_password"), DB: int(integer("redis_database")),
@@ -132,7 +133,7 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 	rd := rules.ReadsOf(s.Rules)
 	s.needs = needs{IP: rd.Addr, Consumer: rd.Consumer, Service: rd.Route, Headers: rd.Headers,
 		// Refusing escaped slashes needs every request's path, whatever the rules count by.
-		Path: rd.Path || s.EscapedSlashes == rules.RejectSlashes}
+		Path: rd.Path || s.Path.Slashes == rules.RejectSlashes}
 	for _, r := range s.Rules {
 		s.needs.Credential = s.needs.Credential || slices.Contains(r.By, "header:"+credentialHeader)
 		s.needs.Leases = s.needs.Leases || r.Leases

@@ -96,6 +96,8 @@ func fieldTable() []field {
 			Desc: "With limit_by path: the path pattern the main limit applies to (/login exactly, * one segment, a final ** any rest), counted per path. Empty: every path, each counted on its own."},
 		{Name: "escaped_slashes", Type: "string", Default: "decode", OneOf: rules.EscapedSlashesNames[:],
 			Desc: "What %2F, %5C and a backslash in a request's path are to the limits: decode (they separate segments, as upstreams that decode before routing read them; the safe default), keep (part of their segment) or reject (answer 400). Paths are also merged, dot segments resolved and unreserved escapes decoded, so /api//login counts as /api/login."},
+		{Name: "strip_trailing_dots_spaces", Type: "boolean", Default: false,
+			Desc: "Strip trailing dots and spaces from each path segment before the limits see it (/api/login. counts as /api/login), for upstreams that strip them as Windows and IIS do. A path holding a control character is answered 400 whenever a limit reads the path."},
 		{Name: "algorithm", Type: "string", From: "limit.schema.json#/properties/algorithm", Default: "sliding_window",
 			Desc: "The algorithm of every limit of this instance: sliding_window (limit per sliding window), fixed_window, sliding_log (exact, limit at most 10000), token_bucket and leaky_bucket (rate limit per window), warm_up, concurrency (limit requests in flight), or adaptive (requests in flight, the limit learned from the upstream's latency: limit is its highest, window is ignored)."},
 		{Name: "limit", Type: "integer", From: "limit.schema.json#/properties/limit", Default: int64(60), Min: limMin, Max: limMax,

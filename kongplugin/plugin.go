@@ -56,7 +56,7 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 	}()
 	s, err := parse(b, false)
 	if err == nil {
-		c.engine, err = rules.New(s.Rules, rules.Options{Local: local, Cluster: clusterStore(s.Redis), EscapedSlashes: s.EscapedSlashes})
+		c.engine, err = rules.New(s.Rules, rules.Options{Local: local, Cluster: clusterStore(s.Redis), EscapedSlashes: s.Path.Slashes, StripDotsSpaces: s.Path.StripDotsSpaces})
 	}
 	if err != nil {
 		c.err = err

@@ -562,3 +562,22 @@ func TestPathControlCharacters(t *testing.T) {
 		}
 	}
 }
+
+// strip_trailing_dots_spaces: /api/login. and /api/login%20 count as /api/login, for upstreams
+// that strip them; without it they are paths of their own.
+func TestStripTrailingDotsSpaces(t *testing.T) {
+	for _, strip := range []bool{false, true} {
+		c := newConfig(t, map[string]any{"algorithm": "fixed_window", "limit": 1, "window": "1h",
+			"limit_by": "path", "path": "/api/login", "strip_trailing_dots_spaces": strip})
+		mustValid(t, c)
+		if res := event(t, c, "access", &kongReq{IP: "10.0.0.1", Path: "/api/login"}); res.Exit {
+			t.Fatalf("strip %v: first request refused: %d", strip, res.Status)
+		}
+		for _, p := range []string{"/api/login.", "/api/login%20", "/api/login.%20."} {
+			res := event(t, c, "access", &kongReq{IP: "10.0.0.1", Path: p})
+			if refused := res.Exit && res.Status == 429; refused != strip {
+				t.Errorf("strip %v, %q: refused %v (exit %v, status %d), want %v", strip, p, refused, res.Exit, res.Status, strip)
+			}
+		}
+	}
+}

@@ -382,7 +382,7 @@ func TestSchemaValidLimits(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Kong accepts %s\nbut the plugin refuses it: %v", b, err)
 		}
-		if _, err := rules.New(st.Rules, rules.Options{Local: store, Cluster: store, EscapedSlashes: st.EscapedSlashes}); err != nil {
+		if _, err := rules.New(st.Rules, rules.Options{Local: store, Cluster: store, EscapedSlashes: st.Path.Slashes, StripDotsSpaces: st.Path.StripDotsSpaces}); err != nil {
 			t.Fatalf("Kong accepts %s\nbut the engine refuses its rules: %v", b, err)
 		}
 	}
