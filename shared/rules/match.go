@@ -2,6 +2,7 @@ package rules
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -183,7 +184,7 @@ func (m *Match) Matches(in *Input) bool {
 	if len(m.Clients) > 0 && !anyPrefix(m.Clients, in.Addr) {
 		return false
 	}
-	if len(m.Consumers) > 0 && (in.Consumer == "" || !contains(m.Consumers, in.Consumer)) {
+	if len(m.Consumers) > 0 && (in.Consumer == "" || !slices.Contains(m.Consumers, in.Consumer)) {
 		return false
 	}
 	for i := range m.Not {
@@ -234,15 +235,6 @@ func ParseClient(s string) (netip.Prefix, string) {
 		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
 	}
 	return p, ""
-}
-
-func contains(list []string, s string) bool {
-	for _, e := range list {
-		if e == s {
-			return true
-		}
-	}
-	return false
 }
 
 // anyMethod compares without regard to case (ASCII), so that a Match used outside
