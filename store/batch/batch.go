@@ -77,10 +77,9 @@ const maxRefunds = 64
 
 // unreturnable scales the batch of an algorithm whose units cannot go back to Redis (the
 // buckets, the sliding window): three quarters of what the node spends in a batch life, so that less is left to
-// expire when its rate falls, for a third more round trips. Measured with dianasim (its hot-key
-// table): the token bucket's under-admission on a key spread unevenly over 4 nodes fell from
-// 6.9% to 4.9%, its Redis calls rose from 1/22.3 to 1/20.3 of the requests. (A half: 3.1%, 1/16.8,
-// and too few batched calls for the 10× cut TestCutsRedisCalls asks at 800 requests/s.)
+// expire when its rate falls, for a third more round trips; a half left too few batched calls
+// for the cut TestCutsRedisCalls asks (measured with dianasim: docs/redis.md, "Tuning, as
+// measured").
 const unreturnable = 0.75
 
 const shards = 32

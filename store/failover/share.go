@@ -43,10 +43,9 @@ const horizon = 2
 
 // prior is the weight, in units counted over the horizon, of the even split a learned share
 // starts from: a node's share is (horizon × its average + prior / nodes) / (horizon × the total +
-// prior), nodes being those that wrote. A share counted from a few requests is mostly chance (at
-// 2.5 requests a second over four nodes, a node carrying 20% was measured at 1%): with the prior,
-// sparse traffic gets about the even split, and busy traffic its measured one (at 200 units a
-// second, a node with 60% gets 57%; at 2,000, 60%). The shares still add up to 1.
+// prior), nodes being those that wrote. A share counted from a few requests is mostly chance: with
+// the prior, sparse traffic gets about the even split, and busy traffic its measured one (the
+// figures are in docs/redis.md, "Tuning, as measured"). The shares still add up to 1.
 const prior = 40
 
 // dropAfter is how many syncs a rule this node has no traffic for is kept; then it is forgotten

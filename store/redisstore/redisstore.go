@@ -119,9 +119,8 @@ func (s *Store) DecideOne(ctx context.Context, key string, alg algos.Algorithm, 
 }
 
 // maxBatch is the most decisions one batch script call makes: Redis runs a script to its end
-// before it serves anyone else, so a call of many decisions must not hold it for long (64
-// fixed-window decisions are about 3.9 million Redis instructions: 61,151 each at 16 per call,
-// make bench-redis-cpu).
+// before it serves anyone else, so a call of many decisions must not hold it for long (what a
+// call costs Redis: docs/redis.md, "Tuning, as measured").
 const maxBatch = 64
 
 // command is one script call of a round trip: one op by its algorithm's script, or a run of
