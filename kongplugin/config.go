@@ -337,8 +337,12 @@ func (s *settings) lower(sp *rules.Spec, lf limitFields) {
 		return
 	}
 	for _, p := range kind.Params {
+		if p.Largest == nil {
+			continue
+		}
 		resolved := kind.Resolve(sp.Limit.Params)
-		if p.Largest == nil || resolved[p.Name] <= p.Largest(resolved) || p.Largest(resolved) < p.Min {
+		most := p.Largest(resolved)
+		if resolved[p.Name] <= most || most < p.Min {
 			continue
 		}
 		_, err := kind.Build(resolved, 1)
@@ -346,7 +350,6 @@ func (s *settings) lower(sp *rules.Spec, lf limitFields) {
 		if !ok || pe.Param != p.Name {
 			continue // another parameter is wrong: its error says so
 		}
-		most := p.Largest(resolved)
 		sp.Limit.Params[p.Name] = most
 		shown := strconv.FormatInt(most, 10)
 		if p.Type == rules.Duration {

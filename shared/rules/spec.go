@@ -58,14 +58,15 @@ func NewSpec() Spec {
 
 // The bounds of a rule's numeric fields, which the document reader reads with and Build checks.
 var (
-	costBounds     = [2]int64{0, algos.MaxCount}
-	spanBounds     = [2]int64{0, algos.MaxSpan} // max_delay, ban, batch.max_age
-	nodesBounds    = [2]int64{1, 10000}
-	statusBounds   = [2]int64{400, 599}
-	batchBounds    = [2]int64{1, MaxBatch}
-	maxName        = 64 // bytes of a rule name, which starts every key
-	delayAlgorithm = func(k AlgorithmKind) bool { return k.Waits }
+	costBounds   = [2]int64{0, algos.MaxCount}
+	spanBounds   = [2]int64{0, algos.MaxSpan} // max_delay, ban, batch.max_age
+	nodesBounds  = [2]int64{1, 10000}
+	statusBounds = [2]int64{400, 599}
+	batchBounds  = [2]int64{1, MaxBatch}
 )
+
+// maxName bounds a rule's name, in bytes: it starts every key.
+const maxName = 64
 
 // Rule checks s and returns the rule it states, or every error, each with its field path as a
 // document would have it ("limit.burst", "reply.status").
@@ -157,7 +158,7 @@ func (r *Rule) buildLimit(o *conf.Obj, l LimitSpec) {
 		o.Fail("mode", r.Algorithm+" is local only: its limit is learned from the latencies this node sees; use mode local on each node")
 	}
 	if r.Action == Delay && !kind.Waits {
-		o.Fail("action", "delay needs an algorithm that can hold requests ("+strings.Join(AlgorithmsWhere(delayAlgorithm), ", ")+"); "+r.Algorithm+" cannot")
+		o.Fail("action", "delay needs an algorithm that can hold requests ("+strings.Join(AlgorithmsWhere(func(k AlgorithmKind) bool { return k.Waits }), ", ")+"); "+r.Algorithm+" cannot")
 	}
 	params := kind.check(lo, l.Params)
 	if p, ok := kind.Param(Window); ok && !kind.Leases {
