@@ -90,7 +90,7 @@ func TestKeysDistinct(t *testing.T) {
 	pairs := [][2]string{
 		{"a", "b"}, {"a|b", "c"}, {"a", "b|c"}, {"a|", "b"}, {"a", "|b"}, {"a%7Cb", "c"}, {"a%", "7Cb|c"},
 		{"a%25", "b"}, {"a%", "25b"}, {"%7C", "%7C"}, {"|", "|"}, {long, "b"}, {long + "y", "b"},
-		{strings.Repeat("x", maxValue), "b"}, {"%sha256:" + strings.Repeat("0", 32), "b"},
+		{strings.Repeat("x", maxValue), "b"}, {"%blake2s:" + strings.Repeat("0", 32), "b"},
 		// A missing value (""), and values that spell its markers.
 		{"", "b"}, {"%none", "b"}, {"b", ""}, {"", ""}, {"%none", "%none"}, {"%ip:", "b"},
 	}
@@ -119,8 +119,8 @@ func TestKeysLongValues(t *testing.T) {
 	for _, n := range []int{maxValue + 1, 1000, 1 << 20} {
 		v := strings.Repeat("k", n)
 		k := key(v)
-		if !strings.HasPrefix(k, "r|%sha256:") || len(k) != len("r|%sha256:")+32 {
-			t.Errorf("%d-byte value: key %q, want r|%%sha256: and 32 hex digits", n, k)
+		if !strings.HasPrefix(k, "r|%blake2s:") || len(k) != len("r|%blake2s:")+32 {
+			t.Errorf("%d-byte value: key %q, want r|%%blake2s: and 32 hex digits", n, k)
 		}
 		if key(v) != k {
 			t.Errorf("%d-byte value: key not stable", n)

@@ -1,7 +1,7 @@
 package rules
 
 import (
-	"crypto/sha256"
+	"golang.org/x/crypto/blake2s"
 	"encoding/hex"
 	"net/netip"
 	"strings"
@@ -57,7 +57,7 @@ func (in *Input) header(name string) string {
 const maxValue = 128
 
 // appendValue appends one part of a key. '|' separates the parts, so it and '%' are escaped
-// (%7C, %25) to keep distinct identities distinct. A hashed value starts with "%sha256:",
+// (%7C, %25) to keep distinct identities distinct. A hashed value starts with "%blake2s:",
 // which no escaped value can spell, so that a short value cannot pose as a long one's hash.
 func appendValue(dst []byte, v string) []byte {
 	return appendBody(append(dst, '|'), v)
@@ -66,8 +66,8 @@ func appendValue(dst []byte, v string) []byte {
 // appendBody appends a value, escaped or hashed, without its separator.
 func appendBody(dst []byte, v string) []byte {
 	if len(v) > maxValue {
-		sum := sha256.Sum256([]byte(v))
-		dst = append(dst, "%sha256:"...)
+		sum := blake2s.Sum256([]byte(v))
+		dst = append(dst, "%blake2s:"...)
 		return hex.AppendEncode(dst, sum[:16])
 	}
 	for i := 0; i < len(v); i++ {
