@@ -74,7 +74,8 @@ run:
 	bin/dianad --config examples/diana.yaml
 
 ## generate: the files derived from shared/rules' algorithm registry (schema/limit.schema.json, the
-## algorithm tables of README.md and docs/configuration.md) and shared/algos' golden vectors
+## algorithm tables of README.md and docs/configuration.md), the JSON Schemas derived from the
+## config readers (schema/rule, dianad and rules.schema.json, with schema/src) and shared/algos' golden vectors
 ## (shared/algos/testdata/golden.json, which the Lua scripts are tested against); make test
 ## fails when one of them is stale
 generate:

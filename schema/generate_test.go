@@ -26,6 +26,9 @@ func TestGenerated(t *testing.T) {
 		build func() ([]byte, error)
 	}{
 		{LimitFile, limitSchema},
+		{RuleFile, func() ([]byte, error) { return grammarSchema(grammars[0]) }},
+		{DianadFile, func() ([]byte, error) { return grammarSchema(grammars[1]) }},
+		{RulesFile, func() ([]byte, error) { return grammarSchema(grammars[2]) }},
 		{filepath.Join("..", "docs", "configuration.md"), func() ([]byte, error) {
 			return splice(filepath.Join("..", "docs", "configuration.md"), "algorithms", docsTable())
 		}},

@@ -1,15 +1,22 @@
-// Package schema holds the JSON Schemas (draft 2020-12) of Diana's config documents. They are
-// the reference that the Kong plugin's schema and the configuration docs derive from, and
-// editors can validate configs with them; the decoders in shared/rules and server remain what
-// dianad and the plugins run, and the tests of this package check that both accept and reject
-// the same documents.
+// Package schema holds the JSON Schemas (draft 2020-12) of Diana's config documents, for
+// editors that validate configs, the Kong plugin's field table and the configuration docs.
+// Every one is generated (make generate; a stale file fails a test):
 //
-//   - rule.schema.json: one rule (name, match, by, cost, limit, mode, action, reply, ...);
-//   - limit.schema.json: a rule's limit, an algorithm and its parameters, generated from the
-//     algorithms' registry in shared/rules (make generate);
+//   - rule.schema.json: one rule (name, match, by, cost, limit, mode, action, reply, ...), from
+//     shared/rules' reader (rules.ReadSpec) and src/rule.json;
+//   - limit.schema.json: a rule's limit, an algorithm and its parameters, from the algorithms'
+//     registry in shared/rules;
 //   - dianad.schema.json: the dianad document (version, listen, admin, upstreams, redis,
-//     remote, rules);
-//   - rules.schema.json: a remote document, which holds only version and rules.
+//     remote, rules), from server's reader (server.DecodeObj) and src/dianad.json;
+//   - rules.schema.json: a remote document, which holds only version and rules, from the same
+//     reader and src/rules.json.
+//
+// A reader states each field's type, default, bounds and enum as it reads it; conf.Describe
+// records those calls. The files in src hold the rest: prose, the forms of strings (patterns),
+// and the rules that tie one field to another. Two markers there are the generator's own:
+// "x-required": "conditional" on a field the reader requires only when another field says so
+// (an allOf of the source states when), and "x-default": "computed" on a field whose default
+// is another field's value (its description says which).
 //
 // The schemas reference each other by relative URLs ("rule.schema.json#/$defs/match"), resolved
 // against their $id, which all share the base BaseURL.

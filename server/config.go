@@ -103,7 +103,13 @@ type Remote struct {
 // nothing else.
 func Decode(doc conf.Value, source string, remote bool) (*Config, error) {
 	errs := &conf.Errors{Source: source}
-	o := conf.Read(doc, errs)
+	c := DecodeObj(conf.Read(doc, errs), remote)
+	return c, errs.Err()
+}
+
+// DecodeObj reads a config document from o, recording its errors there: the grammar of
+// dianad's document, which schema/dianad.schema.json is generated from (conf.Describe).
+func DecodeObj(o *conf.Obj, remote bool) *Config {
 	o.Require("version")
 	if v := o.Int("version", Version, 1, 1<<31); v != Version {
 		o.Fail("version", "this dianad reads version 1 (a newer dianad may read this file)")
@@ -113,7 +119,7 @@ func Decode(doc conf.Value, source string, remote bool) (*Config, error) {
 		c.decodeServer(o)
 	}
 	o.Done()
-	return c, errs.Err()
+	return c
 }
 
 // listenAddr and redisAddr are the forms of a listener's address (host:port, port 0–65535,

@@ -10,6 +10,8 @@ import (
 type Errors struct {
 	Source string // the document's name, e.g. its file name
 	List   []FieldError
+
+	describe *[]Field // the fields read so far, when Describe runs the reader
 }
 
 // FieldError is one invalid field.
@@ -93,8 +95,12 @@ func (o *Obj) Path(key string) string {
 // Fail records an error on key.
 func (o *Obj) Fail(key, reason string) { o.errs.Add(o.Path(key), reason) }
 
-// Has reports whether the object has key.
+// Has reports whether the object has key. Described (see Describe), every key is there, so
+// that a reader takes the branch that reads the field.
 func (o *Obj) Has(key string) bool {
+	if o.describing() {
+		return true
+	}
 	_, ok := o.o.Get(key)
 	return ok
 }
@@ -134,6 +140,9 @@ func (o *Obj) Require(keys ...string) {
 		return
 	}
 	for _, k := range keys {
+		if o.describing() {
+			o.note(k, Field{Required: true})
+		}
 		if v, ok := o.o.Get(k); !ok || v == nil {
 			o.Fail(k, "is required")
 		}
@@ -142,6 +151,9 @@ func (o *Obj) Require(keys ...string) {
 
 // String reads a string.
 func (o *Obj) String(key, def string) string {
+	if o.describing() {
+		o.note(key, Field{Type: "string", Default: def})
+	}
 	v, ok := o.get(key)
 	if !ok {
 		return def
@@ -156,6 +168,9 @@ func (o *Obj) String(key, def string) string {
 
 // Enum reads a string that must be one of allowed.
 func (o *Obj) Enum(key, def string, allowed ...string) string {
+	if o.describing() {
+		o.note(key, Field{Type: "string", Default: def, Enum: allowed})
+	}
 	if !o.Has(key) {
 		return def
 	}
@@ -183,6 +198,9 @@ func (o *Obj) EnumIndex(key string, allowed ...string) int {
 
 // Bool reads a boolean.
 func (o *Obj) Bool(key string, def bool) bool {
+	if o.describing() {
+		o.note(key, Field{Type: "boolean", Default: def})
+	}
 	v, ok := o.get(key)
 	if !ok {
 		return def
@@ -197,6 +215,9 @@ func (o *Obj) Bool(key string, def bool) bool {
 
 // Int reads an integer in [min, max].
 func (o *Obj) Int(key string, def, min, max int64) int64 {
+	if o.describing() {
+		o.note(key, Field{Type: "integer", Default: def, Min: min, Max: max})
+	}
 	v, ok := o.get(key)
 	if !ok {
 		return def
@@ -217,6 +238,9 @@ func (o *Obj) Int(key string, def, min, max int64) int64 {
 // Duration reads a duration in µs, written with units: "250ms", "1m30s", "1h", "7d" (units us
 // or µs, ms, s, m, h, d). A bare number is refused: "60" could mean seconds or milliseconds.
 func (o *Obj) Duration(key string, def, min, max int64) int64 {
+	if o.describing() {
+		o.note(key, Field{Type: "duration", Default: FormatDuration(def), Min: min, Max: max})
+	}
 	v, ok := o.get(key)
 	if !ok {
 		return def
@@ -263,6 +287,9 @@ func (o *Obj) CheckDuration(key string, v, min, max int64) bool {
 
 // Strings reads a list of strings; a single string counts as a list of one.
 func (o *Obj) Strings(key string) []string {
+	if o.describing() {
+		o.note(key, Field{Type: "strings"})
+	}
 	v, ok := o.get(key)
 	if !ok {
 		return nil
@@ -289,6 +316,9 @@ func (o *Obj) Strings(key string) []string {
 
 // StringMap reads an object whose values are strings, in document order.
 func (o *Obj) StringMap(key string) (keys, vals []string) {
+	if o.describing() {
+		o.note(key, Field{Type: "string_map"})
+	}
 	v, ok := o.get(key)
 	if !ok {
 		return nil, nil
@@ -311,12 +341,19 @@ func (o *Obj) StringMap(key string) (keys, vals []string) {
 
 // Obj reads a nested object; an absent one reads as empty, so its defaults apply.
 func (o *Obj) Obj(key string) *Obj {
+	if o.describing() {
+		o.note(key, Field{Type: "object"})
+	}
 	v, _ := o.get(key)
 	return readObj(o.Path(key), v, o.errs)
 }
 
 // List reads a list of objects.
 func (o *Obj) List(key string) []*Obj {
+	if o.describing() {
+		o.note(key, Field{Type: "list"})
+		return []*Obj{readObj(o.Path(key)+"[]", nil, o.errs)}
+	}
 	v, ok := o.get(key)
 	if !ok {
 		return nil
@@ -341,6 +378,10 @@ func (o *Obj) List(key string) []*Obj {
 // Objs reads a list of objects; a single object counts as a list of one, as a single string
 // does for Strings.
 func (o *Obj) Objs(key string) []*Obj {
+	if o.describing() {
+		o.note(key, Field{Type: "objects"})
+		return []*Obj{readObj(o.Path(key)+"[]", nil, o.errs)}
+	}
 	if v, ok := o.o.Get(key); ok {
 		if _, one := v.(*Object); one {
 			o.get(key)
@@ -391,6 +432,9 @@ const UnknownField = "unknown field"
 
 // Done records an error for every field that no getter read.
 func (o *Obj) Done() {
+	if o.describing() {
+		o.note("", Field{Closed: true})
+	}
 	for i, k := range o.o.Keys {
 		if !o.read[i] {
 			o.Fail(k, UnknownField)

@@ -29,7 +29,7 @@ func ReadBatch(o *conf.Obj) *BatchSpec {
 		return nil
 	}
 	bo.Require("max")
-	b := &BatchSpec{Max: bo.Int("max", 1, batchBounds[0], batchBounds[1]), Min: bo.Int("min", 0, batchBounds[0], batchBounds[1]),
+	b := &BatchSpec{Max: bo.Int("max", 1, batchBounds[0], batchBounds[1]), Min: bo.Int("min", 1, batchBounds[0], batchBounds[1]),
 		MaxAge: bo.Duration("max_age", 0, spanBounds[0], spanBounds[1])}
 	bo.Done()
 	return b
