@@ -2,8 +2,8 @@ package rules_test
 
 import (
 	"context"
-	"golang.org/x/crypto/blake2s"
 	"encoding/hex"
+	"golang.org/x/crypto/blake2s"
 	"net/http"
 	"net/netip"
 	"strings"

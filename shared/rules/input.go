@@ -1,8 +1,8 @@
 package rules
 
 import (
-	"golang.org/x/crypto/blake2s"
 	"encoding/hex"
+	"golang.org/x/crypto/blake2s"
 	"net/netip"
 	"strings"
 )
