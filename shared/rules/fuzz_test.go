@@ -3,12 +3,13 @@ package rules_test
 import (
 	"context"
 	"encoding/hex"
-	"golang.org/x/crypto/blake2s"
 	"net/http"
 	"net/netip"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"golang.org/x/crypto/blake2s"
 
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/conf"

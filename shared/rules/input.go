@@ -2,9 +2,10 @@ package rules
 
 import (
 	"encoding/hex"
-	"golang.org/x/crypto/blake2s"
 	"net/netip"
 	"strings"
+
+	"golang.org/x/crypto/blake2s"
 )
 
 // Input is what the rules see of a request. Front ends fill it from their own request type.
