@@ -256,7 +256,9 @@ func TestParityExample(t *testing.T) {
 	s2 := `{"service_with_quota": {"name": "service_2"}}`
 	t.Run("quota", func(t *testing.T) {
 		c, _, now := clocked(t, cfg, o)
-		d := func() []*rlv3.RateLimitDescriptor { return descs(desc("service", "service_1"), desc("service", "service_2")) }
+		d := func() []*rlv3.RateLimitDescriptor {
+			return descs(desc("service", "service_1"), desc("service", "service_2"))
+		}
 		play(t, c, "rl",
 			call{d(), "OK", []st{{"OK", "MINUTE:1", 0, 50}, {"OK", "MINUTE:2", 1, 50}}, s1},
 			call{d(), "OK", []st{{"OVER_LIMIT", "MINUTE:1", 0, 50}, {"OK", "MINUTE:2", 0, 50}}, s2},
@@ -372,4 +374,3 @@ descriptors:
 		t.Fatalf("without DynamicMetadata: %v %v", resp.GetDynamicMetadata(), err)
 	}
 }
-
