@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -372,5 +373,138 @@ descriptors:
 	c2, _, _ := clocked(t, cfg, Options{})
 	if resp, err := c2.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "d", Descriptors: descs(desc("quota_key", "v"))}); err != nil || resp.DynamicMetadata != nil {
 		t.Fatalf("without DynamicMetadata: %v %v", resp.GetDynamicMetadata(), err)
+	}
+}
+
+// The limits its config tests find (test/config/config_test.go: TestWildcardConfig,
+// TestShareThreshold, TestMetadata), in its test configs copied as is: each descriptor's stats
+// key and requests per unit ("" for none), and where several values share a count.
+func TestParityLookup(t *testing.T) {
+	type entry = [2]string
+	for _, file := range []struct {
+		name  string
+		cases []struct {
+			entries []entry
+			metric  string
+			rpu     uint32
+			meta    string // the limit's metadata as JSON, "" for none
+		}
+		shared [][][]entry // groups of descriptors counted under one key
+	}{
+		{name: "wildcard.yaml", cases: []struct {
+			entries []entry
+			metric  string
+			rpu     uint32
+			meta    string
+		}{
+			{[]entry{{"noVal", "foo1"}}, "test-domain.noVal", 20, ""},
+			{[]entry{{"wild", "foo1"}}, "test-domain.wild_foo*", 20, ""},
+			{[]entry{{"wild", "foo2"}}, "test-domain.wild_foo*", 20, ""},
+			{[]entry{{"nestedWild", "val1"}, {"wild", "goo2"}}, "test-domain.nestedWild_val1.wild_goo*", 20, ""},
+			{[]entry{{"wild", "bar"}}, "", 0, ""},
+			{[]entry{{"noWild", "foo1"}}, "", 0, ""},
+			{[]entry{{"midWild", "barab"}}, "test-domain.midWild_bar*b", 20, ""},
+			{[]entry{{"midWild", "bar123b"}}, "test-domain.midWild_bar*b", 20, ""},
+			{[]entry{{"midWild", "barb"}}, "test-domain.midWild_bar*b", 20, ""},
+			{[]entry{{"midWild", "bara"}}, "", 0, ""},
+			{[]entry{{"midWild", "xbarb"}}, "", 0, ""},
+			{[]entry{{"multiWild", "foo123bar456baz"}}, "test-domain.multiWild_foo*bar*baz", 10, ""},
+			{[]entry{{"multiWild", "foobarbaz"}}, "test-domain.multiWild_foo*bar*baz", 10, ""},
+			{[]entry{{"multiWild", "foo123baz"}}, "", 0, ""},
+			{[]entry{{"multiWild", "bar456baz"}}, "", 0, ""},
+		}},
+		{name: "share_threshold.yaml", cases: []struct {
+			entries []entry
+			metric  string
+			rpu     uint32
+			meta    string
+		}{
+			{[]entry{{"files", "files/a.pdf"}}, "test-domain.files_files/*", 100, ""},
+			{[]entry{{"route", "api/v1"}, {"method", "GET"}}, "test-domain.route_api/*.method", 60, ""},
+			{[]entry{{"service", "svc/user"}, {"endpoint", "get"}}, "test-domain.service_svc/*.endpoint_get", 80, ""},
+			{[]entry{{"nested", "parent"}, {"files", "nested/file1.txt"}}, "test-domain.nested_parent.files_nested/*", 200, ""},
+			{[]entry{{"files", "top/file1.txt"}, {"files", "nested/file1.txt"}}, "test-domain.files_top/*.files_nested/*", 300, ""},
+			{[]entry{{"path", "path/foo"}, {"file", "file/doc1"}, {"type", "pdf"}}, "test-domain.path_path/*.file_file/*.type", 120, ""},
+			{[]entry{{"user", "user/alice"}, {"resource", "res/file1"}, {"action", "read"}}, "test-domain.user_user/*.resource_res/*.action", 150, ""},
+			{[]entry{{"file", "test1"}}, "test-domain.file_test1", 50, ""},
+			{[]entry{{"file", "test2"}}, "test-domain.file_test*", 100, ""},
+			{[]entry{{"midpath", "/api/v1"}}, "test-domain.midpath_/api*v1", 100, ""},
+			{[]entry{{"midpath", "/api/v2"}}, "", 0, ""},
+			{[]entry{{"multiroute", "svcAepBrpc"}}, "test-domain.multiroute_svc*ep*rpc", 50, ""},
+			{[]entry{{"multiroute", "svcABCrpc"}}, "", 0, ""},
+			{[]entry{{"midroute", "/api-beta-v2"}}, "test-domain.midroute_/api*v2", 80, ""},
+			{[]entry{{"tenant", "t1prod"}, {"resource", "resAv2"}}, "test-domain.tenant_t*prod.resource_res*v2", 60, ""},
+		}, shared: [][][]entry{
+			{{{"files", "files/a.pdf"}}, {{"files", "files/b.csv"}}},
+			{{{"midpath", "/api/v1"}}, {{"midpath", "/api-x-v1"}}},
+			{{{"tenant", "t1prod"}, {"resource", "resAv2"}}, {{"tenant", "t99prod"}, {"resource", "resBBBv2"}}},
+		}},
+		{name: "metadata.yaml", cases: []struct {
+			entries []entry
+			metric  string
+			rpu     uint32
+			meta    string
+		}{
+			{[]entry{{"key1", "value1"}, {"subkey1", "something"}}, "test-domain.key1_value1.subkey1", 5, `{"name": "service_1"}`},
+			{[]entry{{"key1", "value1"}, {"subkey1", "subvalue1"}}, "test-domain.key1_value1.subkey1_subvalue1", 10, ""},
+			{[]entry{{"key2", "something"}}, "test-domain.key2", 20, `{"service_with_quota": {"name": "service_2"}}`},
+		}},
+	} {
+		t.Run(file.name, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("testdata", "ratelimit", "config", file.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := Parse([]File{{Name: file.name, Data: data}}, ParseOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			entries := func(es []entry) []*rlv3.RateLimitDescriptor_Entry {
+				var out []*rlv3.RateLimitDescriptor_Entry
+				for _, e := range es {
+					out = append(out, &rlv3.RateLimitDescriptor_Entry{Key: e[0], Value: e[1]})
+				}
+				return out
+			}
+			for _, tc := range file.cases {
+				m, _ := c.lookup("test-domain", entries(tc.entries))
+				got, rpu := "", uint32(0)
+				if m.limit != nil {
+					got, rpu = m.metric, m.limit.RequestsPerUnit
+				}
+				if got != tc.metric || rpu != tc.rpu {
+					t.Errorf("%v: limit %q (%d per unit), want %q (%d)", tc.entries, got, rpu, tc.metric, tc.rpu)
+				}
+				var meta *structpb.Struct
+				if m.limit != nil {
+					meta = m.limit.Metadata
+				}
+				if tc.meta == "" {
+					if meta != nil {
+						t.Errorf("%v: metadata %v, want none", tc.entries, meta)
+					}
+					continue
+				}
+				want := &structpb.Struct{}
+				if err := protojson.Unmarshal([]byte(tc.meta), want); err != nil {
+					t.Fatal(err)
+				}
+				if !proto.Equal(meta, want) {
+					t.Errorf("%v: metadata %v, want %s", tc.entries, meta, tc.meta)
+				}
+			}
+			for _, group := range file.shared {
+				var keys []string
+				for _, es := range group {
+					m, _ := c.lookup("test-domain", entries(es))
+					keys = append(keys, storeKey("test-domain", entries(es), m.limit, m.shared))
+				}
+				for _, k := range keys[1:] {
+					if k != keys[0] {
+						t.Errorf("%v: counted under %q, want one count", group, keys)
+					}
+				}
+			}
+		})
 	}
 }

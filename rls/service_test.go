@@ -19,6 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/diana-gw/diana/shared/rules"
@@ -364,5 +365,95 @@ func TestHealthAndReflection(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(names, " "), "envoy.service.ratelimit.v3.RateLimitService") {
 		t.Fatalf("reflection lists %v", names)
+	}
+}
+
+// unit_multiplier (Envoy PR #47307) makes the window that many units, aligned on the epoch as
+// every window; the limit in the answer carries it as its field 4, a UInt32Value.
+func TestUnitMultiplier(t *testing.T) {
+	cfg, err := Parse([]File{{Name: "a.yaml", Data: []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 3}\n")}}, ParseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _, now := clocked(t, cfg, Options{Headers: true})
+	ask := func() (*pb.RateLimitResponse, st) {
+		t.Helper()
+		resp, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{desc("k", "v")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, short(resp.Statuses[0])
+	}
+	resp, got := ask()
+	if got != (st{"OK", "MINUTE:3", 2, 290}) {
+		t.Fatalf("first hit: %+v, want 2 left and the 5-minute window's end in 290 s", got)
+	}
+	if h := resp.ResponseHeadersToAdd; len(h) != 3 || h[2].Value != "290" {
+		t.Fatalf("headers %v", h)
+	}
+	raw := resp.Statuses[0].CurrentLimit.ProtoReflect().GetUnknown()
+	num, typ, n := protowire.ConsumeTag(raw)
+	inner, m := protowire.ConsumeBytes(raw[n:])
+	if num != 4 || typ != protowire.BytesType || m < 0 || n+m != len(raw) {
+		t.Fatalf("the limit's unknown fields %x: want unit_multiplier, field 4, alone", raw)
+	}
+	if num, _, n := protowire.ConsumeTag(inner); num != 1 || n < 0 {
+		t.Fatalf("unit_multiplier %x: want a UInt32Value", inner)
+	} else if v, _ := protowire.ConsumeVarint(inner[n:]); v != 5 {
+		t.Fatalf("unit_multiplier %d, want 5", v)
+	}
+	ask()
+	ask()
+	now.Add(time.Minute.Microseconds()) // within the same 5 minutes
+	if _, got := ask(); got != (st{"OVER_LIMIT", "MINUTE:3", 0, 230}) {
+		t.Fatalf("fourth hit a minute later: %+v", got)
+	}
+	now.Add(4 * time.Minute.Microseconds())
+	if _, got := ask(); got != (st{"OK", "MINUTE:3", 2, 290}) {
+		t.Fatalf("in the next 5 minutes: %+v", got)
+	}
+}
+
+// Diana's algorithm field as an object: the algorithm's other parameters beside its name.
+func TestAlgorithmObject(t *testing.T) {
+	cfg, err := Parse([]File{{Name: "a.yaml", Data: []byte(`domain: d
+descriptors:
+  - key: tb
+    algorithm: {name: token_bucket, burst: 6}
+    rate_limit: {unit: second, requests_per_unit: 3}
+  - key: lb
+    algorithm: {name: leaky_bucket, burst: 2, nodelay: true}
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: wu
+    algorithm: {name: warm_up, warmup: 10s}
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: sw
+    algorithm: {name: sliding_window, subwindows: 4}
+    rate_limit: {unit: minute, requests_per_unit: 2}
+`)}}, ParseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _, _ := clocked(t, cfg, Options{})
+	admitted := func(key string, n int) int {
+		ok := 0
+		for range n {
+			resp, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{desc(key, "x")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.OverallCode == pb.RateLimitResponse_OK {
+				ok++
+			}
+		}
+		return ok
+	}
+	for _, tc := range []struct {
+		key  string
+		want int
+	}{{"tb", 6}, {"lb", 3}, {"wu", 1}, {"sw", 2}} {
+		if got := admitted(tc.key, 10); got != tc.want {
+			t.Errorf("%s: %d of 10 admitted at once, want %d", tc.key, got, tc.want)
+		}
 	}
 }
