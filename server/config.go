@@ -56,6 +56,7 @@ type RLS struct {
 	OnError   rules.FailPolicy // cluster mode, when Redis cannot decide
 	Nodes     int64            // on_error local: each node counts its share of every limit
 	Headers   bool             // the RateLimit-* headers in every answer
+	Metadata  bool             // the dynamic metadata of envoyproxy/ratelimit in every answer
 }
 
 // Admin is the listener of the decision API (/v1/check), /metrics and /healthz.
@@ -386,6 +387,7 @@ func decodeRLS(o *conf.Obj, redis bool) *RLS {
 		o.Fail("nodes", "applies only with on_error local")
 	}
 	r.Headers = o.Bool("response_headers", false)
+	r.Metadata = o.Bool("response_dynamic_metadata", false)
 	o.Done()
 	return r
 }

@@ -382,3 +382,120 @@ func TestRLSClusterExamples(t *testing.T) {
 		t.Fatalf("Redis holds %d keys (%v): the counts are not there", n, err)
 	}
 }
+
+// hits_addend, from the request and per descriptor, in every algorithm a descriptor can name,
+// answered the same in local mode and in cluster mode (a real redis-server): a request's
+// hits_addend is its cost (0: 1), a descriptor's own wins (0 included: asks without counting),
+// and one beyond every limit is over it. envoyproxy/ratelimit's counting (no algorithm field)
+// counts the hits of a request over the limit, so the check after one is over too; Diana's
+// algorithms take nothing of a denied request. Day windows and rates, so that no window
+// starts during the test.
+func TestRLSHitsAddend(t *testing.T) {
+	rs := redistest.Start(t)
+	dir := t.TempDir()
+	doc := `domain: d
+descriptors:
+  - key: ratelimit
+    rate_limit: {unit: day, requests_per_unit: 10}
+  - key: fixed_window
+    algorithm: fixed_window
+    rate_limit: {unit: day, requests_per_unit: 10}
+  - key: sliding_window
+    algorithm: {name: sliding_window, subwindows: 4}
+    rate_limit: {unit: day, requests_per_unit: 10}
+  - key: sliding_log
+    algorithm: sliding_log
+    rate_limit: {unit: day, requests_per_unit: 10}
+  - key: token_bucket
+    algorithm: token_bucket
+    rate_limit: {unit: day, requests_per_unit: 10}
+  - key: leaky_bucket
+    algorithm: {name: leaky_bucket, burst: 9, nodelay: true}
+    rate_limit: {unit: day, requests_per_unit: 10}
+`
+	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	local := startFile(t, rlsConfig(dir, ""))
+	cluster := startFile(t, rlsConfig(dir, "  mode: cluster\n")+"redis: {addrs: [\""+rs.Addr+"\"], timeout: "+exactTimeout+"}\n")
+	type step struct {
+		req  uint32
+		desc *uint64 // the descriptor's own hits_addend, nil: none
+		code string
+	}
+	u := func(n uint64) *uint64 { return &n }
+	for _, key := range []string{"ratelimit", "fixed_window", "sliding_window", "sliding_log", "token_bucket", "leaky_bucket"} {
+		afterOver := "OK"
+		if key == "ratelimit" {
+			afterOver = "OVER_LIMIT"
+		}
+		steps := []step{
+			{4, nil, "OK"},  // 4 of 10
+			{9, u(0), "OK"}, // a check: nothing counted
+			{0, u(5), "OK"}, // 9 of 10
+			{0, nil, "OK"},  // the request's 0 is 1: 10 of 10
+			{1, nil, "OVER_LIMIT"},
+			{0, u(0), afterOver},
+			{1, u(math.MaxUint64), "OVER_LIMIT"},
+		}
+		for _, ts := range []*testServer{local, cluster} {
+			c, _ := rlsClient(t, ts)
+			var rems []uint32
+			for i, s := range steps {
+				d := rlsDesc(key, "x")
+				if s.desc != nil {
+					d.HitsAddend = wrapperspb.UInt64(*s.desc)
+				}
+				resp, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "d", HitsAddend: s.req, Descriptors: []*rlv3.RateLimitDescriptor{d}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.OverallCode.String() != s.code {
+					t.Fatalf("%s, %s mode, step %d: %s, want %s", key, ts.cfg.RLS.Mode, i, resp.OverallCode, s.code)
+				}
+				rems = append(rems, resp.Statuses[0].LimitRemaining)
+			}
+			if want := []uint32{6, 6, 1, 0, 0, 0, 0}; key != "leaky_bucket" && !slices.Equal(rems, want) {
+				t.Fatalf("%s, %s mode: remaining %v, want %v", key, ts.cfg.RLS.Mode, rems, want)
+			}
+		}
+	}
+}
+
+// envoyproxy/ratelimit's example config through dianad in cluster mode, two instances on one
+// redis-server, with its dynamic metadata: the calls of its integration-test script
+// multiservice-tokenquota.sh (Envoy checks both services with hits_addend 0, routes by the
+// metadata and charges the service that answered when the stream is done), alternating between
+// the instances.
+func TestRLSQuotaModeCluster(t *testing.T) {
+	rs := redistest.Start(t)
+	dir, _ := filepath.Abs(filepath.Join("..", "rls", "testdata", "ratelimit", "example"))
+	yaml := rlsConfig(dir, "  mode: cluster\n  response_dynamic_metadata: true\n") + "redis: {addrs: [\"" + rs.Addr + "\"], timeout: " + exactTimeout + "}\n"
+	a, b := startFile(t, yaml), startFile(t, yaml)
+	ca, _ := rlsClient(t, a)
+	cb, _ := rlsClient(t, b)
+	check := func() []*rlv3.RateLimitDescriptor {
+		d1, d2 := rlsDesc("service", "service_1"), rlsDesc("service", "service_2")
+		d1.HitsAddend, d2.HitsAddend = wrapperspb.UInt64(0), wrapperspb.UInt64(0)
+		return []*rlv3.RateLimitDescriptor{d1, d2}
+	}
+	for i, want := range []string{"service_1", "service_1", "service_2", "service_2", "service_2", ""} {
+		c := []pb.RateLimitServiceClient{ca, cb}[i%2]
+		resp, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "rl", Descriptors: check()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := resp.GetDynamicMetadata().GetFields()["metadata"].GetStructValue().GetFields()["service_with_quota"].GetStructValue().GetFields()["name"].GetStringValue()
+		if got != want || (want == "") != (resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT) {
+			t.Fatalf("request %d: %s routed to %q, want %q", i+1, resp.OverallCode, got, want)
+		}
+		if want == "" {
+			break
+		}
+		done := rlsDesc("service", want)
+		done.HitsAddend = wrapperspb.UInt64(1)
+		if _, err := []pb.RateLimitServiceClient{cb, ca}[i%2].ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "rl", Descriptors: []*rlv3.RateLimitDescriptor{done}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
