@@ -282,8 +282,34 @@ func TestRLSConfigErrors(t *testing.T) {
 // descriptors its routes send from examples/ratelimit, as the comments there say.
 func TestRLSExamples(t *testing.T) {
 	t.Chdir("..") // the example's config_dir is relative to the repository's root
-	b := envoytest.Bootstrap(t, "examples/envoy-rls.yaml")
-	// ValidateAll does not look inside the typed configs: unpack and validate them.
+	cfg, _, rl := rlsExample(t, "examples/envoy-rls.yaml")
+	if rl.Domain != "edge" {
+		t.Fatalf("the filter asks for domain %q", rl.Domain)
+	}
+	cfg.RLS.Listen, cfg.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
+	ts := startConfig(t, cfg, "")
+	c, _ := rlsClient(t, ts)
+	ip, login := rlsDesc("remote_address", "203.0.113.9"), rlsDesc("remote_address", "203.0.113.9", "path", "/login")
+	for i, want := range []string{"OK", "OK", "OK", "OVER_LIMIT"} {
+		if code, _ := ask(t, c, "edge", 1, ip, login); code != want {
+			t.Fatalf("login %d: %s, want %s", i+1, code, want)
+		}
+	}
+	if code, _ := ask(t, c, "edge", 1, rlsDesc("remote_address", "203.0.113.9"), rlsDesc("remote_address", "203.0.113.9", "path", "/home")); code != "OK" {
+		t.Fatalf("another path: %s", code)
+	}
+	if code, _ := ask(t, c, "edge", 1, rlsDesc("remote_address", "192.0.2.66")); code != "OVER_LIMIT" {
+		t.Fatalf("blocked address: %s", code)
+	}
+}
+
+// rlsExample reads examples/diana-rls.yaml and the Envoy bootstrap at path, checks that the
+// bootstrap is valid (with its typed configs unpacked, which ValidateAll does not look into)
+// and that its rate limit filter asks dianad's rls.listen over HTTP/2, and returns dianad's
+// config, the connection manager and the filter's config.
+func rlsExample(t *testing.T, path string) (*Config, *hcmv3.HttpConnectionManager, *ratelimitv3.RateLimit) {
+	t.Helper()
+	b := envoytest.Bootstrap(t, path)
 	var hcm hcmv3.HttpConnectionManager
 	if err := b.StaticResources.Listeners[0].FilterChains[0].Filters[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
 		t.Fatal(err)
@@ -322,24 +348,39 @@ func TestRLSExamples(t *testing.T) {
 			t.Errorf("cluster %s points at %s, dianad's rls.listen is %s", cluster, got, cfg.RLS.Listen)
 		}
 	}
-	if !found || rl.Domain != "edge" {
-		t.Fatalf("the filter asks cluster %q (found: %v) for domain %q", cluster, found, rl.Domain)
+	if !found {
+		t.Fatalf("the filter asks cluster %q, which the bootstrap does not declare", cluster)
 	}
+	return cfg, &hcm, &rl
+}
 
+// examples/envoy-rls-stream-done.yaml checks each request with hits_addend 0 and charges the
+// upstream's x-tokens-used when the stream is done; dianad, from examples/ratelimit/tokens.yaml,
+// answers OK until a charge takes the key over its budget, then OVER_LIMIT to the checks.
+func TestRLSStreamDoneExample(t *testing.T) {
+	t.Chdir("..")
+	cfg, hcm, rl := rlsExample(t, "examples/envoy-rls-stream-done.yaml")
+	limits := hcm.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetRateLimits()
+	if rl.Domain != "tokens" || len(limits) != 2 ||
+		limits[0].GetHitsAddend().GetNumber() == nil || limits[0].GetHitsAddend().GetNumber().Value != 0 || limits[0].ApplyOnStreamDone ||
+		limits[1].GetHitsAddend().GetFormat() != "%RESP(x-tokens-used)%" || !limits[1].ApplyOnStreamDone {
+		t.Fatalf("domain %q, rate limits %v: want a check with hits_addend 0 and a charge of x-tokens-used on stream done", rl.Domain, limits)
+	}
 	cfg.RLS.Listen, cfg.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
 	ts := startConfig(t, cfg, "")
 	c, _ := rlsClient(t, ts)
-	ip, login := rlsDesc("remote_address", "203.0.113.9"), rlsDesc("remote_address", "203.0.113.9", "path", "/login")
-	for i, want := range []string{"OK", "OK", "OK", "OVER_LIMIT"} {
-		if code, _ := ask(t, c, "edge", 1, ip, login); code != want {
-			t.Fatalf("login %d: %s, want %s", i+1, code, want)
+	key := func(hits uint64) *rlv3.RateLimitDescriptor {
+		d := rlsDesc("api_key", "k-1")
+		d.HitsAddend = wrapperspb.UInt64(hits)
+		return d
+	}
+	for i, s := range []struct {
+		hits uint64
+		code string
+	}{{0, "OK"}, {15000, "OK"}, {0, "OK"}, {6000, "OVER_LIMIT"}, {0, "OVER_LIMIT"}} {
+		if code, _ := ask(t, c, "tokens", 1, key(s.hits)); code != s.code {
+			t.Fatalf("call %d (hits_addend %d): %s, want %s", i, s.hits, code, s.code)
 		}
-	}
-	if code, _ := ask(t, c, "edge", 1, rlsDesc("remote_address", "203.0.113.9"), rlsDesc("remote_address", "203.0.113.9", "path", "/home")); code != "OK" {
-		t.Fatalf("another path: %s", code)
-	}
-	if code, _ := ask(t, c, "edge", 1, rlsDesc("remote_address", "192.0.2.66")); code != "OVER_LIMIT" {
-		t.Fatalf("blocked address: %s", code)
 	}
 }
 
