@@ -49,6 +49,11 @@ type Options struct {
 	// RESPONSE_DYNAMIC_METADATA adds: the domain, the descriptors, the hits_addend, and the
 	// metadata of the descriptors that passed (see Metadata).
 	DynamicMetadata bool
+	// QuotaMode puts every descriptor in quota_mode, as envoyproxy/ratelimit's QUOTA_MODE.
+	QuotaMode bool
+	// ShadowMode answers OK to every request, the descriptors' statuses unchanged, as
+	// envoyproxy/ratelimit's SHADOW_MODE; the denials it lets pass count as shadow_denied.
+	ShadowMode bool
 	// Observe, if set, is told every limit decided, by its metric key: its outcome, and the
 	// store's error when the decision came from OnError. For metrics and logs.
 	Observe func(key string, o Outcome, err error)
@@ -192,7 +197,7 @@ func (s *Service) response(req *pb.RateLimitRequest, ds []checked) *pb.RateLimit
 		if st.CurrentLimit != nil && (closest == nil || st.LimitRemaining < closest.LimitRemaining) {
 			closest = st
 		}
-		quota := c.m.limit != nil && c.m.limit.Quota
+		quota := !c.unlimited && (s.o.QuotaMode || c.m.limit != nil && c.m.limit.Quota)
 		if quota {
 			quotas++
 		}
@@ -207,6 +212,9 @@ func (s *Service) response(req *pb.RateLimitRequest, ds []checked) *pb.RateLimit
 	}
 	if quotas > 0 && quotas == quotasOver {
 		resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
+	}
+	if s.o.ShadowMode {
+		resp.OverallCode = pb.RateLimitResponse_OK
 	}
 	if s.o.Headers && closest != nil {
 		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
@@ -328,6 +336,9 @@ func (s *Service) status(c *checked) *pb.RateLimitResponse_DescriptorStatus {
 		st.Code = pb.RateLimitResponse_OVER_LIMIT
 		if l.Shadow {
 			outcome, st.Code = rules.ShadowDenied, pb.RateLimitResponse_OK
+		}
+		if s.o.ShadowMode {
+			outcome = rules.ShadowDenied
 		}
 	}
 	if s.o.Observe != nil {

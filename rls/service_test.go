@@ -457,3 +457,35 @@ descriptors:
 		}
 	}
 }
+
+// QUOTA_MODE and SHADOW_MODE, envoyproxy/ratelimit's settings for every descriptor: in quota
+// mode a request is refused only when all its descriptors (unlimited ones aside) are over; in
+// shadow mode it is never refused, the statuses unchanged and the denials counted.
+func TestGlobalModes(t *testing.T) {
+	cfg, err := Parse([]File{{Name: "a.yaml", Data: []byte(`domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: free
+    rate_limit: {unlimited: true}
+`)}}, ParseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obs observed
+	q, _, _ := clocked(t, cfg, Options{QuotaMode: true})
+	sh, _, _ := clocked(t, cfg, Options{ShadowMode: true, Observe: obs.observe})
+	ab := func() []*rlv3.RateLimitDescriptor { return descs(desc("a", "x"), desc("b", "x"), desc("free", "x")) }
+	play(t, q, "d",
+		call{ab(), "OK", []st{{"OK", "MINUTE:1", 0, 50}, {"OK", "MINUTE:2", 1, 50}, {"OK", "-", math.MaxUint32, 0}}, ""},
+		call{ab(), "OK", []st{{"OVER_LIMIT", "MINUTE:1", 0, 50}, {"OK", "MINUTE:2", 0, 50}, {"OK", "-", math.MaxUint32, 0}}, ""},
+		call{ab(), "OVER_LIMIT", []st{{"OVER_LIMIT", "MINUTE:1", 0, 50}, {"OVER_LIMIT", "MINUTE:2", 0, 50}, {"OK", "-", math.MaxUint32, 0}}, ""})
+	play(t, sh, "d",
+		call{descs(desc("a", "x")), "OK", []st{{"OK", "MINUTE:1", 0, 50}}, ""},
+		call{descs(desc("a", "x")), "OK", []st{{"OVER_LIMIT", "MINUTE:1", 0, 50}}, ""})
+	if obs.last() != "d.a shadow_denied" {
+		t.Fatalf("observed %q", obs.last())
+	}
+}

@@ -57,6 +57,8 @@ type RLS struct {
 	Nodes     int64            // on_error local: each node counts its share of every limit
 	Headers   bool             // the RateLimit-* headers in every answer
 	Metadata  bool             // the dynamic metadata of envoyproxy/ratelimit in every answer
+	Quota     bool             // every descriptor in quota_mode (its QUOTA_MODE)
+	Shadow    bool             // every answer OK (its SHADOW_MODE)
 }
 
 // Admin is the listener of the decision API (/v1/check), /metrics and /healthz.
@@ -388,6 +390,8 @@ func decodeRLS(o *conf.Obj, redis bool) *RLS {
 	}
 	r.Headers = o.Bool("response_headers", false)
 	r.Metadata = o.Bool("response_dynamic_metadata", false)
+	r.Quota = o.Bool("quota_mode", false)
+	r.Shadow = o.Bool("shadow_mode", false)
 	o.Done()
 	return r
 }

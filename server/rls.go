@@ -49,7 +49,8 @@ func (s *Server) newRLS() error {
 	if err != nil {
 		return err
 	}
-	o := rls.Options{OnError: r.OnError, Headers: r.Headers, DynamicMetadata: r.Metadata, Observe: s.observeRLS, Unknown: s.unknownDomain}
+	o := rls.Options{OnError: r.OnError, Headers: r.Headers, DynamicMetadata: r.Metadata,
+		QuotaMode: r.Quota, ShadowMode: r.Shadow, Observe: s.observeRLS, Unknown: s.unknownDomain}
 	if r.Mode == rules.Cluster {
 		o.Store = s.cluster
 	} else {
