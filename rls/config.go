@@ -1,6 +1,31 @@
 // Package rls is Envoy's rate limit service (envoy.service.ratelimit.v3.RateLimitService) in
 // dianad, a drop-in for envoyproxy/ratelimit: its descriptor config format read as is, its
 // lookup, its answers, with the decisions made by Diana's stores.
+//
+// The design, in the order a request meets it:
+//   - Config (Parse) is envoyproxy/ratelimit's descriptor format as of its main: every field
+//     its loader accepts (quota_mode, metadata, shadow_mode, detailed_metric, value_to_metric,
+//     share_threshold, replaces, unlimited, wildcards anywhere in a value, its seven units) and
+//     unit_multiplier as Envoy PR #47307 defines it (the window is that many units; the answer
+//     carries it as field 4 of the limit, which go-control-plane does not declare yet). A field
+//     the loader does not know is refused, naming it (conf.Obj.Done).
+//   - Lookup (Config.lookup) is its GetLimit: key_value, then a wildcard, then the key alone,
+//     level by level, with its stats keys.
+//   - Counting: a plain rate_limit counts as envoyproxy/ratelimit does, with INCRBY semantics:
+//     every hit counts, over the limit or not, and the service compares the count with
+//     requests_per_unit (a fixed window of algos.MaxCount used as a counter, the same Lua
+//     script in cluster mode). This is what makes a charge that arrives after the response
+//     (hits_addend with Envoy's apply_on_stream_done) bind: the checks after a charge that went
+//     over answer OVER_LIMIT until the window ends. Diana's extensions beside rate_limit
+//     (algorithm: any algorithm of shared/rules whose amount and window come from
+//     requests_per_unit and unit, by name or as an object with its other parameters; batch)
+//     count with Diana's semantics instead: a denied request takes nothing. Algorithms the
+//     service cannot run are refused naming the field: concurrency (it holds a slot until the
+//     request ends, and the service is never told that) and adaptive (it learns from latencies
+//     the service never sees).
+//   - Answer (Service.response): the statuses, the overall code (quota_mode: refused only when
+//     every quota descriptor is over), the RateLimit headers and the dynamic metadata
+//     (Options.DynamicMetadata: the descriptors, and the metadata of those that passed).
 package rls
 
 import (
