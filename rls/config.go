@@ -543,8 +543,11 @@ func setMultiplier(l *pb.RateLimitResponse_RateLimit, m int64) {
 	l.ProtoReflect().SetUnknown(protowire.AppendBytes(b, inner))
 }
 
-// valuesAsText turns every number or boolean written as a descriptor's value into its text, as
-// envoyproxy/ratelimit's YAML decoder does ("value: 200" is the value "200").
+// textFields are the fields envoyproxy/ratelimit decodes into strings: its YAML decoder takes a
+// number or a boolean written there as its text ("value: 200" is the value "200").
+var textFields = map[string]bool{"domain": true, "key": true, "value": true, "name": true}
+
+// valuesAsText turns every number or boolean written in a text field into its text.
 func valuesAsText(v conf.Value) {
 	switch v := v.(type) {
 	case []conf.Value:
@@ -555,11 +558,11 @@ func valuesAsText(v conf.Value) {
 		for i, k := range v.Keys {
 			switch x := v.Vals[i].(type) {
 			case conf.Number:
-				if k == "value" {
+				if textFields[k] {
 					v.Vals[i] = string(x)
 				}
 			case bool:
-				if k == "value" {
+				if textFields[k] {
 					v.Vals[i] = strconv.FormatBool(x)
 				}
 			default:

@@ -173,6 +173,7 @@ func TestLookupExamples(t *testing.T) {
 func TestParseValuesAndUnits(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("domain: d\ndescriptors:\n  - key: status\n    value: 200\n    rate_limit: {unit: MINUTE, requests_per_unit: 1}\n")
+	b.WriteString("  - key: 404\n    rate_limit: {unit: second, requests_per_unit: 1, name: 7, replaces: [{name: true}]}\n")
 	for _, u := range Units {
 		b.WriteString("  - key: " + u.Name + "\n    rate_limit: {unit: " + u.Name + ", requests_per_unit: 7}\n")
 	}
@@ -183,6 +184,10 @@ func TestParseValuesAndUnits(t *testing.T) {
 	m, _ := c.lookup("d", []*rlv3.RateLimitDescriptor_Entry{{Key: "status", Value: "200"}})
 	if m.limit == nil || m.limit.Unit != pb.RateLimitResponse_RateLimit_MINUTE {
 		t.Fatalf("value: 200 with unit MINUTE: %+v", m.limit)
+	}
+	m, _ = c.lookup("d", []*rlv3.RateLimitDescriptor_Entry{{Key: "404", Value: "x"}})
+	if m.limit == nil || m.limit.Name != "7" || len(m.limit.Replaces) != 1 || m.limit.Replaces[0] != "true" {
+		t.Fatalf("key: 404, name: 7, replaces: [{name: true}]: %+v", m.limit)
 	}
 	want := map[string]int64{"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800, "month": 2592000, "year": 31536000}
 	for name, secs := range want {
