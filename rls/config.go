@@ -30,6 +30,7 @@ package rls
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -152,6 +153,10 @@ type ParseOptions struct {
 	Nodes int64
 	// Cluster says the limits are counted in Redis, where Diana's batch extension applies.
 	Cluster bool
+	// MergeDomains merges the files of one domain, as envoyproxy/ratelimit's
+	// MERGE_DOMAIN_CONFIG: their top-level descriptors must differ. Otherwise a domain in two
+	// files is refused.
+	MergeDomains bool
 }
 
 // Diana's extensions, next to rate_limit: algorithmField names the algorithm of shared/rules
@@ -181,19 +186,47 @@ func Parse(files []File, o ParseOptions) (*Config, error) {
 	for _, f := range files {
 		errs := &conf.Errors{Source: f.Name}
 		domain, root := parseFile(f, o, errs)
-		if prev, dup := c.files[domain]; dup && root != nil {
+		prev, dup := c.files[domain]
+		if dup && root != nil && !o.MergeDomains {
 			errs.Add("domain", "duplicate domain "+strconv.Quote(domain)+", also in "+prev)
+		}
+		if dup && root != nil && o.MergeDomains && errs.Err() == nil {
+			merge(c.domains[domain], root, domain, prev, errs)
 		}
 		if err := errs.Err(); err != nil {
 			all = append(all, err)
 			continue
 		}
-		c.domains[domain], c.files[domain] = root, f.Name
+		if !dup {
+			c.domains[domain], c.files[domain] = root, f.Name
+		}
 	}
 	if len(all) > 0 {
 		return nil, errors.Join(all...)
 	}
 	return c, nil
+}
+
+// merge adds the top-level descriptors of root, another file's of domain, to into (the one of
+// prev), refusing one that into has already, as envoyproxy/ratelimit does.
+func merge(into, root *node, domain, prev string, errs *conf.Errors) {
+	names := make([]string, 0, len(root.children))
+	for name := range root.children {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if _, dup := into.children[name]; dup {
+			errs.Add("descriptors", "duplicate descriptor "+strconv.Quote(domain+"."+name)+", also in "+prev)
+		}
+	}
+	if errs.Err() != nil {
+		return
+	}
+	for name, n := range root.children {
+		into.children[name] = n
+	}
+	into.wildcards = append(into.wildcards, root.wildcards...)
 }
 
 // File is one descriptor config file's name and contents.

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -506,5 +507,35 @@ func TestParityLookup(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// MERGE_DOMAIN_CONFIG (its TestDomainMerge, TestDuplicateKeyDomainMerge on its test configs):
+// two files of one domain merge, their top-level descriptors distinct; without the option the
+// domain is refused in the second file.
+func TestParityMergeDomains(t *testing.T) {
+	files, _, err := ReadDir(filepath.Join("testdata", "ratelimit", "merge"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse(files, ParseOptions{MergeDomains: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		key, value string
+		rpu        uint32
+	}{{"key1", "value1", 10}, {"key2", "value2", 20}} {
+		m, _ := c.lookup("test-domain", []*rlv3.RateLimitDescriptor_Entry{{Key: tc.key, Value: tc.value}})
+		if m.limit == nil || m.limit.RequestsPerUnit != tc.rpu {
+			t.Errorf("%s_%s: %+v, want %d per unit", tc.key, tc.value, m.limit, tc.rpu)
+		}
+	}
+	if _, err := Parse([]File{files[0], files[0]}, ParseOptions{MergeDomains: true}); err == nil ||
+		!strings.Contains(err.Error(), `merge_domain_key1.yaml: descriptors: duplicate descriptor "test-domain.key1_value1", also in`) {
+		t.Errorf("the same top-level descriptor twice: %v", err)
+	}
+	if _, err := Parse(files, ParseOptions{}); err == nil || !strings.Contains(err.Error(), `domain: duplicate domain "test-domain"`) {
+		t.Errorf("without merging: %v", err)
 	}
 }

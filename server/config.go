@@ -59,6 +59,7 @@ type RLS struct {
 	Metadata  bool             // the dynamic metadata of envoyproxy/ratelimit in every answer
 	Quota     bool             // every descriptor in quota_mode (its QUOTA_MODE)
 	Shadow    bool             // every answer OK (its SHADOW_MODE)
+	Merge     bool             // the files of one domain merged (its MERGE_DOMAIN_CONFIG)
 }
 
 // Admin is the listener of the decision API (/v1/check), /metrics and /healthz.
@@ -392,6 +393,7 @@ func decodeRLS(o *conf.Obj, redis bool) *RLS {
 	r.Metadata = o.Bool("response_dynamic_metadata", false)
 	r.Quota = o.Bool("quota_mode", false)
 	r.Shadow = o.Bool("shadow_mode", false)
+	r.Merge = o.Bool("merge_domain_config", false)
 	o.Done()
 	return r
 }

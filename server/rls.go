@@ -31,7 +31,7 @@ func readRLS(r *RLS) (*rls.Config, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	o := rls.ParseOptions{Cluster: r.Mode == rules.Cluster}
+	o := rls.ParseOptions{Cluster: r.Mode == rules.Cluster, MergeDomains: r.Merge}
 	if r.OnError == rules.FailLocal {
 		o.Nodes = r.Nodes
 	}

@@ -540,3 +540,17 @@ func TestRLSQuotaModeCluster(t *testing.T) {
 		}
 	}
 }
+
+// rls.merge_domain_config merges the files of one domain, as MERGE_DOMAIN_CONFIG does; without
+// it dianad refuses to start on them.
+func TestRLSMergeDomains(t *testing.T) {
+	dir, _ := filepath.Abs(filepath.Join("..", "rls", "testdata", "ratelimit", "merge"))
+	if _, err := Parse([]byte(rlsConfig(dir, "")), "cfg.yaml"); err == nil || !strings.Contains(err.Error(), `duplicate domain "test-domain"`) {
+		t.Fatalf("without merge_domain_config: %v", err)
+	}
+	ts := startFile(t, rlsConfig(dir, "  merge_domain_config: true\n"))
+	c, _ := rlsClient(t, ts)
+	if code, rem := ask(t, c, "test-domain", 1, rlsDesc("key1", "value1"), rlsDesc("key2", "value2")); code != "OK" || !slices.Equal(rem, []uint32{9, 19}) {
+		t.Fatalf("%s %v, want OK [9 19]: both files' limits", code, rem)
+	}
+}
