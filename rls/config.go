@@ -400,10 +400,13 @@ func (p *parser) limit(d *conf.Obj, full string, flags Limit) *Limit {
 		if ok && !d.FailedWithin("rate_limit") && !d.FailedWithin(algorithmField) {
 			l.Alg = build(1)
 		}
-		if l.Alg != nil && p.o.Nodes > 1 {
+		counter := !d.Has(algorithmField) && !d.Has(batchField)
+		if l.Alg != nil && (p.o.Nodes > 1 || counter) {
+			// The limit (its share) that decides while Redis cannot (on_error local); a
+			// counter's is the limit itself, which the counter has not.
 			l.Fallback = build(p.o.Nodes)
 		}
-		if l.Alg != nil && !d.Has(algorithmField) && !d.Has(batchField) {
+		if l.Alg != nil && counter {
 			// envoyproxy/ratelimit's counting: every hit counts, the service compares.
 			l.Alg, _ = algos.NewFixedWindow(algos.MaxCount, window)
 			l.counter = true

@@ -347,8 +347,9 @@ func (s *Service) status(c *checked) *pb.RateLimitResponse_DescriptorStatus {
 	return st
 }
 
-// override is the limit a descriptor brings itself (Envoy's limit override): a fixed window of
-// its requests_per_unit per unit, counted under the descriptor's entries, never in shadow mode.
+// override is the limit a descriptor brings itself (Envoy's limit override): its
+// requests_per_unit per unit, counted as a plain limit of the config is, under the
+// descriptor's entries, never in shadow mode.
 func override(domain string, d *rlv3.RateLimitDescriptor) (*Limit, error) {
 	o := d.Limit
 	unit := pb.RateLimitResponse_RateLimit_Unit(o.Unit) // the same numbers, as there
@@ -368,11 +369,15 @@ func override(domain string, d *rlv3.RateLimitDescriptor) (*Limit, error) {
 	l := &Limit{FullKey: b.String(), RequestsPerUnit: o.RequestsPerUnit, Unit: unit, Multiplier: 1, Window: secs, Algorithm: "fixed_window"}
 	l.proto = &pb.RateLimitResponse_RateLimit{RequestsPerUnit: o.RequestsPerUnit, Unit: unit}
 	if o.RequestsPerUnit > 0 {
+		// Counted as a config's plain limit is (see Limit.counter), the limit itself deciding
+		// while Redis cannot.
 		fw, err := algos.NewFixedWindow(int64(o.RequestsPerUnit), secs*algos.Second)
 		if err != nil {
 			return nil, err
 		}
-		l.Alg = fw
+		l.Fallback = fw
+		l.Alg, _ = algos.NewFixedWindow(algos.MaxCount, secs*algos.Second)
+		l.counter = true
 	}
 	return l, nil
 }

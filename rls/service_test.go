@@ -282,6 +282,11 @@ descriptors:
 	if got := ask(over, 1); got.code != "OVER_LIMIT" {
 		t.Fatalf("override over: %+v", got)
 	}
+	check := desc("route", "x")
+	check.Limit, check.HitsAddend = over.Limit, wrapperspb.UInt64(0)
+	if got := ask(check, 1); got.code != "OVER_LIMIT" {
+		t.Fatalf("a check after the override went over: %+v, want OVER_LIMIT (its hits counted, as there)", got)
+	}
 	resp, err := client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "unknown", Descriptors: []*rlv3.RateLimitDescriptor{over}, HitsAddend: 9})
 	if err != nil || short(resp.Statuses[0]) != (st{"OK", "-", 0, 0}) {
 		t.Fatalf("an override in an unknown domain: %v %v, want no limit, as there", resp, err)

@@ -554,3 +554,21 @@ func TestRLSMergeDomains(t *testing.T) {
 		t.Fatalf("%s %v, want OK [9 19]: both files' limits", code, rem)
 	}
 }
+
+// on_error local decides a plain limit (counted in Redis as envoyproxy/ratelimit counts) by
+// the limit itself in this process while Redis is down.
+func TestRLSClusterLocalFallback(t *testing.T) {
+	rs := redistest.Start(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 3}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ts := startFile(t, rlsConfig(dir, "  mode: cluster\n  on_error: local\n")+"redis: {addrs: [\""+rs.Addr+"\"], timeout: "+exactTimeout+"}\n")
+	c, _ := rlsClient(t, ts)
+	rs.Stop()
+	for i, want := range []string{"OK", "OK", "OK", "OVER_LIMIT"} {
+		if code, _ := ask(t, c, "d", 1, rlsDesc("k", "v")); code != want {
+			t.Fatalf("call %d with Redis down: %s, want %s", i+1, code, want)
+		}
+	}
+}
