@@ -572,3 +572,22 @@ func TestRLSClusterLocalFallback(t *testing.T) {
 		}
 	}
 }
+
+// rls.quota_mode and rls.shadow_mode reach the service: in quota mode a request passes while one
+// of its descriptors has room; in shadow mode every request passes.
+func TestRLSGlobalModes(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: year, requests_per_unit: 1}\n  - key: b\n    rate_limit: {unit: year, requests_per_unit: 2}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	quota, _ := rlsClient(t, startFile(t, rlsConfig(dir, "  quota_mode: true\n")))
+	shadow, _ := rlsClient(t, startFile(t, rlsConfig(dir, "  shadow_mode: true\n")))
+	for i, want := range []string{"OK", "OK", "OVER_LIMIT"} {
+		if code, _ := ask(t, quota, "d", 1, rlsDesc("a", "x"), rlsDesc("b", "x")); code != want {
+			t.Fatalf("quota mode, call %d: %s, want %s", i+1, code, want)
+		}
+		if code, _ := ask(t, shadow, "d", 1, rlsDesc("a", "x")); code != "OK" {
+			t.Fatalf("shadow mode, call %d: %s", i+1, code)
+		}
+	}
+}
