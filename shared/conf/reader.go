@@ -116,6 +116,10 @@ func (o *Obj) IsBool(key string) bool {
 	return ok
 }
 
+// Raw returns key's value as the document holds it, marking it read: for a field whose
+// contents are free-form (envoyproxy/ratelimit's descriptor metadata), converted by its reader.
+func (o *Obj) Raw(key string) (Value, bool) { return o.get(key) }
+
 // get returns key's value and marks it read; a null counts as absent.
 func (o *Obj) get(key string) (Value, bool) {
 	for i, k := range o.o.Keys {
@@ -126,10 +130,6 @@ func (o *Obj) get(key string) (Value, bool) {
 	}
 	return nil, false
 }
-
-// Raw returns key's value as the document holds it, marking it read: for a field whose
-// contents are free-form (envoyproxy/ratelimit's descriptor metadata), converted by its reader.
-func (o *Obj) Raw(key string) (Value, bool) { return o.get(key) }
 
 // Require records an error for each key that is absent or null (as the getters, it counts a
 // null as absent). It records nothing on a value that is not an object, already reported.
