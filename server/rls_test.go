@@ -453,6 +453,9 @@ descriptors:
   - key: leaky_bucket
     algorithm: {name: leaky_bucket, burst: 9, nodelay: true}
     rate_limit: {unit: day, requests_per_unit: 10}
+  - key: warm_up
+    algorithm: {name: warm_up, warmup: 1h}
+    rate_limit: {unit: day, requests_per_unit: 10}
 `
 	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
@@ -465,7 +468,7 @@ descriptors:
 		code string
 	}
 	u := func(n uint64) *uint64 { return &n }
-	for _, key := range []string{"ratelimit", "fixed_window", "sliding_window", "sliding_log", "token_bucket", "leaky_bucket"} {
+	for _, key := range []string{"ratelimit", "fixed_window", "sliding_window", "sliding_log", "token_bucket", "leaky_bucket", "warm_up"} {
 		afterOver := "OK"
 		if key == "ratelimit" {
 			afterOver = "OVER_LIMIT"
@@ -479,7 +482,8 @@ descriptors:
 			{0, u(0), afterOver},
 			{1, u(math.MaxUint64), "OVER_LIMIT"},
 		}
-		for _, ts := range []*testServer{local, cluster} {
+		var answers [2][]string // local's and cluster's: code and remaining, call by call
+		for n, ts := range []*testServer{local, cluster} {
 			c, _ := rlsClient(t, ts)
 			var rems []uint32
 			for i, s := range steps {
@@ -491,14 +495,19 @@ descriptors:
 				if err != nil {
 					t.Fatal(err)
 				}
-				if resp.OverallCode.String() != s.code {
+				// warm_up starts cold, one request at a time: only local and cluster are compared.
+				if key != "warm_up" && resp.OverallCode.String() != s.code {
 					t.Fatalf("%s, %s mode, step %d: %s, want %s", key, ts.cfg.RLS.Mode, i, resp.OverallCode, s.code)
 				}
 				rems = append(rems, resp.Statuses[0].LimitRemaining)
+				answers[n] = append(answers[n], resp.OverallCode.String()+" "+strconv.FormatUint(uint64(resp.Statuses[0].LimitRemaining), 10))
 			}
-			if want := []uint32{6, 6, 1, 0, 0, 0, 0}; key != "leaky_bucket" && !slices.Equal(rems, want) {
+			if want := []uint32{6, 6, 1, 0, 0, 0, 0}; key != "leaky_bucket" && key != "warm_up" && !slices.Equal(rems, want) {
 				t.Fatalf("%s, %s mode: remaining %v, want %v", key, ts.cfg.RLS.Mode, rems, want)
 			}
+		}
+		if !slices.Equal(answers[0], answers[1]) {
+			t.Fatalf("%s: local mode answered %v, cluster mode %v", key, answers[0], answers[1])
 		}
 	}
 }
