@@ -50,8 +50,8 @@ func TestParseErrors(t *testing.T) {
 		{"requests per unit too big", []string{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 4294967296}\n"},
 			"a.yaml: descriptors[0].rate_limit.requests_per_unit: must be between 0 and 4294967295"},
 		{"share threshold without wildcard", []string{"domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n"},
-			`a.yaml: descriptors[0].share_threshold: applies only to a wildcard value (ending in '*'), got "v"`},
-		{"quota mode", []string{"domain: d\ndescriptors:\n  - key: k\n    quota_mode: true\n"}, "a.yaml: descriptors[0].quota_mode: is not supported by dianad"},
+			`a.yaml: descriptors[0].share_threshold: applies only to a wildcard value (holding '*'), got "v"`},
+		{"metadata not an object", []string{"domain: d\ndescriptors:\n  - key: k\n    metadata: [a]\n"}, "a.yaml: descriptors[0].metadata: must be an object"},
 		{"unknown algorithm", []string{"domain: d\ndescriptors:\n  - key: k\n    algorithm: gcra\n    rate_limit: {unit: second, requests_per_unit: 5}\n"},
 			`a.yaml: descriptors[0].algorithm: must be one of fixed_window, leaky_bucket, sliding_log, sliding_window, token_bucket, got "gcra"`},
 		{"algorithm with leases", []string{"domain: d\ndescriptors:\n  - key: k\n    algorithm: concurrency\n    rate_limit: {unit: second, requests_per_unit: 5}\n"},
@@ -72,6 +72,34 @@ func TestParseErrors(t *testing.T) {
 			`a.yaml: descriptors[0].batch.maxage: unknown field`},
 		{"algorithm bound", []string{"domain: d\ndescriptors:\n  - key: k\n    algorithm: sliding_log\n    rate_limit: {unit: second, requests_per_unit: 20000}\n"},
 			`a.yaml: descriptors[0].rate_limit: cannot be counted by sliding_log`},
+		// unit_multiplier (Envoy PR #47307): at least 1, a window of at most 10 years.
+		{"unit multiplier 0", []string{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, unit_multiplier: 0, requests_per_unit: 5}\n"},
+			"a.yaml: descriptors[0].rate_limit.unit_multiplier: must be between 1 and"},
+		{"unit multiplier too long", []string{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, unit_multiplier: 11, requests_per_unit: 5}\n"},
+			"a.yaml: descriptors[0].rate_limit.unit_multiplier: a window of 11 years is longer than 10 years"},
+		{"unit multiplier of unlimited", []string{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit_multiplier: 2}\n"},
+			"a.yaml: descriptors[0].rate_limit.unit_multiplier: cannot be set when unlimited is true"},
+		// Diana's algorithm field: what the service cannot run is refused with the reason.
+		{"adaptive", []string{"domain: d\ndescriptors:\n  - key: k\n    algorithm: adaptive\n    rate_limit: {unit: second, requests_per_unit: 5}\n"},
+			`a.yaml: descriptors[0].algorithm: must be one of fixed_window, leaky_bucket, sliding_log, sliding_window, token_bucket, got "adaptive"`},
+		{"concurrency object", []string{"domain: d\ndescriptors:\n  - key: k\n    algorithm: {name: concurrency}\n    rate_limit: {unit: second, requests_per_unit: 5}\n"},
+			`a.yaml: descriptors[0].algorithm.name: must be one of fixed_window, leaky_bucket, sliding_log, sliding_window, token_bucket, got "concurrency": it holds a slot until its request ends`},
+		{"warm up by name", []string{"domain: d\ndescriptors:\n  - key: k\n    algorithm: warm_up\n    rate_limit: {unit: second, requests_per_unit: 5}\n"},
+			"a.yaml: descriptors[0].algorithm: warm_up needs its warmup: write algorithm: {name: warm_up, warmup: ...}"},
+		{"amount in the algorithm", []string{"domain: d\ndescriptors:\n  - key: k\n    algorithm: {name: token_bucket, rate: 9}\n    rate_limit: {unit: second, requests_per_unit: 5}\n"},
+			"a.yaml: descriptors[0].algorithm.rate: comes from rate_limit.requests_per_unit"},
+		{"window in the algorithm", []string{"domain: d\ndescriptors:\n  - key: k\n    algorithm: {name: sliding_window, window: 1s}\n    rate_limit: {unit: second, requests_per_unit: 5}\n"},
+			"a.yaml: descriptors[0].algorithm.window: comes from rate_limit.unit and unit_multiplier"},
+		{"unknown parameter", []string{"domain: d\ndescriptors:\n  - key: k\n    algorithm: {name: token_bucket, brust: 9}\n    rate_limit: {unit: second, requests_per_unit: 5}\n"},
+			"a.yaml: descriptors[0].algorithm.brust: unknown field"},
+		{"parameter bound", []string{"domain: d\ndescriptors:\n  - key: k\n    algorithm: {name: sliding_window, subwindows: 0}\n    rate_limit: {unit: second, requests_per_unit: 5}\n"},
+			"a.yaml: descriptors[0].algorithm.subwindows: must be between 1 and"},
+		{"parameters excluding each other", []string{"domain: d\ndescriptors:\n  - key: k\n    algorithm: {name: leaky_bucket, burst: 5, delay: 2, nodelay: true}\n    rate_limit: {unit: second, requests_per_unit: 5}\n"},
+			"a.yaml: descriptors[0].algorithm.nodelay: cannot be combined with delay"},
+		{"algorithm without name", []string{"domain: d\ndescriptors:\n  - key: k\n    algorithm: {burst: 5}\n    rate_limit: {unit: second, requests_per_unit: 5}\n"},
+			"a.yaml: descriptors[0].algorithm.name: is required"},
+		{"algorithm a number", []string{"domain: d\ndescriptors:\n  - key: k\n    algorithm: 5\n    rate_limit: {unit: second, requests_per_unit: 5}\n"},
+			"a.yaml: descriptors[0].algorithm: must be a name or an object"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var files []File
@@ -145,6 +173,7 @@ func TestLookupExamples(t *testing.T) {
 func TestParseValuesAndUnits(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("domain: d\ndescriptors:\n  - key: status\n    value: 200\n    rate_limit: {unit: MINUTE, requests_per_unit: 1}\n")
+	b.WriteString("  - key: 404\n    rate_limit: {unit: second, requests_per_unit: 1, name: 7, replaces: [{name: true}]}\n")
 	for _, u := range Units {
 		b.WriteString("  - key: " + u.Name + "\n    rate_limit: {unit: " + u.Name + ", requests_per_unit: 7}\n")
 	}
@@ -155,6 +184,10 @@ func TestParseValuesAndUnits(t *testing.T) {
 	m, _ := c.lookup("d", []*rlv3.RateLimitDescriptor_Entry{{Key: "status", Value: "200"}})
 	if m.limit == nil || m.limit.Unit != pb.RateLimitResponse_RateLimit_MINUTE {
 		t.Fatalf("value: 200 with unit MINUTE: %+v", m.limit)
+	}
+	m, _ = c.lookup("d", []*rlv3.RateLimitDescriptor_Entry{{Key: "404", Value: "x"}})
+	if m.limit == nil || m.limit.Name != "7" || len(m.limit.Replaces) != 1 || m.limit.Replaces[0] != "true" {
+		t.Fatalf("key: 404, name: 7, replaces: [{name: true}]: %+v", m.limit)
 	}
 	want := map[string]int64{"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800, "month": 2592000, "year": 31536000}
 	for name, secs := range want {

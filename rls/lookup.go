@@ -14,7 +14,7 @@ type match struct {
 }
 
 // lookup finds the limit of a descriptor in domain as envoyproxy/ratelimit's GetLimit does: at
-// each level the entry's key_value first, then a wildcard value ("val*") matching it, then the
+// each level the entry's key_value first, then a wildcard value ("val*", "a*b*c") matching it, then the
 // key alone; the limit applies only at the level of the descriptor's last entry. known is false
 // for a domain that no file declares.
 func (c *Config) lookup(domain string, entries []*rlv3.RateLimitDescriptor_Entry) (m match, known bool) {
@@ -34,8 +34,8 @@ func (c *Config) lookup(domain string, entries []*rlv3.RateLimitDescriptor_Entry
 		next, wild := n.children[name], ""
 		if next == nil {
 			for _, w := range n.wildcards {
-				if strings.HasPrefix(name, strings.TrimSuffix(w, "*")) {
-					next, wild = n.children[w], w
+				if w.match(name) {
+					next, wild = n.children[w.name], w.name
 					break
 				}
 			}

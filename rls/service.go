@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/rules"
@@ -44,6 +45,15 @@ type Options struct {
 	// Headers adds the RateLimit-* headers of the descriptor closest to its limit (the one over
 	// it, when one is) to every answer, as envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED.
 	Headers bool
+	// DynamicMetadata adds to every answer the dynamic metadata envoyproxy/ratelimit's
+	// RESPONSE_DYNAMIC_METADATA adds: the domain, the descriptors, the hits_addend, and the
+	// metadata of the descriptors that passed (see Metadata).
+	DynamicMetadata bool
+	// QuotaMode puts every descriptor in quota_mode, as envoyproxy/ratelimit's QUOTA_MODE.
+	QuotaMode bool
+	// ShadowMode answers OK to every request, the descriptors' statuses unchanged, as
+	// envoyproxy/ratelimit's SHADOW_MODE; the denials it lets pass count as shadow_denied.
+	ShadowMode bool
 	// Observe, if set, is told every limit decided, by its metric key: its outcome, and the
 	// store's error when the decision came from OnError. For metrics and logs.
 	Observe func(key string, o Outcome, err error)
@@ -94,6 +104,7 @@ type checked struct {
 	unlimited bool
 	cost      int64
 	op        rules.Op
+	st        *pb.RateLimitResponse_DescriptorStatus
 }
 
 // ShouldRateLimit decides every descriptor of the request, each on its own as
@@ -168,24 +179,42 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	if err := ctx.Err(); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
-	return s.response(ds), nil
+	return s.response(req, ds), nil
 }
 
-// response builds the answer from the decided descriptors.
-func (s *Service) response(ds []checked) *pb.RateLimitResponse {
+// response builds the answer from the decided descriptors as envoyproxy/ratelimit does: the
+// overall code is OVER_LIMIT when a descriptor not in quota_mode is over its limit, or when
+// every quota_mode descriptor is (a request within some quota passes; the dynamic metadata
+// says which).
+func (s *Service) response(req *pb.RateLimitRequest, ds []checked) *pb.RateLimitResponse {
 	resp := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(ds))}
 	var closest *pb.RateLimitResponse_DescriptorStatus
+	quotas, quotasOver := 0, 0
 	for i := range ds {
 		c := &ds[i]
 		st := s.status(c)
-		resp.Statuses[i] = st
+		c.st, resp.Statuses[i] = st, st
 		if st.CurrentLimit != nil && (closest == nil || st.LimitRemaining < closest.LimitRemaining) {
 			closest = st
 		}
+		quota := !c.unlimited && (s.o.QuotaMode || c.m.limit != nil && c.m.limit.Quota)
+		if quota {
+			quotas++
+		}
 		if st.Code == pb.RateLimitResponse_OVER_LIMIT {
+			if quota {
+				quotasOver++
+				continue
+			}
 			resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
 			closest = st // the last one over its limit, as there
 		}
+	}
+	if quotas > 0 && quotas == quotasOver {
+		resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
+	}
+	if s.o.ShadowMode {
+		resp.OverallCode = pb.RateLimitResponse_OK
 	}
 	if s.o.Headers && closest != nil {
 		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
@@ -194,7 +223,72 @@ func (s *Service) response(ds []checked) *pb.RateLimitResponse {
 			{Key: HeaderReset, Value: strconv.FormatInt(closest.DurationUntilReset.GetSeconds(), 10)},
 		}
 	}
+	if s.o.DynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, ds)
+	}
 	return resp
+}
+
+// dynamicMetadata is the dynamic metadata envoyproxy/ratelimit answers with (its
+// ratelimitToMetadata): domain; descriptors, each with its entries as "key=value", its limit
+// override and its hits_addend when it has them; the request's hits_addend when not 0; and
+// metadata, the descriptors' metadata merged in request order, of those that passed (an
+// unlimited descriptor is not among them). Merging keeps the first value of a key, merging
+// objects key by key.
+func dynamicMetadata(req *pb.RateLimitRequest, ds []checked) *structpb.Struct {
+	descs := make([]*structpb.Value, len(req.Descriptors))
+	for i, d := range req.Descriptors {
+		entries := make([]*structpb.Value, len(d.Entries))
+		for j, e := range d.Entries {
+			entries[j] = structpb.NewStringValue(e.Key + "=" + e.Value)
+		}
+		f := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: entries})}
+		if d.Limit != nil {
+			f["limit"] = structpb.NewStringValue(d.Limit.String())
+		}
+		if d.HitsAddend != nil {
+			f["hitsAddend"] = structpb.NewNumberValue(float64(d.HitsAddend.Value))
+		}
+		descs[i] = structpb.NewStructValue(&structpb.Struct{Fields: f})
+	}
+	fields := map[string]*structpb.Value{
+		"domain":      structpb.NewStringValue(req.Domain),
+		"descriptors": structpb.NewListValue(&structpb.ListValue{Values: descs}),
+	}
+	if req.HitsAddend != 0 {
+		fields["hitsAddend"] = structpb.NewNumberValue(float64(req.HitsAddend))
+	}
+	passed := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	for i := range ds {
+		c := &ds[i]
+		if c.unlimited || c.st.Code == pb.RateLimitResponse_OVER_LIMIT || c.m.limit == nil {
+			continue
+		}
+		mergeMetadata(passed, c.m.limit.Metadata)
+	}
+	if len(passed.Fields) > 0 {
+		fields["metadata"] = structpb.NewStructValue(passed)
+	}
+	return &structpb.Struct{Fields: fields}
+}
+
+// mergeMetadata adds src's fields to dst: a key dst holds already keeps its value, unless both
+// are objects, which merge the same way. src is never changed (it is the config's).
+func mergeMetadata(dst, src *structpb.Struct) {
+	for k, v := range src.GetFields() {
+		have, ok := dst.Fields[k]
+		switch {
+		case !ok:
+			if sv := v.GetStructValue(); sv != nil {
+				cp := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+				mergeMetadata(cp, sv)
+				v = structpb.NewStructValue(cp)
+			}
+			dst.Fields[k] = v
+		case have.GetStructValue() != nil && v.GetStructValue() != nil:
+			mergeMetadata(have.GetStructValue(), v.GetStructValue())
+		}
+	}
 }
 
 // status is one descriptor's answer: OK without a limit when none applies; OK with
@@ -211,15 +305,26 @@ func (s *Service) status(c *checked) *pb.RateLimitResponse_DescriptorStatus {
 	}
 	st := &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, CurrentLimit: l.proto}
 	var d algos.Decision
-	if l.Alg != nil {
-		d = c.op.Dec
-	} else {
+	switch {
+	case l.Alg == nil:
 		d.Allowed = c.cost == 0 // requests_per_unit 0: every hit is over the limit
+	case l.counter && c.op.Err == nil:
+		// The counter's count, compared with the limit: over once more hits were counted than
+		// it allows, until the window ends (a hit the counter cannot hold is over too).
+		d = c.op.Dec
+		count := algos.MaxCount - d.Remaining
+		d.Allowed = d.Allowed && count <= int64(l.RequestsPerUnit)
+		d.Remaining = int64(l.RequestsPerUnit) - count
+	case l.counter:
+		d = c.op.Dec // its on_error policy's: the limit's share per node, or open or closed
+		d.Remaining = min(d.Remaining, int64(l.RequestsPerUnit))
+	default:
+		d = c.op.Dec
 	}
 	reset := (d.ResetAfter + algos.Second - 1) / algos.Second
 	if reset <= 0 {
 		// Nothing counted in this window (or no store asked): the window's end, as there.
-		u := unitSeconds(l.Unit)
+		u := l.Window
 		reset = u - s.o.Now().Unix()%u
 	}
 	st.DurationUntilReset = &durationpb.Duration{Seconds: reset}
@@ -232,6 +337,9 @@ func (s *Service) status(c *checked) *pb.RateLimitResponse_DescriptorStatus {
 		if l.Shadow {
 			outcome, st.Code = rules.ShadowDenied, pb.RateLimitResponse_OK
 		}
+		if s.o.ShadowMode {
+			outcome = rules.ShadowDenied
+		}
 	}
 	if s.o.Observe != nil {
 		s.o.Observe(c.m.metric, outcome, c.op.Err)
@@ -239,8 +347,9 @@ func (s *Service) status(c *checked) *pb.RateLimitResponse_DescriptorStatus {
 	return st
 }
 
-// override is the limit a descriptor brings itself (Envoy's limit override): a fixed window of
-// its requests_per_unit per unit, counted under the descriptor's entries, never in shadow mode.
+// override is the limit a descriptor brings itself (Envoy's limit override): its
+// requests_per_unit per unit, counted as a plain limit of the config is, under the
+// descriptor's entries, never in shadow mode.
 func override(domain string, d *rlv3.RateLimitDescriptor) (*Limit, error) {
 	o := d.Limit
 	unit := pb.RateLimitResponse_RateLimit_Unit(o.Unit) // the same numbers, as there
@@ -257,14 +366,18 @@ func override(domain string, d *rlv3.RateLimitDescriptor) (*Limit, error) {
 			b.WriteString("_" + e.Value)
 		}
 	}
-	l := &Limit{FullKey: b.String(), RequestsPerUnit: o.RequestsPerUnit, Unit: unit, Algorithm: "fixed_window"}
+	l := &Limit{FullKey: b.String(), RequestsPerUnit: o.RequestsPerUnit, Unit: unit, Multiplier: 1, Window: secs, Algorithm: "fixed_window"}
 	l.proto = &pb.RateLimitResponse_RateLimit{RequestsPerUnit: o.RequestsPerUnit, Unit: unit}
 	if o.RequestsPerUnit > 0 {
+		// Counted as a config's plain limit is (see Limit.counter), the limit itself deciding
+		// while Redis cannot.
 		fw, err := algos.NewFixedWindow(int64(o.RequestsPerUnit), secs*algos.Second)
 		if err != nil {
 			return nil, err
 		}
-		l.Alg = fw
+		l.Fallback = fw
+		l.Alg, _ = algos.NewFixedWindow(algos.MaxCount, secs*algos.Second)
+		l.counter = true
 	}
 	return l, nil
 }
@@ -282,7 +395,7 @@ func storeKey(domain string, entries []*rlv3.RateLimitDescriptor_Entry, l *Limit
 	b.WriteString("rls:")
 	escape(&b, domain)
 	b.WriteString("|")
-	b.WriteString(strconv.FormatInt(unitSeconds(l.Unit), 10))
+	b.WriteString(strconv.FormatInt(l.Window, 10))
 	b.WriteString("|")
 	b.WriteString(l.Algorithm)
 	for i, e := range entries {

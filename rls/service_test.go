@@ -19,6 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/diana-gw/diana/shared/rules"
@@ -281,6 +282,11 @@ descriptors:
 	if got := ask(over, 1); got.code != "OVER_LIMIT" {
 		t.Fatalf("override over: %+v", got)
 	}
+	check := desc("route", "x")
+	check.Limit, check.HitsAddend = over.Limit, wrapperspb.UInt64(0)
+	if got := ask(check, 1); got.code != "OVER_LIMIT" {
+		t.Fatalf("a check after the override went over: %+v, want OVER_LIMIT (its hits counted, as there)", got)
+	}
 	resp, err := client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "unknown", Descriptors: []*rlv3.RateLimitDescriptor{over}, HitsAddend: 9})
 	if err != nil || short(resp.Statuses[0]) != (st{"OK", "-", 0, 0}) {
 		t.Fatalf("an override in an unknown domain: %v %v, want no limit, as there", resp, err)
@@ -364,5 +370,127 @@ func TestHealthAndReflection(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(names, " "), "envoy.service.ratelimit.v3.RateLimitService") {
 		t.Fatalf("reflection lists %v", names)
+	}
+}
+
+// unit_multiplier (Envoy PR #47307) makes the window that many units, aligned on the epoch as
+// every window; the limit in the answer carries it as its field 4, a UInt32Value.
+func TestUnitMultiplier(t *testing.T) {
+	cfg, err := Parse([]File{{Name: "a.yaml", Data: []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 3}\n")}}, ParseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _, now := clocked(t, cfg, Options{Headers: true})
+	ask := func() (*pb.RateLimitResponse, st) {
+		t.Helper()
+		resp, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{desc("k", "v")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, short(resp.Statuses[0])
+	}
+	resp, got := ask()
+	if got != (st{"OK", "MINUTE:3", 2, 290}) {
+		t.Fatalf("first hit: %+v, want 2 left and the 5-minute window's end in 290 s", got)
+	}
+	if h := resp.ResponseHeadersToAdd; len(h) != 3 || h[2].Value != "290" {
+		t.Fatalf("headers %v", h)
+	}
+	raw := resp.Statuses[0].CurrentLimit.ProtoReflect().GetUnknown()
+	num, typ, n := protowire.ConsumeTag(raw)
+	inner, m := protowire.ConsumeBytes(raw[n:])
+	if num != 4 || typ != protowire.BytesType || m < 0 || n+m != len(raw) {
+		t.Fatalf("the limit's unknown fields %x: want unit_multiplier, field 4, alone", raw)
+	}
+	if num, _, n := protowire.ConsumeTag(inner); num != 1 || n < 0 {
+		t.Fatalf("unit_multiplier %x: want a UInt32Value", inner)
+	} else if v, _ := protowire.ConsumeVarint(inner[n:]); v != 5 {
+		t.Fatalf("unit_multiplier %d, want 5", v)
+	}
+	ask()
+	ask()
+	now.Add(time.Minute.Microseconds()) // within the same 5 minutes
+	if _, got := ask(); got != (st{"OVER_LIMIT", "MINUTE:3", 0, 230}) {
+		t.Fatalf("fourth hit a minute later: %+v", got)
+	}
+	now.Add(4 * time.Minute.Microseconds())
+	if _, got := ask(); got != (st{"OK", "MINUTE:3", 2, 290}) {
+		t.Fatalf("in the next 5 minutes: %+v", got)
+	}
+}
+
+// Diana's algorithm field as an object: the algorithm's other parameters beside its name.
+func TestAlgorithmObject(t *testing.T) {
+	cfg, err := Parse([]File{{Name: "a.yaml", Data: []byte(`domain: d
+descriptors:
+  - key: tb
+    algorithm: {name: token_bucket, burst: 6}
+    rate_limit: {unit: second, requests_per_unit: 3}
+  - key: lb
+    algorithm: {name: leaky_bucket, burst: 2, nodelay: true}
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: wu
+    algorithm: {name: warm_up, warmup: 10s}
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: sw
+    algorithm: {name: sliding_window, subwindows: 4}
+    rate_limit: {unit: minute, requests_per_unit: 2}
+`)}}, ParseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _, _ := clocked(t, cfg, Options{})
+	admitted := func(key string, n int) int {
+		ok := 0
+		for range n {
+			resp, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{desc(key, "x")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.OverallCode == pb.RateLimitResponse_OK {
+				ok++
+			}
+		}
+		return ok
+	}
+	for _, tc := range []struct {
+		key  string
+		want int
+	}{{"tb", 6}, {"lb", 3}, {"wu", 1}, {"sw", 2}} {
+		if got := admitted(tc.key, 10); got != tc.want {
+			t.Errorf("%s: %d of 10 admitted at once, want %d", tc.key, got, tc.want)
+		}
+	}
+}
+
+// QUOTA_MODE and SHADOW_MODE, envoyproxy/ratelimit's settings for every descriptor: in quota
+// mode a request is refused only when all its descriptors (unlimited ones aside) are over; in
+// shadow mode it is never refused, the statuses unchanged and the denials counted.
+func TestGlobalModes(t *testing.T) {
+	cfg, err := Parse([]File{{Name: "a.yaml", Data: []byte(`domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: free
+    rate_limit: {unlimited: true}
+`)}}, ParseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obs observed
+	q, _, _ := clocked(t, cfg, Options{QuotaMode: true})
+	sh, _, _ := clocked(t, cfg, Options{ShadowMode: true, Observe: obs.observe})
+	ab := func() []*rlv3.RateLimitDescriptor { return descs(desc("a", "x"), desc("b", "x"), desc("free", "x")) }
+	play(t, q, "d",
+		call{ab(), "OK", []st{{"OK", "MINUTE:1", 0, 50}, {"OK", "MINUTE:2", 1, 50}, {"OK", "-", math.MaxUint32, 0}}, ""},
+		call{ab(), "OK", []st{{"OVER_LIMIT", "MINUTE:1", 0, 50}, {"OK", "MINUTE:2", 0, 50}, {"OK", "-", math.MaxUint32, 0}}, ""},
+		call{ab(), "OVER_LIMIT", []st{{"OVER_LIMIT", "MINUTE:1", 0, 50}, {"OVER_LIMIT", "MINUTE:2", 0, 50}, {"OK", "-", math.MaxUint32, 0}}, ""})
+	play(t, sh, "d",
+		call{descs(desc("a", "x")), "OK", []st{{"OK", "MINUTE:1", 0, 50}}, ""},
+		call{descs(desc("a", "x")), "OK", []st{{"OVER_LIMIT", "MINUTE:1", 0, 50}}, ""})
+	if obs.last() != "d.a shadow_denied" {
+		t.Fatalf("observed %q", obs.last())
 	}
 }

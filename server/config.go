@@ -56,6 +56,10 @@ type RLS struct {
 	OnError   rules.FailPolicy // cluster mode, when Redis cannot decide
 	Nodes     int64            // on_error local: each node counts its share of every limit
 	Headers   bool             // the RateLimit-* headers in every answer
+	Metadata  bool             // the dynamic metadata of envoyproxy/ratelimit in every answer
+	Quota     bool             // every descriptor in quota_mode (its QUOTA_MODE)
+	Shadow    bool             // every answer OK (its SHADOW_MODE)
+	Merge     bool             // the files of one domain merged (its MERGE_DOMAIN_CONFIG)
 }
 
 // Admin is the listener of the decision API (/v1/check), /metrics and /healthz.
@@ -392,6 +396,10 @@ func decodeRLS(o *conf.Obj, redis bool) *RLS {
 		o.Fail("nodes", "applies only with on_error local")
 	}
 	r.Headers = o.Bool("response_headers", false)
+	r.Metadata = o.Bool("response_dynamic_metadata", false)
+	r.Quota = o.Bool("quota_mode", false)
+	r.Shadow = o.Bool("shadow_mode", false)
+	r.Merge = o.Bool("merge_domain_config", false)
 	o.Done()
 	return r
 }

@@ -31,7 +31,7 @@ func readRLS(r *RLS) (*rls.Config, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	o := rls.ParseOptions{Cluster: r.Mode == rules.Cluster}
+	o := rls.ParseOptions{Cluster: r.Mode == rules.Cluster, MergeDomains: r.Merge}
 	if r.OnError == rules.FailLocal {
 		o.Nodes = r.Nodes
 	}
@@ -49,7 +49,8 @@ func (s *Server) newRLS() error {
 	if err != nil {
 		return err
 	}
-	o := rls.Options{OnError: r.OnError, Headers: r.Headers, Observe: s.observeRLS, Unknown: s.unknownDomain}
+	o := rls.Options{OnError: r.OnError, Headers: r.Headers, DynamicMetadata: r.Metadata,
+		QuotaMode: r.Quota, ShadowMode: r.Shadow, Observe: s.observeRLS, Unknown: s.unknownDomain}
 	if r.Mode == rules.Cluster {
 		o.Store = s.cluster
 	} else {

@@ -282,8 +282,34 @@ func TestRLSConfigErrors(t *testing.T) {
 // descriptors its routes send from examples/ratelimit, as the comments there say.
 func TestRLSExamples(t *testing.T) {
 	t.Chdir("..") // the example's config_dir is relative to the repository's root
-	b := envoytest.Bootstrap(t, "examples/envoy-rls.yaml")
-	// ValidateAll does not look inside the typed configs: unpack and validate them.
+	cfg, _, rl := rlsExample(t, "examples/envoy-rls.yaml")
+	if rl.Domain != "edge" {
+		t.Fatalf("the filter asks for domain %q", rl.Domain)
+	}
+	cfg.RLS.Listen, cfg.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
+	ts := startConfig(t, cfg, "")
+	c, _ := rlsClient(t, ts)
+	ip, login := rlsDesc("remote_address", "203.0.113.9"), rlsDesc("remote_address", "203.0.113.9", "path", "/login")
+	for i, want := range []string{"OK", "OK", "OK", "OVER_LIMIT"} {
+		if code, _ := ask(t, c, "edge", 1, ip, login); code != want {
+			t.Fatalf("login %d: %s, want %s", i+1, code, want)
+		}
+	}
+	if code, _ := ask(t, c, "edge", 1, rlsDesc("remote_address", "203.0.113.9"), rlsDesc("remote_address", "203.0.113.9", "path", "/home")); code != "OK" {
+		t.Fatalf("another path: %s", code)
+	}
+	if code, _ := ask(t, c, "edge", 1, rlsDesc("remote_address", "192.0.2.66")); code != "OVER_LIMIT" {
+		t.Fatalf("blocked address: %s", code)
+	}
+}
+
+// rlsExample reads examples/diana-rls.yaml and the Envoy bootstrap at path, checks that the
+// bootstrap is valid (with its typed configs unpacked, which ValidateAll does not look into)
+// and that its rate limit filter asks dianad's rls.listen over HTTP/2, and returns dianad's
+// config, the connection manager and the filter's config.
+func rlsExample(t *testing.T, path string) (*Config, *hcmv3.HttpConnectionManager, *ratelimitv3.RateLimit) {
+	t.Helper()
+	b := envoytest.Bootstrap(t, path)
 	var hcm hcmv3.HttpConnectionManager
 	if err := b.StaticResources.Listeners[0].FilterChains[0].Filters[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
 		t.Fatal(err)
@@ -322,24 +348,39 @@ func TestRLSExamples(t *testing.T) {
 			t.Errorf("cluster %s points at %s, dianad's rls.listen is %s", cluster, got, cfg.RLS.Listen)
 		}
 	}
-	if !found || rl.Domain != "edge" {
-		t.Fatalf("the filter asks cluster %q (found: %v) for domain %q", cluster, found, rl.Domain)
+	if !found {
+		t.Fatalf("the filter asks cluster %q, which the bootstrap does not declare", cluster)
 	}
+	return cfg, &hcm, &rl
+}
 
+// examples/envoy-rls-stream-done.yaml checks each request with hits_addend 0 and charges the
+// upstream's x-tokens-used when the stream is done; dianad, from examples/ratelimit/tokens.yaml,
+// answers OK until a charge takes the key over its budget, then OVER_LIMIT to the checks.
+func TestRLSStreamDoneExample(t *testing.T) {
+	t.Chdir("..")
+	cfg, hcm, rl := rlsExample(t, "examples/envoy-rls-stream-done.yaml")
+	limits := hcm.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetRateLimits()
+	if rl.Domain != "tokens" || len(limits) != 2 ||
+		limits[0].GetHitsAddend().GetNumber() == nil || limits[0].GetHitsAddend().GetNumber().Value != 0 || limits[0].ApplyOnStreamDone ||
+		limits[1].GetHitsAddend().GetFormat() != "%RESP(x-tokens-used)%" || !limits[1].ApplyOnStreamDone {
+		t.Fatalf("domain %q, rate limits %v: want a check with hits_addend 0 and a charge of x-tokens-used on stream done", rl.Domain, limits)
+	}
 	cfg.RLS.Listen, cfg.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
 	ts := startConfig(t, cfg, "")
 	c, _ := rlsClient(t, ts)
-	ip, login := rlsDesc("remote_address", "203.0.113.9"), rlsDesc("remote_address", "203.0.113.9", "path", "/login")
-	for i, want := range []string{"OK", "OK", "OK", "OVER_LIMIT"} {
-		if code, _ := ask(t, c, "edge", 1, ip, login); code != want {
-			t.Fatalf("login %d: %s, want %s", i+1, code, want)
+	key := func(hits uint64) *rlv3.RateLimitDescriptor {
+		d := rlsDesc("api_key", "k-1")
+		d.HitsAddend = wrapperspb.UInt64(hits)
+		return d
+	}
+	for i, s := range []struct {
+		hits uint64
+		code string
+	}{{0, "OK"}, {15000, "OK"}, {0, "OK"}, {6000, "OVER_LIMIT"}, {0, "OVER_LIMIT"}} {
+		if code, _ := ask(t, c, "tokens", 1, key(s.hits)); code != s.code {
+			t.Fatalf("call %d (hits_addend %d): %s, want %s", i, s.hits, code, s.code)
 		}
-	}
-	if code, _ := ask(t, c, "edge", 1, rlsDesc("remote_address", "203.0.113.9"), rlsDesc("remote_address", "203.0.113.9", "path", "/home")); code != "OK" {
-		t.Fatalf("another path: %s", code)
-	}
-	if code, _ := ask(t, c, "edge", 1, rlsDesc("remote_address", "192.0.2.66")); code != "OVER_LIMIT" {
-		t.Fatalf("blocked address: %s", code)
 	}
 }
 
@@ -380,5 +421,182 @@ func TestRLSClusterExamples(t *testing.T) {
 	n, err := rs.Client().DBSize(context.Background()).Result()
 	if err != nil || n == 0 {
 		t.Fatalf("Redis holds %d keys (%v): the counts are not there", n, err)
+	}
+}
+
+// hits_addend, from the request and per descriptor, in every algorithm a descriptor can name,
+// answered the same in local mode and in cluster mode (a real redis-server): a request's
+// hits_addend is its cost (0: 1), a descriptor's own wins (0 included: asks without counting),
+// and one beyond every limit is over it. envoyproxy/ratelimit's counting (no algorithm field)
+// counts the hits of a request over the limit, so the check after one is over too; Diana's
+// algorithms take nothing of a denied request. Day windows and rates, so that no window
+// starts during the test.
+func TestRLSHitsAddend(t *testing.T) {
+	rs := redistest.Start(t)
+	dir := t.TempDir()
+	doc := `domain: d
+descriptors:
+  - key: ratelimit
+    rate_limit: {unit: day, requests_per_unit: 10}
+  - key: fixed_window
+    algorithm: fixed_window
+    rate_limit: {unit: day, requests_per_unit: 10}
+  - key: sliding_window
+    algorithm: {name: sliding_window, subwindows: 4}
+    rate_limit: {unit: day, requests_per_unit: 10}
+  - key: sliding_log
+    algorithm: sliding_log
+    rate_limit: {unit: day, requests_per_unit: 10}
+  - key: token_bucket
+    algorithm: token_bucket
+    rate_limit: {unit: day, requests_per_unit: 10}
+  - key: leaky_bucket
+    algorithm: {name: leaky_bucket, burst: 9, nodelay: true}
+    rate_limit: {unit: day, requests_per_unit: 10}
+  - key: warm_up
+    algorithm: {name: warm_up, warmup: 1h}
+    rate_limit: {unit: day, requests_per_unit: 10}
+`
+	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	local := startFile(t, rlsConfig(dir, ""))
+	cluster := startFile(t, rlsConfig(dir, "  mode: cluster\n")+"redis: {addrs: [\""+rs.Addr+"\"], timeout: "+exactTimeout+"}\n")
+	type step struct {
+		req  uint32
+		desc *uint64 // the descriptor's own hits_addend, nil: none
+		code string
+	}
+	u := func(n uint64) *uint64 { return &n }
+	for _, key := range []string{"ratelimit", "fixed_window", "sliding_window", "sliding_log", "token_bucket", "leaky_bucket", "warm_up"} {
+		afterOver := "OK"
+		if key == "ratelimit" {
+			afterOver = "OVER_LIMIT"
+		}
+		steps := []step{
+			{4, nil, "OK"},  // 4 of 10
+			{9, u(0), "OK"}, // a check: nothing counted
+			{0, u(5), "OK"}, // 9 of 10
+			{0, nil, "OK"},  // the request's 0 is 1: 10 of 10
+			{1, nil, "OVER_LIMIT"},
+			{0, u(0), afterOver},
+			{1, u(math.MaxUint64), "OVER_LIMIT"},
+		}
+		var answers [2][]string // local's and cluster's: code and remaining, call by call
+		for n, ts := range []*testServer{local, cluster} {
+			c, _ := rlsClient(t, ts)
+			var rems []uint32
+			for i, s := range steps {
+				d := rlsDesc(key, "x")
+				if s.desc != nil {
+					d.HitsAddend = wrapperspb.UInt64(*s.desc)
+				}
+				resp, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "d", HitsAddend: s.req, Descriptors: []*rlv3.RateLimitDescriptor{d}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// warm_up starts cold, one request at a time: only local and cluster are compared.
+				if key != "warm_up" && resp.OverallCode.String() != s.code {
+					t.Fatalf("%s, %s mode, step %d: %s, want %s", key, ts.cfg.RLS.Mode, i, resp.OverallCode, s.code)
+				}
+				rems = append(rems, resp.Statuses[0].LimitRemaining)
+				answers[n] = append(answers[n], resp.OverallCode.String()+" "+strconv.FormatUint(uint64(resp.Statuses[0].LimitRemaining), 10))
+			}
+			if want := []uint32{6, 6, 1, 0, 0, 0, 0}; key != "leaky_bucket" && key != "warm_up" && !slices.Equal(rems, want) {
+				t.Fatalf("%s, %s mode: remaining %v, want %v", key, ts.cfg.RLS.Mode, rems, want)
+			}
+		}
+		if !slices.Equal(answers[0], answers[1]) {
+			t.Fatalf("%s: local mode answered %v, cluster mode %v", key, answers[0], answers[1])
+		}
+	}
+}
+
+// envoyproxy/ratelimit's example config through dianad in cluster mode, two instances on one
+// redis-server, with its dynamic metadata: the calls of its integration-test script
+// multiservice-tokenquota.sh (Envoy checks both services with hits_addend 0, routes by the
+// metadata and charges the service that answered when the stream is done), alternating between
+// the instances.
+func TestRLSQuotaModeCluster(t *testing.T) {
+	rs := redistest.Start(t)
+	dir, _ := filepath.Abs(filepath.Join("..", "rls", "testdata", "ratelimit", "example"))
+	yaml := rlsConfig(dir, "  mode: cluster\n  response_dynamic_metadata: true\n") + "redis: {addrs: [\"" + rs.Addr + "\"], timeout: " + exactTimeout + "}\n"
+	a, b := startFile(t, yaml), startFile(t, yaml)
+	ca, _ := rlsClient(t, a)
+	cb, _ := rlsClient(t, b)
+	check := func() []*rlv3.RateLimitDescriptor {
+		d1, d2 := rlsDesc("service", "service_1"), rlsDesc("service", "service_2")
+		d1.HitsAddend, d2.HitsAddend = wrapperspb.UInt64(0), wrapperspb.UInt64(0)
+		return []*rlv3.RateLimitDescriptor{d1, d2}
+	}
+	for i, want := range []string{"service_1", "service_1", "service_2", "service_2", "service_2", ""} {
+		c := []pb.RateLimitServiceClient{ca, cb}[i%2]
+		resp, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "rl", Descriptors: check()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := resp.GetDynamicMetadata().GetFields()["metadata"].GetStructValue().GetFields()["service_with_quota"].GetStructValue().GetFields()["name"].GetStringValue()
+		if got != want || (want == "") != (resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT) {
+			t.Fatalf("request %d: %s routed to %q, want %q", i+1, resp.OverallCode, got, want)
+		}
+		if want == "" {
+			break
+		}
+		done := rlsDesc("service", want)
+		done.HitsAddend = wrapperspb.UInt64(1)
+		if _, err := []pb.RateLimitServiceClient{cb, ca}[i%2].ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "rl", Descriptors: []*rlv3.RateLimitDescriptor{done}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// rls.merge_domain_config merges the files of one domain, as MERGE_DOMAIN_CONFIG does; without
+// it dianad refuses to start on them.
+func TestRLSMergeDomains(t *testing.T) {
+	dir, _ := filepath.Abs(filepath.Join("..", "rls", "testdata", "ratelimit", "merge"))
+	if _, err := Parse([]byte(rlsConfig(dir, "")), "cfg.yaml"); err == nil || !strings.Contains(err.Error(), `duplicate domain "test-domain"`) {
+		t.Fatalf("without merge_domain_config: %v", err)
+	}
+	ts := startFile(t, rlsConfig(dir, "  merge_domain_config: true\n"))
+	c, _ := rlsClient(t, ts)
+	if code, rem := ask(t, c, "test-domain", 1, rlsDesc("key1", "value1"), rlsDesc("key2", "value2")); code != "OK" || !slices.Equal(rem, []uint32{9, 19}) {
+		t.Fatalf("%s %v, want OK [9 19]: both files' limits", code, rem)
+	}
+}
+
+// on_error local decides a plain limit (counted in Redis as envoyproxy/ratelimit counts) by
+// the limit itself in this process while Redis is down.
+func TestRLSClusterLocalFallback(t *testing.T) {
+	rs := redistest.Start(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 3}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ts := startFile(t, rlsConfig(dir, "  mode: cluster\n  on_error: local\n")+"redis: {addrs: [\""+rs.Addr+"\"], timeout: "+exactTimeout+"}\n")
+	c, _ := rlsClient(t, ts)
+	rs.Stop()
+	for i, want := range []string{"OK", "OK", "OK", "OVER_LIMIT"} {
+		if code, _ := ask(t, c, "d", 1, rlsDesc("k", "v")); code != want {
+			t.Fatalf("call %d with Redis down: %s, want %s", i+1, code, want)
+		}
+	}
+}
+
+// rls.quota_mode and rls.shadow_mode reach the service: in quota mode a request passes while one
+// of its descriptors has room; in shadow mode every request passes.
+func TestRLSGlobalModes(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: year, requests_per_unit: 1}\n  - key: b\n    rate_limit: {unit: year, requests_per_unit: 2}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	quota, _ := rlsClient(t, startFile(t, rlsConfig(dir, "  quota_mode: true\n")))
+	shadow, _ := rlsClient(t, startFile(t, rlsConfig(dir, "  shadow_mode: true\n")))
+	for i, want := range []string{"OK", "OK", "OVER_LIMIT"} {
+		if code, _ := ask(t, quota, "d", 1, rlsDesc("a", "x"), rlsDesc("b", "x")); code != want {
+			t.Fatalf("quota mode, call %d: %s, want %s", i+1, code, want)
+		}
+		if code, _ := ask(t, shadow, "d", 1, rlsDesc("a", "x")); code != "OK" {
+			t.Fatalf("shadow mode, call %d: %s", i+1, code)
+		}
 	}
 }

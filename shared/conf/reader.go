@@ -122,6 +122,10 @@ func (o *Obj) IsBool(key string) bool {
 	return ok
 }
 
+// Raw returns key's value as the document holds it, marking it read: for a field whose
+// contents are free-form (envoyproxy/ratelimit's descriptor metadata), converted by its reader.
+func (o *Obj) Raw(key string) (Value, bool) { return o.get(key) }
+
 // get returns key's value and marks it read; a null counts as absent.
 func (o *Obj) get(key string) (Value, bool) {
 	for i, k := range o.o.Keys {

@@ -225,9 +225,18 @@ func readLimit(o *conf.Obj) LimitSpec {
 	if !ok {
 		return l
 	}
-	l.Params = Params{}
-	for _, d := range kind.Params {
-		n := len(o.Errors().List)
+	l.Params = kind.ReadParams(lo)
+	lo.Done()
+	return l
+}
+
+// ReadParams reads the parameters k declares from lo, each by its type and in its bounds: a
+// parameter absent, null or in error is absent from the result, so that it takes its default
+// and is not checked again. Other fields of lo are left unread.
+func (k AlgorithmKind) ReadParams(lo *conf.Obj) Params {
+	p := Params{}
+	for _, d := range k.Params {
+		n := len(lo.Errors().List)
 		var v int64
 		switch d.Type {
 		case Count:
@@ -239,14 +248,11 @@ func readLimit(o *conf.Obj) LimitSpec {
 				v = 1
 			}
 		}
-		// Absent, null or in error: absent from Params, so that it takes its default and is
-		// not checked again.
-		if lo.Has(d.Name) && !lo.IsNull(d.Name) && len(o.Errors().List) == n {
-			l.Params[d.Name] = v
+		if lo.Has(d.Name) && !lo.IsNull(d.Name) && len(lo.Errors().List) == n {
+			p[d.Name] = v
 		}
 	}
-	lo.Done()
-	return l
+	return p
 }
 
 // FallbackAt returns Alg with its limit scaled to num/den (0 < num ≤ den), wrapped in the

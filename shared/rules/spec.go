@@ -180,6 +180,9 @@ func (r *Rule) buildLimit(o *conf.Obj, l LimitSpec) {
 	}
 }
 
+// Check is check for the readers outside this package (the rate limit service's descriptors).
+func (k AlgorithmKind) Check(lo *conf.Obj, p Params) Params { return k.check(lo, p) }
+
 // check checks the parameters p as given (each required one present, each in its bounds, no
 // two that exclude each other) and returns them resolved, recording errors on lo.
 func (k AlgorithmKind) check(lo *conf.Obj, p Params) Params {
