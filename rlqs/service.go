@@ -78,13 +78,13 @@ func (a Action) String() string { return ActionNames[a] }
 
 // Why an action was sent, besides a share of a limit: the metrics' reason label.
 const (
-	WhyLimit     = "limit"      // the bucket's limit (a token bucket; DENY_ALL for requests_per_unit 0)
-	WhyNoLimit   = "no_limit"   // no descriptor has a limit for the bucket: ALLOW_ALL
-	WhyUnlimited = "unlimited"  // the descriptor's limit is unlimited: ALLOW_ALL
-	WhyShadow    = "shadow"     // the limit is in shadow_mode: ALLOW_ALL
-	WhyOnError   = "on_error"   // the fleet (Redis) failed: rls.on_error decided
-	WhyIdle      = "idle"       // no request for IdleAfter: abandoned
-	WhyRemoved   = "removed"    // the bucket's limit disappeared on reload: abandoned
+	WhyLimit     = "limit"     // the bucket's limit (a token bucket; DENY_ALL for requests_per_unit 0)
+	WhyNoLimit   = "no_limit"  // no descriptor has a limit for the bucket: ALLOW_ALL
+	WhyUnlimited = "unlimited" // the descriptor's limit is unlimited: ALLOW_ALL
+	WhyShadow    = "shadow"    // the limit is in shadow_mode: ALLOW_ALL
+	WhyOnError   = "on_error"  // the fleet (Redis) failed: rls.on_error decided
+	WhyIdle      = "idle"      // no request for IdleAfter: abandoned
+	WhyRemoved   = "removed"   // the bucket's limit disappeared on reload: abandoned
 )
 
 // Reasons a stream is refused (ended with an error status): the metrics' reason label.
