@@ -26,7 +26,7 @@
 //   - else a token_bucket: the instance's share of the limit's rate (requests_per_unit a unit),
 //     tokens_per_fill over a fill_interval of whole seconds (Envoy reads no fraction) long
 //     enough that the share is exact to a thousandth of the limit, and max_tokens the share of
-//     Burst (at least 1). Envoy starts a new, full token bucket whenever an assignment differs
+//     Burst (at least MinTokens). Envoy starts a new, full token bucket whenever an assignment differs
 //     from the active one, so a share that moved by less than Tolerance is sent again
 //     unchanged; the burst stays small because each real change can admit max_tokens more.
 //     The limit is enforced as a rate: a window's whole amount is not offered as one burst.

@@ -175,7 +175,7 @@ func (e *envoy) request(id map[string]string) bool {
 	k := key(id)
 	b := e.buckets[k]
 	if b == nil {
-		b = &ebucket{id: id, allowed: 1, last: now}
+		b = &ebucket{id: id, last: now} // its first request goes into the report sent now
 		e.buckets[k] = b
 		e.admitted++
 		e.mu.Unlock()

@@ -156,7 +156,9 @@ func (r *Redis) Key(group string) string {
 
 // Merge implements Fleet: one pipeline of EVALSHA, sent again with the script loaded if Redis
 // did not know it (NOSCRIPT).
-func (r *Redis) Merge(ctx context.Context, reps []*Report) error {
+func (r *Redis) Merge(ctx context.Context, reps []*Report) error { return r.mergeMax(ctx, reps, MaxInstances) }
+
+func (r *Redis) mergeMax(ctx context.Context, reps []*Report, maxInstances int) error {
 	if len(reps) == 0 {
 		return nil
 	}
@@ -169,7 +171,7 @@ func (r *Redis) Merge(ctx context.Context, reps []*Report) error {
 		cmds := make([]*redis.Cmd, len(reps))
 		for i, rep := range reps {
 			cmds[i] = fleetScript.EvalSha(ctx, p, []string{r.Key(rep.Group)},
-				now, rep.Instance, rep.Demand, rep.TTL.Microseconds(), MaxInstances)
+				now, rep.Instance, rep.Demand, rep.TTL.Microseconds(), maxInstances)
 		}
 		_, err := p.Exec(ctx)
 		return cmds, err

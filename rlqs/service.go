@@ -47,8 +47,11 @@ const (
 const (
 	// DefaultAssignmentTTL is Options.AssignmentTTL's default.
 	DefaultAssignmentTTL = 10 * time.Second
-	// Burst is the time of an instance's share its token bucket holds (max_tokens, at least 1).
-	Burst = 100 * time.Millisecond
+	// Burst is the time of an instance's share its token bucket holds (max_tokens), and
+	// MinTokens its least: a bucket of one token that fills between two requests wastes the
+	// rest of the wait, so a saturated instance would admit less than its share.
+	Burst     = 100 * time.Millisecond
+	MinTokens = 2
 	// Tolerance is the relative change of an instance's share below which its assignment is
 	// sent again unchanged (Envoy then keeps its token bucket instead of starting a full one).
 	Tolerance = 0.02
@@ -239,8 +242,9 @@ type bucket struct {
 	demand  float64       // requests a second, smoothed; -1 until measured
 	every   time.Duration // the report interval, smoothed; 0 until measured
 	idle    time.Time     // since when no request was reported; zero while some are
-	sent    *typev3.TokenBucket
-	rate    float64 // requests a second of sent
+	sent    *typev3.TokenBucket // the token bucket last assigned (Envoy's, while it holds it)
+	rate    float64             // requests a second of sent
+	sentFor plan                // the plan sent was assigned under
 }
 
 // StreamRateLimitQuotas serves one Envoy instance: each usage report is answered with an
@@ -555,9 +559,9 @@ func (st *stream) share(b *bucket, r *Report, nodes int64) *pb.RateLimitQuotaRes
 	rate := split(float64(p.limit)/float64(p.window)/float64(nodes), r)
 	fill := fillSeconds(p.limit, p.window)
 	tb := b.sent
-	if tb == nil || tb.FillInterval.GetSeconds() != fill || math.Abs(rate-b.rate) > Tolerance*b.rate {
+	if tb == nil || b.sentFor != p || math.Abs(rate-b.rate) > Tolerance*b.rate {
 		next := &typev3.TokenBucket{
-			MaxTokens:     uint32(min(max(1, math.Ceil(rate*Burst.Seconds())), math.MaxUint32)),
+			MaxTokens:     uint32(min(max(MinTokens, math.Ceil(rate*Burst.Seconds())), math.MaxUint32)),
 			TokensPerFill: wrapperspb.UInt32(uint32(min(max(1, math.Round(rate*float64(fill))), math.MaxUint32))),
 			FillInterval:  &durationpb.Duration{Seconds: fill},
 		}
@@ -566,7 +570,7 @@ func (st *stream) share(b *bucket, r *Report, nodes int64) *pb.RateLimitQuotaRes
 		if tb != nil && tb.FillInterval.GetSeconds() != fill && tb.MaxTokens == next.MaxTokens && tb.TokensPerFill.GetValue() == next.TokensPerFill.GetValue() {
 			next.MaxTokens++
 		}
-		tb, b.sent, b.rate = next, next, rate
+		tb, b.sent, b.rate, b.sentFor = next, next, rate, p
 	}
 	st.sentHook(TokenBucket, WhyLimit, b)
 	return assign(b, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: tb}}, r.TTL)
@@ -644,7 +648,7 @@ func (st *stream) reload(ctx context.Context) {
 			continue
 		}
 		old := b.plan
-		b.plan, b.sent = p, nil
+		b.plan = p
 		if old.action == TokenBucket && (p.action != TokenBucket || p.group != old.group) {
 			st.leave(ctx, &Report{Group: old.group, Instance: st.instance, Demand: Leave})
 		}

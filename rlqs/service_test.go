@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/diana-gw/diana/internal/redistest"
 	"github.com/diana-gw/diana/rls"
 )
 
@@ -113,4 +114,30 @@ func TestReload(t *testing.T) {
 	if !envoys[0].request(acme) || envoys[0].buckets[key(acme)].strategy.GetBlanketRule().String() != "ALLOW_ALL" {
 		t.Fatalf("the abandoned bucket, reported again: %v", envoys[0].buckets[key(acme)].strategy)
 	}
+}
+
+// Two dianad in cluster mode, one redis-server: the instances they serve share one limit, and
+// a lowered limit reloaded on both takes effect within one report interval.
+func TestSplitCluster(t *testing.T) {
+	rs := redistest.Start(t)
+	clock := newClock()
+	var servers []*Service
+	var addrs []string
+	for range 2 {
+		s := New(config(t, apiLimit(100)), Options{Now: clock.Now, Fleet: NewRedis(rs.Client(), "diana:", clock.Now)})
+		servers = append(servers, s)
+		addrs = append(addrs, serve(t, s))
+	}
+	var envoys []*envoy
+	for i := range 3 {
+		envoys = append(envoys, dialEnvoy(t, addrs[i%2], "edge", clock))
+	}
+	sm := &sim{clock: clock, envoys: envoys, bucket: acme, rate: uneven}
+	checkSplit(t, sm.run(time.Minute), 100, time.Minute)
+
+	for _, s := range servers {
+		s.SetConfig(config(t, apiLimit(40)))
+	}
+	sm.run(interval)
+	checkSplit(t, sm.run(20*time.Second), 40, 20*time.Second)
 }
