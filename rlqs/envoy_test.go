@@ -119,7 +119,7 @@ func dialEnvoy(t *testing.T, addr, domain string, clock *vclock) *envoy {
 }
 
 func key(id map[string]string) string {
-	k, err := bucketKey(&pb.BucketId{Bucket: id})
+	k, err := BucketKey(&pb.BucketId{Bucket: id})
 	if err != nil {
 		panic(err)
 	}

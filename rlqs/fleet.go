@@ -156,7 +156,9 @@ func (r *Redis) Key(group string) string {
 
 // Merge implements Fleet: one pipeline of EVALSHA, sent again with the script loaded if Redis
 // did not know it (NOSCRIPT).
-func (r *Redis) Merge(ctx context.Context, reps []*Report) error { return r.mergeMax(ctx, reps, MaxInstances) }
+func (r *Redis) Merge(ctx context.Context, reps []*Report) error {
+	return r.mergeMax(ctx, reps, MaxInstances)
+}
 
 func (r *Redis) mergeMax(ctx context.Context, reps []*Report, maxInstances int) error {
 	if len(reps) == 0 {

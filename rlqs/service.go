@@ -109,6 +109,8 @@ type Options struct {
 	// instances (local).
 	OnError rules.FailPolicy
 	Nodes   int64
+	// Timeout bounds each round trip of Fleet (0: none but the stream's).
+	Timeout time.Duration
 	// The bounds; 0: the defaults.
 	MaxBucketsPerStream, MaxBuckets, MaxStreams int
 	// AssignmentTTL is the shortest assignment_time_to_live sent; each is at least three report
@@ -237,11 +239,11 @@ type plan struct {
 type bucket struct {
 	id      *pb.BucketId
 	plan    plan
-	last    time.Time     // the last report; zero before the first
-	pending int64         // requests reported since the demand was last measured
-	demand  float64       // requests a second, smoothed; -1 until measured
-	every   time.Duration // the report interval, smoothed; 0 until measured
-	idle    time.Time     // since when no request was reported; zero while some are
+	last    time.Time           // the last report; zero before the first
+	pending int64               // requests reported since the demand was last measured
+	demand  float64             // requests a second, smoothed; -1 until measured
+	every   time.Duration       // the report interval, smoothed; 0 until measured
+	idle    time.Time           // since when no request was reported; zero while some are
 	sent    *typev3.TokenBucket // the token bucket last assigned (Envoy's, while it holds it)
 	rate    float64             // requests a second of sent
 	sentFor plan                // the plan sent was assigned under
@@ -334,7 +336,7 @@ func (st *stream) end() {
 	if len(leave) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		if err := s.o.Fleet.Merge(ctx, leave); err != nil && s.o.Failed != nil {
+		if err := s.merge(ctx, leave); err != nil && s.o.Failed != nil {
 			s.o.Failed(err)
 		}
 		if s.fallback != nil {
@@ -364,7 +366,7 @@ func (st *stream) report(ctx context.Context, m *pb.RateLimitQuotaUsageReports) 
 	keys := make([]string, len(m.BucketQuotaUsages))
 	added := 0
 	for i, u := range m.BucketQuotaUsages {
-		key, err := bucketKey(u.GetBucketId())
+		key, err := BucketKey(u.GetBucketId())
 		if err != nil {
 			return RefusedMalformed, status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d].bucket_id: %v", i, err)
 		}
@@ -460,7 +462,7 @@ func (st *stream) answer(ctx context.Context, now time.Time, bs []*bucket) error
 	}
 	failed := false
 	if len(reps) > 0 {
-		if err := s.o.Fleet.Merge(ctx, reps); err != nil {
+		if err := s.merge(ctx, reps); err != nil {
 			if ctx.Err() != nil {
 				return status.FromContextError(ctx.Err()).Err()
 			}
@@ -523,9 +525,19 @@ func (st *stream) forget(b *bucket) {
 	}
 }
 
+// merge is Fleet.Merge within Options.Timeout.
+func (s *Service) merge(ctx context.Context, reps []*Report) error {
+	if s.o.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.o.Timeout)
+		defer cancel()
+	}
+	return s.o.Fleet.Merge(ctx, reps)
+}
+
 // leave takes the stream out of a bucket's fleet (best effort: its entry expires anyway).
 func (st *stream) leave(ctx context.Context, r *Report) {
-	if err := st.s.o.Fleet.Merge(ctx, []*Report{r}); err != nil && st.s.o.Failed != nil {
+	if err := st.s.merge(ctx, []*Report{r}); err != nil && st.s.o.Failed != nil {
 		st.s.o.Failed(err)
 	}
 	if st.s.fallback != nil {
@@ -670,9 +682,9 @@ func (st *stream) reload(ctx context.Context) {
 	}
 }
 
-// bucketKey checks a bucket id and returns its identity on the stream: its entries in key
-// order.
-func bucketKey(id *pb.BucketId) (string, error) {
+// BucketKey checks a bucket id and returns its identity on a stream: its entries in key
+// order, each key and value quoted.
+func BucketKey(id *pb.BucketId) (string, error) {
 	m := id.GetBucket()
 	switch {
 	case len(m) == 0:

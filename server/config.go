@@ -17,6 +17,7 @@ import (
 
 	"github.com/diana-gw/diana/config"
 	"github.com/diana-gw/diana/httplimit"
+	"github.com/diana-gw/diana/rlqs"
 	"github.com/diana-gw/diana/shared/conf"
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/memstore"
@@ -56,6 +57,13 @@ type RLS struct {
 	OnError   rules.FailPolicy // cluster mode, when Redis cannot decide
 	Nodes     int64            // on_error local: each node counts its share of every limit
 	Headers   bool             // the RateLimit-* headers in every answer
+	Quota     Quota            // the rate limit quota service on the same listener
+}
+
+// Quota bounds Envoy's rate limit quota service (package rlqs), served beside the RLS.
+type Quota struct {
+	MaxBucketsPerStream, MaxBuckets, MaxStreams int
+	AssignmentTTL                               time.Duration
 }
 
 // Admin is the listener of the decision API (/v1/check), /metrics and /healthz.
@@ -386,8 +394,23 @@ func decodeRLS(o *conf.Obj, redis bool) *RLS {
 		o.Fail("nodes", "applies only with on_error local")
 	}
 	r.Headers = o.Bool("response_headers", false)
+	r.Quota = decodeQuota(o.Obj("quota"))
 	o.Done()
 	return r
+}
+
+func decodeQuota(o *conf.Obj) Quota {
+	q := Quota{
+		MaxBucketsPerStream: int(o.Int("max_buckets_per_stream", rlqs.DefaultMaxBucketsPerStream, 1, 1<<20)),
+		MaxBuckets:          int(o.Int("max_buckets", rlqs.DefaultMaxBuckets, 1, 1<<24)),
+		MaxStreams:          int(o.Int("max_streams", rlqs.DefaultMaxStreams, 1, 1<<20)),
+		AssignmentTTL:       duration(o, "assignment_ttl", rlqs.DefaultAssignmentTTL, time.Second, time.Hour),
+	}
+	if q.AssignmentTTL%time.Second != 0 {
+		o.Fail("assignment_ttl", "must be whole seconds: Envoy reads no fraction of assignment_time_to_live")
+	}
+	o.Done()
+	return q
 }
 
 func quote(s string) string { return strconv.Quote(s) }
