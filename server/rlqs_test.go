@@ -113,11 +113,11 @@ func TestRLQS(t *testing.T) {
 		t.Fatalf("unknown domain: %v", err)
 	}
 	for series, want := range map[string]float64{
-		`diana_rlqs_actions_total{action="token_bucket",reason="limit"}`:  2,
-		`diana_rlqs_actions_total{action="abandon",reason="removed"}`:     1,
-		`diana_rlqs_actions_total{action="allow_all",reason="no_limit"}`:  1,
-		`diana_rlqs_refused_streams_total{reason="unknown_domain"}`:       1,
-		`diana_rlqs_refused_streams_total{reason="too_many_buckets"}`:     0,
+		`diana_rlqs_actions_total{action="token_bucket",reason="limit"}`: 2,
+		`diana_rlqs_actions_total{action="abandon",reason="removed"}`:    1,
+		`diana_rlqs_actions_total{action="allow_all",reason="no_limit"}`: 1,
+		`diana_rlqs_refused_streams_total{reason="unknown_domain"}`:      1,
+		`diana_rlqs_refused_streams_total{reason="too_many_buckets"}`:    0,
 		`diana_rlqs_streams`: 1,
 		`diana_rlqs_buckets`: 1,
 	} {
