@@ -2,18 +2,26 @@ package server
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	rlqsfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	upstreamsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/diana-gw/diana/internal/envoytest"
 	"github.com/diana-gw/diana/internal/redistest"
 )
 
@@ -182,6 +190,102 @@ func TestRLQSConfig(t *testing.T) {
 			t.Errorf("%s: read as %+v", tc.quota, c.RLS.Quota)
 		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
 			t.Errorf("%s: %v, want %q", tc.quota, err, tc.err)
+		}
+	}
+}
+
+// examples/envoy-rlqs.yaml is a valid Envoy bootstrap (go-control-plane's ValidateAll on the
+// bootstrap, the filter's config and every bucket's settings) whose rate_limit_quota filter asks
+// examples/diana-rls.yaml's rls.listen, and dianad run on that config assigns each bucket the
+// filter builds its limit from examples/ratelimit/quota.yaml.
+func TestRLQSExample(t *testing.T) {
+	t.Chdir("..")
+	b := envoytest.Bootstrap(t, "examples/envoy-rlqs.yaml")
+	var hcm hcmv3.HttpConnectionManager
+	if err := b.StaticResources.Listeners[0].FilterChains[0].Filters[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+		t.Fatal(err)
+	}
+	if err := hcm.ValidateAll(); err != nil {
+		t.Fatalf("http_connection_manager: %v", err)
+	}
+	var fc rlqsfilterv3.RateLimitQuotaFilterConfig
+	if hcm.HttpFilters[0].Name != "envoy.filters.http.rate_limit_quota" {
+		t.Fatalf("first filter %s", hcm.HttpFilters[0].Name)
+	}
+	if err := hcm.HttpFilters[0].GetTypedConfig().UnmarshalTo(&fc); err != nil {
+		t.Fatal(err)
+	}
+	if err := fc.ValidateAll(); err != nil {
+		t.Fatalf("rate_limit_quota filter: %v", err)
+	}
+	// Each bucket's settings (typed configs, which ValidateAll does not open), and the bucket ids
+	// they build, a custom value read as "acme".
+	var buckets []map[string]string
+	settings := func(where string, a interface {
+		GetTypedConfig() *anypb.Any
+	}) {
+		var s rlqsfilterv3.RateLimitQuotaBucketSettings
+		if err := a.GetTypedConfig().UnmarshalTo(&s); err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		if err := s.ValidateAll(); err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		id := map[string]string{}
+		for k, v := range s.GetBucketIdBuilder().GetBucketIdBuilder() {
+			id[k] = v.GetStringValue()
+			if cv := v.GetCustomValue(); cv != nil {
+				var in matcherv3.HttpRequestHeaderMatchInput
+				if err := cv.GetTypedConfig().UnmarshalTo(&in); err != nil || in.ValidateAll() != nil {
+					t.Fatalf("%s: custom value %s: %v", where, k, err)
+				}
+				id[k] = "acme"
+			}
+		}
+		buckets = append(buckets, id)
+	}
+	for i, m := range fc.BucketMatchers.GetMatcherList().GetMatchers() {
+		settings("matchers["+strconv.Itoa(i)+"]", m.GetOnMatch().GetAction())
+	}
+	settings("on_no_match", fc.BucketMatchers.GetOnNoMatch().GetAction())
+
+	cfgData, err := os.ReadFile("examples/diana-rls.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Parse(cfgData, "examples/diana-rls.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := fc.RlqsServer.GetEnvoyGrpc().GetClusterName()
+	found := false
+	for _, c := range b.StaticResources.Clusters {
+		if c.Name != cluster {
+			continue
+		}
+		found = true
+		var po upstreamsv3.HttpProtocolOptions
+		if err := c.TypedExtensionProtocolOptions["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"].UnmarshalTo(&po); err != nil || po.GetExplicitHttpConfig().GetHttp2ProtocolOptions() == nil {
+			t.Errorf("cluster %s: not HTTP/2 (%v)", cluster, err)
+		}
+		sa := c.LoadAssignment.Endpoints[0].LbEndpoints[0].GetEndpoint().Address.GetSocketAddress()
+		if got := net.JoinHostPort(sa.Address, strconv.Itoa(int(sa.GetPortValue()))); got != cfg.RLS.Listen {
+			t.Errorf("cluster %s points at %s, dianad's rls.listen is %s", cluster, got, cfg.RLS.Listen)
+		}
+	}
+	if !found {
+		t.Fatalf("the filter asks cluster %q, which the bootstrap lacks", cluster)
+	}
+
+	cfg.RLS.Listen, cfg.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
+	st := rlqsStream(t, startConfig(t, cfg, ""))
+	for i, id := range buckets {
+		if err := st.Send(&pb.RateLimitQuotaUsageReports{Domain: fc.Domain, BucketQuotaUsages: []*pb.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			{BucketId: &pb.BucketId{Bucket: id}, NumRequestsAllowed: 1}}}); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := perSecond(quotaAction(t, st)), []float64{100, 1000}[i]; got != want {
+			t.Errorf("bucket %v: %v a second, want quota.yaml's %v", id, got, want)
 		}
 	}
 }
