@@ -220,8 +220,8 @@ type stream struct {
 	wake     chan struct{}
 	cancel   context.CancelFunc
 
-	mu      sync.Mutex // the buckets and Send
-	done    bool       // the handler returned: nothing more is sent
+	// Only the stream's handler goroutine uses what follows: reports, reloads and the end
+	// are handled one at a time.
 	domain  string
 	buckets map[string]*bucket
 }
@@ -238,6 +238,7 @@ type plan struct {
 // bucket is one bucket of a stream.
 type bucket struct {
 	id      *pb.BucketId
+	key     string // in stream.buckets
 	plan    plan
 	last    time.Time           // the last report; zero before the first
 	pending int64               // requests reported since the demand was last measured
@@ -291,7 +292,9 @@ func (s *Service) StreamRateLimitQuotas(srv pb.RateLimitQuotaService_StreamRateL
 		select {
 		case m := <-reports:
 			if reason, err := st.report(ctx, m); err != nil {
-				s.refused(reason, err)
+				if reason != "" { // else the stream itself failed (Send, the context)
+					s.refused(reason, err)
+				}
 				return err
 			}
 		case <-st.wake:
@@ -322,9 +325,6 @@ func (st *stream) end() {
 	s.mu.Lock()
 	delete(s.streams, st)
 	s.mu.Unlock()
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.done = true
 	var leave []*Report
 	for _, b := range st.buckets {
 		if b.plan.action == TokenBucket {
@@ -349,8 +349,6 @@ func (st *stream) end() {
 // measures each bucket's demand, merges the demands into the fleet and answers.
 func (st *stream) report(ctx context.Context, m *pb.RateLimitQuotaUsageReports) (string, error) {
 	s := st.s
-	st.mu.Lock()
-	defer st.mu.Unlock()
 	cfg := s.cfg.Load()
 	switch {
 	case st.domain == "" && m.Domain == "":
@@ -364,7 +362,7 @@ func (st *stream) report(ctx context.Context, m *pb.RateLimitQuotaUsageReports) 
 		return RefusedMalformed, status.Errorf(codes.InvalidArgument, "rlqs: domain: %q, but the stream is for %q (open another stream for another domain)", m.Domain, st.domain)
 	}
 	keys := make([]string, len(m.BucketQuotaUsages))
-	added := 0
+	fresh := map[string]bool{} // the keys of this report that the stream does not hold yet
 	for i, u := range m.BucketQuotaUsages {
 		key, err := BucketKey(u.GetBucketId())
 		if err != nil {
@@ -375,10 +373,11 @@ func (st *stream) report(ctx context.Context, m *pb.RateLimitQuotaUsageReports) 
 				i, u.NumRequestsAllowed, u.NumRequestsDenied, uint64(MaxReportRequests))
 		}
 		keys[i] = key
-		if st.buckets[key] == nil && !slices.Contains(keys[:i], key) {
-			added++
+		if st.buckets[key] == nil {
+			fresh[key] = true
 		}
 	}
+	added := len(fresh)
 	if n := len(st.buckets) + added; n > s.o.MaxBucketsPerStream {
 		return RefusedTooMany, status.Errorf(codes.ResourceExhausted, "rlqs: %d buckets on one stream: at most %d are tracked (rls.quota.max_buckets_per_stream)", n, s.o.MaxBucketsPerStream)
 	}
@@ -389,15 +388,17 @@ func (st *stream) report(ctx context.Context, m *pb.RateLimitQuotaUsageReports) 
 		}
 	}
 	now := s.o.Now()
-	var touched []*bucket
+	touched := make([]*bucket, 0, len(keys))
+	seen := make(map[*bucket]bool, len(keys)) // a bucket reported twice is answered once
 	for i, u := range m.BucketQuotaUsages {
 		b := st.buckets[keys[i]]
 		if b == nil {
-			b = &bucket{id: u.BucketId, demand: -1, plan: st.plan(cfg, u.BucketId)}
+			b = &bucket{id: u.BucketId, key: keys[i], demand: -1, plan: st.plan(cfg, u.BucketId)}
 			st.buckets[keys[i]] = b
 		}
 		b.measure(now, int64(u.NumRequestsAllowed+u.NumRequestsDenied))
-		if !slices.Contains(touched, b) {
+		if !seen[b] {
+			seen[b] = true
 			touched = append(touched, b)
 		}
 	}
@@ -449,15 +450,16 @@ func (st *stream) plan(cfg *rls.Config, id *pb.BucketId) plan {
 }
 
 // answer merges the demands of bs into the fleet and sends each its action; abandoned buckets
-// are forgotten. st.mu is held.
+// are forgotten.
 func (st *stream) answer(ctx context.Context, now time.Time, bs []*bucket) error {
 	s := st.s
 	var reps []*Report
-	var shares []*bucket
-	for _, b := range bs {
+	share := make([]int, len(bs)) // bs[i]'s report in reps, -1 for none
+	for i, b := range bs {
+		share[i] = -1
 		if b.plan.action == TokenBucket && !b.idleFor(now) {
+			share[i] = len(reps)
 			reps = append(reps, &Report{Group: b.plan.group, Instance: st.instance, Demand: b.milli(), TTL: b.ttl(s.o.AssignmentTTL)})
-			shares = append(shares, b)
 		}
 	}
 	failed := false
@@ -477,7 +479,7 @@ func (st *stream) answer(ctx context.Context, now time.Time, bs []*bucket) error
 	}
 	resp := &pb.RateLimitQuotaResponse{}
 	var gone []Report
-	for _, b := range bs {
+	for j, b := range bs {
 		var a *pb.RateLimitQuotaResponse_BucketAction
 		switch {
 		case b.idleFor(now):
@@ -489,8 +491,7 @@ func (st *stream) answer(ctx context.Context, now time.Time, bs []*bucket) error
 		case b.plan.action != TokenBucket:
 			a = st.blanket(b, b.plan.action, b.plan.why)
 		default:
-			i := slices.Index(shares, b)
-			r, nodes := reps[i], int64(1)
+			r, nodes := reps[share[j]], int64(1)
 			switch {
 			case failed && s.o.OnError == rules.FailOpen:
 				a = st.blanket(b, AllowAll, WhyOnError)
@@ -516,12 +517,9 @@ func (st *stream) answer(ctx context.Context, now time.Time, bs []*bucket) error
 
 // forget drops b from the stream.
 func (st *stream) forget(b *bucket) {
-	for k, x := range st.buckets {
-		if x == b {
-			delete(st.buckets, k)
-			st.s.buckets.Add(-1)
-			return
-		}
+	if st.buckets[b.key] == b {
+		delete(st.buckets, b.key)
+		st.s.buckets.Add(-1)
 	}
 }
 
@@ -645,16 +643,14 @@ func (st *stream) sentHook(a Action, why string, b *bucket) {
 // abandoned, one whose limit changed is assigned its new share at once (from the demand last
 // measured).
 func (st *stream) reload(ctx context.Context) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.done || st.domain == "" {
+	if st.domain == "" {
 		return
 	}
 	cfg := st.s.cfg.Load()
 	now := st.s.o.Now()
 	var changed []*bucket
 	resp := &pb.RateLimitQuotaResponse{}
-	for k, b := range st.buckets {
+	for _, b := range st.buckets {
 		p := st.plan(cfg, b.id)
 		if p == b.plan {
 			continue
@@ -666,8 +662,7 @@ func (st *stream) reload(ctx context.Context) {
 		}
 		if p.why == WhyNoLimit && old.why != WhyNoLimit {
 			resp.BucketAction = append(resp.BucketAction, st.abandon(b, WhyRemoved))
-			delete(st.buckets, k)
-			st.s.buckets.Add(-1)
+			st.forget(b)
 			continue
 		}
 		changed = append(changed, b)
