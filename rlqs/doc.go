@@ -9,11 +9,12 @@
 // A bucket is identified as Envoy identifies it: the bucket_id map its bucket_matchers build.
 // It maps onto a limit of the RLS descriptor config (package rls, envoyproxy/ratelimit's format,
 // the same files and domains): no third grammar. The bucket's domain is the stream's; its
-// entries, a map without order, are read as a descriptor whose entries the tree takes level by
-// level (rls.Config.Bucket): at each level the first remaining key, in sorted order, that a
-// descriptor there matches (key and value, a wildcard value, then the key alone), the limit
-// applying when every key is taken. So the bucket {name: api, tenant: acme} meets the
-// descriptors name=api → tenant, as the RLS descriptor (name, api), (tenant, acme) would.
+// entries, a map without order, are read as a descriptor whose entries take the tree level by
+// level (rls.Config.Bucket), each matching a descriptor as an RLS entry does (key and value, a
+// wildcard value, then the key alone): the first way, trying the keys in sorted order and going
+// back where a way ends short, that takes every key to a level with a limit. So the bucket
+// {name: api, tenant: acme} meets the descriptors name=api → tenant, as the RLS descriptor
+// (name, api), (tenant, acme) would, and {zone: eu, name: api} meets zone → name=api.
 // Each distinct bucket id is one fleet-wide limit (a share_threshold value counts every value
 // it matches as one).
 //

@@ -14,12 +14,14 @@ type BucketLimit struct {
 }
 
 // Bucket finds the limit of a rate limit quota bucket (Envoy's BucketId: a map, whose keys
-// have no order) in domain: the bucket is read as the descriptor whose entries the tree takes,
-// level by level, as lookup matches a descriptor's (key_value, then a wildcard value, then the
-// key alone); at each level the first of the bucket's remaining keys, in sorted order, that a
-// descriptor there matches is taken. The limit applies only when every key was taken and the
-// last level has one, as a descriptor's limit applies only at its last entry. known is false
-// for a domain that no file declares.
+// have no order) in domain: the bucket is read as a descriptor whose entries take the tree level
+// by level, each entry matching a descriptor as lookup matches one (key_value, then a wildcard
+// value, then the key alone). The keys are tried in sorted order at each level, going back
+// where a way ends short, and the first way that takes every key to a level with a limit
+// gives it, as a descriptor's limit applies only at its last entry. A descriptor is reached by
+// one way only (each level's descriptor names the key it takes), so the search visits each at
+// most once: it is bounded by the config's size. known is false for a domain that no file
+// declares.
 func (c *Config) Bucket(domain string, bucket map[string]string) (b BucketLimit, known bool) {
 	n := c.domains[domain]
 	if n == nil {
@@ -29,33 +31,36 @@ func (c *Config) Bucket(domain string, bucket map[string]string) (b BucketLimit,
 	for k := range bucket {
 		keys = append(keys, k)
 	}
-	slices.Sort(keys)
-	for len(keys) > 0 {
-		var next *node
-		var value string
-		taken := -1
-		for i, k := range keys {
-			if next, value = n.child(k, bucket[k]); next != nil {
-				taken = i
-				break
-			}
-		}
-		if next == nil {
-			return BucketLimit{}, true
-		}
-		b.Entries = append(b.Entries, keys[taken])
-		b.Values = append(b.Values, value)
-		keys = slices.Delete(keys, taken, taken+1)
-		if len(keys) == 0 {
-			b.Limit = next.limit
-			break
-		}
-		n = next
+	if len(keys) == 0 {
+		return b, true
 	}
-	if b.Limit == nil {
+	slices.Sort(keys)
+	if !n.bucket(bucket, keys, &b) {
 		return BucketLimit{}, true
 	}
 	return b, true
+}
+
+// bucket looks for a way through n's descriptors that takes every key of keys to a limit,
+// appending it to b.
+func (n *node) bucket(bucket map[string]string, keys []string, b *BucketLimit) bool {
+	for i, k := range keys {
+		next, value := n.child(k, bucket[k])
+		if next == nil {
+			continue
+		}
+		b.Entries, b.Values = append(b.Entries, k), append(b.Values, value)
+		if len(keys) == 1 {
+			if next.limit != nil {
+				b.Limit = next.limit
+				return true
+			}
+		} else if next.bucket(bucket, slices.Delete(slices.Clone(keys), i, i+1), b) {
+			return true
+		}
+		b.Entries, b.Values = b.Entries[:len(b.Entries)-1], b.Values[:len(b.Values)-1]
+	}
+	return false
 }
 
 // child is the descriptor of n that the entry key=value matches, and the value the entry
