@@ -3,6 +3,7 @@ package rlqs
 import (
 	"context"
 	"math"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"sync"
@@ -287,6 +288,19 @@ func (s *sim) run(d time.Duration) []int {
 		s.clock.Add(step)
 	}
 	return admitted
+}
+
+// poisson turns a traffic of rates into Poisson arrivals: the requests of each step drawn
+// around rate's mean, from a seeded source.
+func poisson(rate func(i int, at time.Duration) float64, seed uint64) func(i int, at time.Duration) float64 {
+	rnd := rand.New(rand.NewPCG(seed, seed))
+	return func(i int, at time.Duration) float64 {
+		limit, k, p := math.Exp(-rate(i, at)*step.Seconds()), 0, rnd.Float64()
+		for ; p > limit; p *= rnd.Float64() {
+			k++
+		}
+		return float64(k) / step.Seconds()
+	}
 }
 
 func sum(xs []int) int {

@@ -4,6 +4,10 @@ import (
 	"testing"
 	"time"
 
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/diana-gw/diana/internal/redistest"
 	"github.com/diana-gw/diana/rls"
 )
@@ -57,23 +61,35 @@ func checkSplit(t *testing.T, admitted []int, limit float64, d time.Duration) {
 	}
 }
 
-// N Envoy instances with uneven traffic against one limit admit the limit, over a minute.
+// N Envoy instances with uneven traffic against one limit admit the limit, over a minute:
+// steady, and with Poisson arrivals around the same rates.
 func TestSplitLocal(t *testing.T) {
-	clock := newClock()
-	s := New(config(t, apiLimit(100)), Options{Now: clock.Now})
-	addr := serve(t, s)
-	var envoys []*envoy
-	for range 3 {
-		envoys = append(envoys, dialEnvoy(t, addr, "edge", clock))
-	}
-	admitted := (&sim{clock: clock, envoys: envoys, bucket: acme, rate: uneven}).run(time.Minute)
-	checkSplit(t, admitted, 100, time.Minute)
-	// Divided by usage: over the first half the busiest instance got the most.
-	if !(admitted[2] > admitted[1] && admitted[1] > admitted[0]) {
-		t.Errorf("admitted %v: not in the order of the instances' traffic", admitted)
-	}
-	if st := s.Stats(); st.Streams != 3 || st.Buckets != 3 {
-		t.Errorf("stats %+v, want 3 streams holding 3 buckets", st)
+	for _, tc := range []struct {
+		name string
+		rate func(int, time.Duration) float64
+	}{
+		{"steady", uneven},
+		{"poisson", poisson(uneven, 1)},
+		{"poisson2", poisson(uneven, 2)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := newClock()
+			s := New(config(t, apiLimit(100)), Options{Now: clock.Now})
+			addr := serve(t, s)
+			var envoys []*envoy
+			for range 3 {
+				envoys = append(envoys, dialEnvoy(t, addr, "edge", clock))
+			}
+			admitted := (&sim{clock: clock, envoys: envoys, bucket: acme, rate: tc.rate}).run(time.Minute)
+			checkSplit(t, admitted, 100, time.Minute)
+			// Divided by usage: the busiest instance got the most.
+			if !(admitted[2] > admitted[1] && admitted[1] > admitted[0]) {
+				t.Errorf("admitted %v: not in the order of the instances' traffic", admitted)
+			}
+			if st := s.Stats(); st.Streams != 3 || st.Buckets != 3 {
+				t.Errorf("stats %+v, want 3 streams holding 3 buckets", st)
+			}
+		})
 	}
 }
 
@@ -140,4 +156,36 @@ func TestSplitCluster(t *testing.T) {
 	}
 	sm.run(interval)
 	checkSplit(t, sm.run(20*time.Second), 40, 20*time.Second)
+}
+
+// A share that moves by less than Tolerance is sent again unchanged, so that Envoy keeps its
+// token bucket; a larger move is a new assignment.
+func TestSteadyAssignment(t *testing.T) {
+	clock := newClock()
+	s := New(config(t, apiLimit(100)), Options{Now: clock.Now})
+	addr := serve(t, s)
+	a, b := dialEnvoy(t, addr, "edge", clock), dialEnvoy(t, addr, "edge", clock)
+	report := func(e *envoy, n uint64) *typev3.TokenBucket {
+		e.send(&pb.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*pb.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			{BucketId: &pb.BucketId{Bucket: acme}, NumRequestsAllowed: n}}})
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.buckets[key(acme)].strategy.GetTokenBucket()
+	}
+	a.request(acme)
+	b.request(acme)
+	var first *typev3.TokenBucket
+	for i, nb := range []uint64{100, 100, 101, 99, 100, 102, 150} {
+		clock.Add(time.Second)
+		report(b, nb)
+		tb := report(a, 50)
+		switch {
+		case i == 1:
+			first = tb
+		case i > 1 && i < 6 && !proto.Equal(tb, first):
+			t.Fatalf("report %d: the other instance's traffic moved by 2%% at most, yet %v became %v", i, first, tb)
+		case i == 6 && proto.Equal(tb, first):
+			t.Fatalf("report %d: the other instance's traffic grew by half, yet the assignment stayed %v", i, tb)
+		}
+	}
 }
