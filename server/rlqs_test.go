@@ -164,7 +164,8 @@ func TestRLQSCluster(t *testing.T) {
 	rateB := perSecond(quotaReport(t, b, 10))
 	time.Sleep(100 * time.Millisecond)
 	rateA := perSecond(quotaReport(t, a, 30))
-	if rateA+rateB < 95 || rateA+rateB > 105 || rateA < 60 {
+	// Measured over real sleeps, so loosely: apart, each dianad would give its instance all 100.
+	if rateA+rateB < 85 || rateA+rateB > 115 || rateA < 55 {
 		t.Fatalf("the instances' shares: %v and %v a second, want about 100 together, the busier one the most", rateA, rateB)
 	}
 }
