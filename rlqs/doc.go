@@ -63,5 +63,5 @@
 // report is checked whole before anything is kept. Memory is therefore bounded: a stream holds
 // at most MaxBucketsPerStream buckets of at most MaxBucketLen bytes of id each, the process at
 // most MaxBuckets buckets over MaxStreams streams, and a bucket of the fleet at most
-// MaxInstances instances. Options' hooks feed dianad's metrics and logs.
+// MaxInstances instances (one more is given an equal share without being recorded). Options' hooks feed dianad's metrics and logs.
 package rlqs

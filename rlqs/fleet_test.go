@@ -89,3 +89,22 @@ func TestFleetExpiry(t *testing.T) {
 		t.Fatal("the empty bucket's hash is still there")
 	}
 }
+
+// An instance's share of a limit, by the fleet's answer.
+func TestSplit(t *testing.T) {
+	for _, tc := range []struct {
+		r    Report
+		want float64
+	}{
+		{Report{Demand: Unknown, Unknown: 1}, 100},                     // alone, not measured
+		{Report{Demand: Unknown, Unknown: 1, Known: 3, Sum: 9000}, 25}, // an equal share
+		{Report{Demand: 3000, Known: 3, Unknown: 1, Sum: 9000}, 25},    // a third of the known three's 75
+		{Report{Demand: 0, Known: 2, Sum: 0}, 50},                      // nobody asks: equal
+		{Report{Demand: 6000, Known: 2, Sum: 8000}, 75},                // by demand
+		{Report{Demand: 6000, Known: MaxInstances, Sum: 8000, Full: true}, 100.0 / (MaxInstances + 1)},
+	} {
+		if got := split(100, &tc.r); got != tc.want {
+			t.Errorf("%+v: %v, want %v", tc.r, got, tc.want)
+		}
+	}
+}

@@ -588,10 +588,13 @@ func (st *stream) share(b *bucket, r *Report, nodes int64) *pb.RateLimitQuotaRes
 
 // split is an instance's share of total (requests a second) by the fleet's demands (Report
 // r): an instance whose demand is not known yet gets an equal share, the others split the rest
-// by their demands (equally while none has any).
+// by their demands (equally while none has any). An instance the full bucket did not record
+// (MaxInstances) gets an equal share of a fleet of one more.
 func split(total float64, r *Report) float64 {
 	n := float64(max(r.Known+r.Unknown, 1))
 	switch {
+	case r.Full:
+		return total / (n + 1)
 	case r.Demand < 0:
 		return total / n
 	case r.Sum == 0:
