@@ -137,3 +137,21 @@ func play(t *testing.T, addr string, msgs []*pb.RateLimitQuotaUsageReports) erro
 	_, err := st.Recv()
 	return err
 }
+
+// A stream that ends takes its instance out of every bucket of the fleet.
+func TestLeaveOnEnd(t *testing.T) {
+	table := NewTable(nil)
+	s := New(config(t, apiLimit(100)), Options{Fleet: table})
+	addr := serve(t, s)
+	if err := play(t, addr, []*pb.RateLimitQuotaUsageReports{{Domain: "edge", BucketQuotaUsages: many(3)}}); err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	if n := table.Groups(); n != 0 {
+		t.Fatalf("the fleet still holds %d buckets of the ended stream", n)
+	}
+	st := open(t, addr)
+	st.Send(&pb.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: many(3)})
+	if _, err := st.Recv(); err != nil || table.Groups() != 3 {
+		t.Fatalf("a live stream's buckets: %d in the fleet (%v)", table.Groups(), err)
+	}
+}

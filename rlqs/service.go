@@ -325,24 +325,17 @@ func (st *stream) end() {
 	s.mu.Lock()
 	delete(s.streams, st)
 	s.mu.Unlock()
-	var leave []*Report
+	var gone []*Report
 	for _, b := range st.buckets {
 		if b.plan.action == TokenBucket {
-			leave = append(leave, &Report{Group: b.plan.group, Instance: st.instance, Demand: Leave})
+			gone = append(gone, &Report{Group: b.plan.group, Instance: st.instance, Demand: Leave})
 		}
 	}
 	s.buckets.Add(-int64(len(st.buckets)))
 	st.buckets = nil
-	if len(leave) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		if err := s.merge(ctx, leave); err != nil && s.o.Failed != nil {
-			s.o.Failed(err)
-		}
-		if s.fallback != nil {
-			s.fallback.Merge(ctx, leave)
-		}
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // the stream's has ended
+	defer cancel()
+	st.leave(ctx, gone)
 }
 
 // report handles one usage report: it checks it whole before it changes anything, then
@@ -478,7 +471,7 @@ func (st *stream) answer(ctx context.Context, now time.Time, bs []*bucket) error
 		}
 	}
 	resp := &pb.RateLimitQuotaResponse{}
-	var gone []Report
+	var gone []*Report
 	for j, b := range bs {
 		var a *pb.RateLimitQuotaResponse_BucketAction
 		switch {
@@ -486,7 +479,7 @@ func (st *stream) answer(ctx context.Context, now time.Time, bs []*bucket) error
 			a = st.abandon(b, WhyIdle)
 			st.forget(b)
 			if b.plan.action == TokenBucket {
-				gone = append(gone, Report{Group: b.plan.group, Instance: st.instance, Demand: Leave})
+				gone = append(gone, &Report{Group: b.plan.group, Instance: st.instance, Demand: Leave})
 			}
 		case b.plan.action != TokenBucket:
 			a = st.blanket(b, b.plan.action, b.plan.why)
@@ -506,9 +499,7 @@ func (st *stream) answer(ctx context.Context, now time.Time, bs []*bucket) error
 		}
 		resp.BucketAction = append(resp.BucketAction, a)
 	}
-	for i := range gone {
-		st.leave(ctx, &gone[i])
-	}
+	st.leave(ctx, gone)
 	if len(resp.BucketAction) == 0 {
 		return nil
 	}
@@ -533,13 +524,17 @@ func (s *Service) merge(ctx context.Context, reps []*Report) error {
 	return s.o.Fleet.Merge(ctx, reps)
 }
 
-// leave takes the stream out of a bucket's fleet (best effort: its entry expires anyway).
-func (st *stream) leave(ctx context.Context, r *Report) {
-	if err := st.s.merge(ctx, []*Report{r}); err != nil && st.s.o.Failed != nil {
+// leave takes the stream out of buckets' fleets, in one round trip (best effort: its entries
+// expire anyway).
+func (st *stream) leave(ctx context.Context, reps []*Report) {
+	if len(reps) == 0 {
+		return
+	}
+	if err := st.s.merge(ctx, reps); err != nil && st.s.o.Failed != nil {
 		st.s.o.Failed(err)
 	}
 	if st.s.fallback != nil {
-		st.s.fallback.Merge(ctx, []*Report{r})
+		st.s.fallback.Merge(ctx, reps)
 	}
 }
 
@@ -652,6 +647,7 @@ func (st *stream) reload(ctx context.Context) {
 	cfg := st.s.cfg.Load()
 	now := st.s.o.Now()
 	var changed []*bucket
+	var gone []*Report
 	resp := &pb.RateLimitQuotaResponse{}
 	for _, b := range st.buckets {
 		p := st.plan(cfg, b.id)
@@ -661,7 +657,7 @@ func (st *stream) reload(ctx context.Context) {
 		old := b.plan
 		b.plan = p
 		if old.action == TokenBucket && (p.action != TokenBucket || p.group != old.group) {
-			st.leave(ctx, &Report{Group: old.group, Instance: st.instance, Demand: Leave})
+			gone = append(gone, &Report{Group: old.group, Instance: st.instance, Demand: Leave})
 		}
 		if p.why == WhyNoLimit && old.why != WhyNoLimit {
 			resp.BucketAction = append(resp.BucketAction, st.abandon(b, WhyRemoved))
@@ -670,6 +666,7 @@ func (st *stream) reload(ctx context.Context) {
 		}
 		changed = append(changed, b)
 	}
+	st.leave(ctx, gone)
 	if len(changed) > 0 {
 		if err := st.answer(ctx, now, changed); err != nil {
 			return // the stream is failing: its handler ends it
