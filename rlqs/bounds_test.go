@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
 
@@ -143,8 +144,8 @@ func TestLeaveOnEnd(t *testing.T) {
 	table := NewTable(nil)
 	s := New(config(t, apiLimit(100)), Options{Fleet: table})
 	addr := serve(t, s)
-	if err := play(t, addr, []*pb.RateLimitQuotaUsageReports{{Domain: "edge", BucketQuotaUsages: many(3)}}); err != nil {
-		t.Fatalf("stream: %v", err)
+	if err := play(t, addr, []*pb.RateLimitQuotaUsageReports{{Domain: "edge", BucketQuotaUsages: many(3)}}); err != io.EOF {
+		t.Fatalf("stream: %v, want its clean end", err)
 	}
 	if n := table.Groups(); n != 0 {
 		t.Fatalf("the fleet still holds %d buckets of the ended stream", n)
