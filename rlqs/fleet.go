@@ -18,7 +18,7 @@ import (
 // limit is divided among them: in this process (NewTable, local mode) or in Redis (NewRedis,
 // cluster mode: every dianad sees the instances the others serve).
 type Fleet interface {
-	// Merge applies each report in one round trip and fills in its Sum, N and Full.
+	// Merge applies each report in one round trip and fills in its Sum, Known, Unknown and Full.
 	Merge(ctx context.Context, reps []*Report) error
 }
 
