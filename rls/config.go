@@ -117,6 +117,20 @@ type wildcard struct {
 	parts []string
 }
 
+// byName returns the child of n named name ("key_value"), or else the first wildcard child
+// that matches it, with the wildcard's name; nil if none.
+func (n *node) byName(name string) (c *node, wild string) {
+	if c := n.children[name]; c != nil {
+		return c, ""
+	}
+	for _, w := range n.wildcards {
+		if w.match(name) {
+			return n.children[w.name], w.name
+		}
+	}
+	return nil, ""
+}
+
 // match reports whether name ("key_value") matches w.
 func (w wildcard) match(name string) bool {
 	p := w.parts

@@ -31,15 +31,7 @@ func (c *Config) lookup(domain string, entries []*rlv3.RateLimitDescriptor_Entry
 	valued.WriteString(domain)
 	for i, e := range entries {
 		name := e.Key + "_" + e.Value
-		next, wild := n.children[name], ""
-		if next == nil {
-			for _, w := range n.wildcards {
-				if w.match(name) {
-					next, wild = n.children[w.name], w.name
-					break
-				}
-			}
-		}
+		next, wild := n.byName(name)
 		byValue := next != nil
 		if next == nil {
 			next = n.children[e.Key]

@@ -17,6 +17,7 @@ import (
 
 	"github.com/diana-gw/diana/config"
 	"github.com/diana-gw/diana/httplimit"
+	"github.com/diana-gw/diana/rlqs"
 	"github.com/diana-gw/diana/shared/conf"
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/memstore"
@@ -57,9 +58,16 @@ type RLS struct {
 	Nodes     int64            // on_error local: each node counts its share of every limit
 	Headers   bool             // the RateLimit-* headers in every answer
 	Metadata  bool             // the dynamic metadata of envoyproxy/ratelimit in every answer
-	Quota     bool             // every descriptor in quota_mode (its QUOTA_MODE)
+	QuotaMode bool             // every descriptor in quota_mode (its QUOTA_MODE)
 	Shadow    bool             // every answer OK (its SHADOW_MODE)
 	Merge     bool             // the files of one domain merged (its MERGE_DOMAIN_CONFIG)
+	Quota     Quota            // the rate limit quota service on the same listener
+}
+
+// Quota bounds Envoy's rate limit quota service (package rlqs), served beside the RLS.
+type Quota struct {
+	MaxBucketsPerStream, MaxBuckets, MaxStreams int
+	AssignmentTTL                               time.Duration
 }
 
 // Admin is the listener of the decision API (/v1/check), /metrics and /healthz.
@@ -397,11 +405,26 @@ func decodeRLS(o *conf.Obj, redis bool) *RLS {
 	}
 	r.Headers = o.Bool("response_headers", false)
 	r.Metadata = o.Bool("response_dynamic_metadata", false)
-	r.Quota = o.Bool("quota_mode", false)
+	r.QuotaMode = o.Bool("quota_mode", false)
 	r.Shadow = o.Bool("shadow_mode", false)
 	r.Merge = o.Bool("merge_domain_config", false)
+	r.Quota = decodeQuota(o.Obj("quota"))
 	o.Done()
 	return r
+}
+
+func decodeQuota(o *conf.Obj) Quota {
+	q := Quota{
+		MaxBucketsPerStream: int(o.Int("max_buckets_per_stream", rlqs.DefaultMaxBucketsPerStream, 1, 1<<20)),
+		MaxBuckets:          int(o.Int("max_buckets", rlqs.DefaultMaxBuckets, 1, 1<<24)),
+		MaxStreams:          int(o.Int("max_streams", rlqs.DefaultMaxStreams, 1, 1<<20)),
+		AssignmentTTL:       duration(o, "assignment_ttl", rlqs.DefaultAssignmentTTL, time.Second, time.Hour),
+	}
+	if q.AssignmentTTL%time.Second != 0 {
+		o.Fail("assignment_ttl", "must be whole seconds: Envoy reads no fraction of assignment_time_to_live")
+	}
+	o.Done()
+	return q
 }
 
 func quote(s string) string { return strconv.Quote(s) }

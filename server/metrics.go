@@ -31,6 +31,8 @@ type metrics struct {
 	// connsReclaimed counts, by listener, the connections closed at the cap to make room.
 	connsReclaimed *prometheus.CounterVec
 	addrHeaders    *prometheus.CounterVec
+	rlqsActions    *prometheus.CounterVec // set with the rate limit quota service (rlqs.go)
+	rlqsRefused    *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/diana-gw/diana/rlqs"
 	"github.com/diana-gw/diana/rls"
 	"github.com/diana-gw/diana/shared/rules"
 )
@@ -18,6 +19,7 @@ import (
 // config reloaded when the files of config_dir change.
 type rlsState struct {
 	svc    *rls.Service
+	quota  *rlqs.Service // Envoy's rate limit quota service, on the same server (rlqs.go)
 	grpc   *rls.GRPC
 	ln     net.Listener
 	reload chan struct{}
@@ -50,7 +52,7 @@ func (s *Server) newRLS() error {
 		return err
 	}
 	o := rls.Options{OnError: r.OnError, Headers: r.Headers, DynamicMetadata: r.Metadata,
-		QuotaMode: r.Quota, ShadowMode: r.Shadow, Observe: s.observeRLS, Unknown: s.unknownDomain}
+		QuotaMode: r.QuotaMode, ShadowMode: r.Shadow, Observe: s.observeRLS, Unknown: s.unknownDomain}
 	if r.Mode == rules.Cluster {
 		o.Store = s.cluster
 	} else {
@@ -58,6 +60,7 @@ func (s *Server) newRLS() error {
 	}
 	st := &rlsState{svc: rls.New(cfg, o), reload: make(chan struct{}, 1), sig: sig}
 	st.grpc = rls.NewGRPC(st.svc)
+	s.newRLQS(st, cfg)
 	if st.ln, err = net.Listen("tcp", r.Listen); err != nil {
 		return fmt.Errorf("server: rls.listen: %w", err)
 	}
@@ -88,6 +91,7 @@ func (s *Server) serveRLS(errc chan<- error) {
 // ends.
 func (s *Server) stopRLS(ctx context.Context) error {
 	s.rls.grpc.Draining()
+	s.rls.quota.Close() // its streams last as long as Envoy: end them, Envoy opens them again elsewhere
 	done := make(chan struct{})
 	go func() { s.rls.grpc.GracefulStop(); close(done) }()
 	select {
@@ -138,6 +142,7 @@ func (s *Server) reloadRLS(force bool) {
 	}
 	st.sig, st.lastEr = sig, ""
 	st.svc.SetConfig(cfg)
+	st.quota.SetConfig(cfg)
 	s.log.Info("rls: descriptor config applied", "dir", dir, "domains", cfg.Domains())
 }
 

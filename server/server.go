@@ -71,6 +71,7 @@ type Server struct {
 
 	authLog lograte.Limiter // forward-auth requests refused or not believed: likewise
 	addrLog lograte.Limiter // trusted peers' address headers not as client_ip_header expects: likewise
+	rlqsLog lograte.Limiter // rate limit quota buckets assigned ALLOW_ALL, streams refused: likewise
 
 	rls *rlsState // nil without an rls section
 }

@@ -1,0 +1,110 @@
+package rlqs
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/diana-gw/diana/internal/redistest"
+)
+
+// The Go transition and fleet.lua give the same answers and leave the same state, on random
+// traces of reports, departures and expiries, against a real redis-server (explicit times).
+func TestFleetTwin(t *testing.T) {
+	rs := redistest.Start(t)
+	c := rs.Client()
+	ctx := context.Background()
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for trace := range 20 {
+		var now time.Time = time.Unix(1_800_000_000, 0)
+		clock := func() time.Time { return now }
+		r := NewRedis(c, "twin"+strconv.Itoa(trace)+":", clock)
+		g := map[string]entry{}
+		const max = 5
+		for step := range 200 {
+			now = now.Add(time.Duration(rnd.IntN(3000)) * time.Millisecond)
+			inst := "i" + strconv.Itoa(rnd.IntN(8))
+			demand := int64(rnd.IntN(1_000_000_000))
+			switch rnd.IntN(6) {
+			case 0:
+				demand = Leave
+			case 1:
+				demand = Unknown
+			case 2:
+				demand = 0
+			}
+			ttl := time.Duration(1+rnd.IntN(5)) * time.Second
+			sum, known, unknown, full := merge(g, now.UnixMicro(), inst, demand, ttl.Microseconds(), max)
+			rep := &Report{Group: "b", Instance: inst, Demand: demand, TTL: ttl}
+			if err := r.mergeMax(ctx, []*Report{rep}, max); err != nil {
+				t.Fatal(err)
+			}
+			if rep.Sum != sum || rep.Known != known || rep.Unknown != unknown || rep.Full != full {
+				t.Fatalf("trace %d step %d: Lua %d %d %d %v, Go %d %d %d %v", trace, step, rep.Sum, rep.Known, rep.Unknown, rep.Full, sum, known, unknown, full)
+			}
+			got, err := c.HGetAll(ctx, r.Key("b")).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprint(state(g)); fmt.Sprint(got) != want {
+				t.Fatalf("trace %d step %d: Redis holds %v, Go %s", trace, step, got, want)
+			}
+		}
+	}
+}
+
+func state(g map[string]entry) map[string]string {
+	m := map[string]string{}
+	for k, e := range g {
+		m[k] = strconv.FormatInt(e.demand, 10) + " " + strconv.FormatInt(e.expires, 10)
+	}
+	return m
+}
+
+// The fleet's key lives as long as its last instance, on Redis's clock.
+func TestFleetExpiry(t *testing.T) {
+	rs := redistest.Start(t)
+	c := rs.Client()
+	ctx := context.Background()
+	r := NewRedis(c, "exp:", nil)
+	if err := r.Merge(ctx, []*Report{{Group: "b", Instance: "a", Demand: 5000, TTL: 2 * time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	ttl, err := c.PTTL(ctx, r.Key("b")).Result()
+	if err != nil || ttl <= time.Second || ttl > 2*time.Second {
+		t.Fatalf("PTTL %v %v, want the instance's 2s", ttl, err)
+	}
+	if !strings.HasPrefix(r.Key("b"), "exp:rlqs:{") {
+		t.Fatalf("key %s", r.Key("b"))
+	}
+	rep := &Report{Group: "b", Instance: "a", Demand: Leave}
+	if err := r.Merge(ctx, []*Report{rep}); err != nil || rep.Known+rep.Unknown != 0 {
+		t.Fatalf("leave: %+v %v", rep, err)
+	}
+	if n, _ := c.Exists(ctx, r.Key("b")).Result(); n != 0 {
+		t.Fatal("the empty bucket's hash is still there")
+	}
+}
+
+// An instance's share of a limit, by the fleet's answer.
+func TestSplit(t *testing.T) {
+	for _, tc := range []struct {
+		r    Report
+		want float64
+	}{
+		{Report{Demand: Unknown, Unknown: 1}, 100},                     // alone, not measured
+		{Report{Demand: Unknown, Unknown: 1, Known: 3, Sum: 9000}, 25}, // an equal share
+		{Report{Demand: 3000, Known: 3, Unknown: 1, Sum: 9000}, 25},    // a third of the known three's 75
+		{Report{Demand: 0, Known: 2, Sum: 0}, 50},                      // nobody asks: equal
+		{Report{Demand: 6000, Known: 2, Sum: 8000}, 75},                // by demand
+		{Report{Demand: 6000, Known: MaxInstances, Sum: 8000, Full: true}, 100.0 / (MaxInstances + 1)},
+	} {
+		if got := split(100, &tc.r); got != tc.want {
+			t.Errorf("%+v: %v, want %v", tc.r, got, tc.want)
+		}
+	}
+}
