@@ -175,7 +175,7 @@ func fieldTable() []field {
 		field{Name: "hide_client_headers", Type: "boolean", Default: false,
 			Desc: "Do not send the RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset and Retry-After headers."},
 		field{Name: "header_style", Type: "string", Default: "kong", OneOf: rules.HeaderStyleNames[:rules.NoHeaders],
-			Desc: "Which rate-limit headers: kong (as Kong's rate-limiting: RateLimit-Limit, -Remaining, -Reset and X-RateLimit-Limit-<Window>, -Remaining-<Window>), draft (the RateLimit-* three only) or structured (the current IETF draft's RateLimit-Policy and RateLimit). Retry-After on every refusal."},
+			Desc: "Which rate-limit headers: kong (as Kong's rate-limiting: RateLimit-Limit, -Remaining, -Reset, and X-RateLimit-Limit-Minute and X-RateLimit-Remaining-Minute, named for the window: Second, Minute, Hour, Day, Month, Year, or the window itself such as 10s), draft (the RateLimit-* three only) or structured (the current IETF draft's RateLimit-Policy and RateLimit). Retry-After on every refusal."},
 		field{Name: "error_code", Type: "integer", From: "#/properties/reply/properties/status",
 			Desc: "The HTTP status of a refusal, 400 to 599: 429 by default, 503 is common too."},
 		field{Name: "error_message", Type: "string", From: "#/properties/reply/properties/message",
