@@ -458,7 +458,7 @@ func TestKongManagerForm(t *testing.T) {
 			t.Errorf("the form differs from %s (go test ./kongplugin -run TestKongManagerForm -update-form rewrites it; review the diff):\n%s", golden, lineDiff(string(want), string(b)))
 		}
 		if shots != "" {
-			f.screenshot(filepath.Join(shots, "kongmanager-form.png"), `main`)
+			f.screenshot(filepath.Join(shots, "kongmanager-form.png"), `main > h1, .form-group:has(#config-batch_max)`)
 		}
 	})
 
@@ -515,7 +515,7 @@ func TestKongManagerForm(t *testing.T) {
 				t.Errorf("%s: Kong refuses it with %q; the form shows %q", what, kongErr, shownErr)
 			}
 			if shots != "" && c.name == "window" && c.value == "1m30s" {
-				f.screenshot(filepath.Join(shots, "kongmanager-error.png"), `.kong-ui-entities-plugin-form-container form > :last-child`)
+				f.screenshot(filepath.Join(shots, "kongmanager-error.png"), `.k-alert`)
 			}
 		}
 	})
@@ -549,7 +549,11 @@ func TestKongManagerForm(t *testing.T) {
 		f.typeInto("limit", "5")
 		f.typeInto("window", "1h")
 		if shots != "" {
-			f.screenshot(filepath.Join(shots, "kongmanager-per-ip.png"), `main`)
+			f.screenshot(filepath.Join(shots, "kongmanager-per-ip.png"), `.form-group:has(#config-ip_window), .form-group:has(#config-limit_by)`)
+			f.do(chromedp.Focus(chromedp.CSS(`.form-group:has(#config-limit_by) .tooltip-trigger-icon`)), chromedp.Sleep(500*time.Millisecond))
+			f.screenshot(filepath.Join(shots, "kongmanager-help.png"), `.form-group:has(#config-limit), .form-group:has(#config-limit_by), .form-group:has(#config-limit_by) .k-tooltip`)
+			f.do(chromedp.Blur(chromedp.CSS(`.form-group:has(#config-limit_by) .tooltip-trigger-icon`)))
+			f.screenshot(filepath.Join(shots, "kongmanager-window.png"), `.form-group:has(#config-warmup), .form-group:has(#config-window), .nested-collapse .collapse-trigger`)
 		}
 		n, post, stored := f.save()
 		if n != 1 || stored == nil {
@@ -584,10 +588,10 @@ func TestKongManagerForm(t *testing.T) {
 	}
 }
 
-// screenshot saves a PNG of the element sel (the page scrolled to it).
+// screenshot saves a PNG of the box around every element sel matches.
 func (f *form) screenshot(path, sel string) {
 	f.t.Helper()
-	b, err := chromedp.Run(f.ctx, chromedp.Screenshot(chromedp.CSS(sel)))
+	b, err := chromedp.Run(f.ctx, chromedp.Screenshot(chromedp.CSSAll(sel)))
 	if err != nil {
 		f.t.Fatal(err)
 	}
