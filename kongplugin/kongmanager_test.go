@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -364,6 +365,10 @@ func shown(v any) string {
 	return fmt.Sprint(v)
 }
 
+// actionable is what a refusal shows so that an operator can fix the value: a bound, the
+// choices, an example, or what is missing.
+var actionable = regexp.MustCompile(`between \d+ and \d+|expected one of: |such as |as in |required field missing|expected an integer|length must be at least`)
+
 var updateForm = flag.Bool("update-form", false, "rewrite testdata/kongmanager/form.json from the form the browser shows")
 
 func TestKongManagerForm(t *testing.T) {
@@ -394,7 +399,9 @@ func TestKongManagerForm(t *testing.T) {
 			}
 			// The description is the field's help, shown verbatim (the form renders it as
 			// Markdown: a description must not read as Markdown).
-			if d, _ := def["description"].(string); ff.Help == "" || ff.Help != d {
+			if d, _ := def["description"].(string); d == "" {
+				t.Errorf("%s: no description, so no help text in the form", name)
+			} else if ff.Help != d {
 				t.Errorf("%s: help text %q, want the description %q", name, ff.Help, d)
 			}
 			if req := def["required"] == true; ff.Required != req {
@@ -454,8 +461,8 @@ func TestKongManagerForm(t *testing.T) {
 			if err := os.WriteFile(golden, b, 0o644); err != nil {
 				t.Fatal(err)
 			}
-		} else if want, err := os.ReadFile(golden); err != nil || string(want) != string(b) {
-			t.Errorf("the form differs from %s (go test ./kongplugin -run TestKongManagerForm -update-form rewrites it; review the diff):\n%s", golden, lineDiff(string(want), string(b)))
+		} else if diff := formDiff(t, golden, config); diff != "" {
+			t.Errorf("the form differs from %s (go test ./kongplugin -run TestKongManagerForm -update-form rewrites it; review the diff):\n%s", golden, diff)
 		}
 		if shots != "" {
 			f.screenshot(filepath.Join(shots, "kongmanager-form.png"), `main > h1, .form-group:has(#config-batch_max)`)
@@ -480,6 +487,8 @@ func TestKongManagerForm(t *testing.T) {
 			{name: "error_code", value: "200"},
 			{name: "error_message", value: ""},
 			{name: "redis_port", value: "70000"},
+			{name: "redis_host", value: "bad host"},
+			{name: "path", value: "/a*"},
 			{name: "device_header", value: "bad header"},
 			{name: "path", value: "/api/**"},
 			{name: "path", value: "/api/**/x"},
@@ -513,6 +522,10 @@ func TestKongManagerForm(t *testing.T) {
 			}
 			if !strings.Contains(shownErr, kongErr.Error()) || !strings.Contains(kongErr.Error(), "config."+c.name+": ") {
 				t.Errorf("%s: Kong refuses it with %q; the form shows %q", what, kongErr, shownErr)
+			}
+			// An operator can act on it: it says what the field takes.
+			if !actionable.MatchString(kongErr.Error()) {
+				t.Errorf("%s: Kong's refusal %q names no bound, choice or example", what, kongErr)
 			}
 			if shots != "" && c.name == "window" && c.value == "1m30s" {
 				f.screenshot(filepath.Join(shots, "kongmanager-error.png"), `.k-alert`)
@@ -600,19 +613,33 @@ func (f *form) screenshot(path, sel string) {
 	}
 }
 
-// lineDiff lists the lines of got that want lacks and the other way round.
-func lineDiff(want, got string) string {
-	var b strings.Builder
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	for _, l := range w {
-		if !slices.Contains(g, l) {
-			fmt.Fprintf(&b, "- %s\n", l)
+// formDiff compares the form with the one kept in golden, field by field.
+func formDiff(t *testing.T, golden string, got []formField) string {
+	t.Helper()
+	b, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []formField
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatalf("%s: %v", golden, err)
+	}
+	var out strings.Builder
+	byID := map[string]formField{}
+	for _, w := range want {
+		byID[w.ID] = w
+	}
+	for _, g := range got {
+		w, ok := byID[g.ID]
+		delete(byID, g.ID)
+		wb, _ := json.Marshal(w)
+		gb, _ := json.Marshal(g)
+		if !ok || string(wb) != string(gb) {
+			fmt.Fprintf(&out, "%s:\n  kept:  %s\n  shown: %s\n", g.ID, wb, gb)
 		}
 	}
-	for _, l := range g {
-		if !slices.Contains(w, l) {
-			fmt.Fprintf(&b, "+ %s\n", l)
-		}
+	for id := range byID {
+		fmt.Fprintf(&out, "%s: kept, no longer shown\n", id)
 	}
-	return b.String()
+	return out.String()
 }
