@@ -4,6 +4,13 @@ package main
 // (schema.go) read. A field that stands for a rule property names it in From (a JSON pointer
 // into schema/rule.schema.json): its type, enum, bounds and default come from there, so the
 // schema Kong and Konga see cannot drift from the one the rules are validated against.
+//
+// Desc is what operators read: Kong Manager shows it as the field's help, rendered as Markdown
+// (so no <word>, and no * or _ pairs), under a label made of the name ("ip_limit" is "Ip
+// Limit"), with the required fields (those with a default) in alphabetical order and the
+// optional ones under "Show additional settings" (kongmanager_test.go drives that form and keeps
+// it, testdata/kongmanager/form.json); Konga shows no description at all, and what it renders
+// is the table of docs/kong.md (konga_test.go).
 
 import (
 	"github.com/diana-gw/diana/shared/algos"
