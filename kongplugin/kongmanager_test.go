@@ -77,6 +77,8 @@ type adminAPI struct {
 	schema kongSchema
 	served []byte // GET /schemas/plugins/diana
 
+	vmu sync.Mutex // kongValidate writes into the schema's maps
+
 	mu         sync.Mutex
 	posts      []map[string]any // the bodies POSTed to /plugins
 	stored     []map[string]any // the configs Kong stored (defaults filled), for the accepted posts
@@ -129,6 +131,13 @@ func newAdminAPI(t testing.TB, page string) (*adminAPI, *httptest.Server) {
 	return a, srv
 }
 
+// validate is Kong's validation of a plugin config (property_test.go's kongValidate).
+func (a *adminAPI) validate(cfg map[string]any) (map[string]any, error) {
+	a.vmu.Lock()
+	defer a.vmu.Unlock()
+	return a.schema.kongValidate(cfg)
+}
+
 func kongReply(w http.ResponseWriter, status int, body any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -148,7 +157,7 @@ func (a *adminAPI) createPlugin(w http.ResponseWriter, r *http.Request) {
 	a.posts = append(a.posts, clone(p))
 	a.mu.Unlock()
 	cfg, _ := p["config"].(map[string]any)
-	stored, err := a.schema.kongValidate(cfg)
+	stored, err := a.validate(cfg)
 	if err != nil {
 		name, reason, _ := strings.Cut(strings.TrimPrefix(err.Error(), "config."), ": ")
 		kongReply(w, http.StatusBadRequest, map[string]any{
@@ -507,12 +516,12 @@ func TestKongManagerForm(t *testing.T) {
 			if n == 0 {
 				// Kept back by the form: Kong must refuse it too.
 				cfg := map[string]any{c.name: c.value}
-				if _, err := api.schema.kongValidate(cfg); err == nil {
+				if _, err := api.validate(cfg); err == nil {
 					t.Errorf("%s: the form refuses it (%s) but Kong accepts it", what, f.formError())
 				}
 				continue
 			}
-			_, kongErr := api.schema.kongValidate(post["config"].(map[string]any))
+			_, kongErr := api.validate(post["config"].(map[string]any))
 			shownErr := f.formError()
 			if kongErr == nil {
 				if shownErr != "" {
