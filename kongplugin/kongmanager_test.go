@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -27,7 +28,7 @@ import (
 // builds its plugin form with the PluginForm component of the npm package
 // @kong-ui-public/entities-plugins, from the schema Kong serves at GET /schemas/plugins/{name}.
 // These tests mount that component, at the versions pinned in testdata/kongmanager's
-// package-lock.json (installed by build/kongmanager.sh, bundled here with vite), on a minimal
+// package-lock.json (installed by build/kongmanager.sh, bundled with vite), on a minimal
 // page, configured as Kong Manager configures it (src/pages/plugins/Form.vue: app kongManager,
 // the default workspace). The page talks to adminAPI, a stand-in of Kong's Admin API that serves
 // the plugin's dumped schema as Kong shapes it and validates what the form posts with the
@@ -36,7 +37,9 @@ import (
 //
 // Nothing is skipped: without node, npm or chromium the tests fail (make deps installs them).
 
-// kongManagerPage builds the test page once per test run and returns the directory to serve.
+// kongManagerPage returns the directory of the built test page: vite's bundle of
+// testdata/kongmanager with the npm packages build/kongmanager.sh installed, kept beside them and
+// keyed by the page's sources, so it is built once per lockfile and sources.
 var kongManagerPage = sync.OnceValues(func() (string, error) {
 	out, err := exec.Command("../build/kongmanager.sh").Output()
 	if err != nil {
@@ -45,21 +48,33 @@ var kongManagerPage = sync.OnceValues(func() (string, error) {
 		}
 		return "", fmt.Errorf("build/kongmanager.sh (installs the npm packages): %w", err)
 	}
-	modules := filepath.Join(strings.TrimSpace(string(out)), "node_modules")
-	dir, err := os.MkdirTemp("", "diana-kongmanager")
-	if err != nil {
-		return "", err
-	}
-	for _, name := range []string{"index.html", "main.js", "vite.config.mjs"} {
+	cache := strings.TrimSpace(string(out))
+	sources := []string{"index.html", "main.js", "vite.config.mjs"}
+	h := sha256.New()
+	for _, name := range sources {
 		b, err := os.ReadFile(filepath.Join("testdata", "kongmanager", name))
 		if err != nil {
 			return "", err
 		}
+		fmt.Fprintf(h, "%s %d\n", name, len(b))
+		h.Write(b)
+	}
+	page := filepath.Join(cache, fmt.Sprintf("page-%x", h.Sum(nil)[:8]))
+	if _, err := os.Stat(filepath.Join(page, "index.html")); err == nil {
+		return page, nil
+	}
+	dir, err := os.MkdirTemp(cache, "build-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	for _, name := range sources {
+		b, _ := os.ReadFile(filepath.Join("testdata", "kongmanager", name))
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			return "", err
 		}
 	}
-	if err := os.Symlink(modules, filepath.Join(dir, "node_modules")); err != nil {
+	if err := os.Symlink(filepath.Join(cache, "node_modules"), filepath.Join(dir, "node_modules")); err != nil {
 		return "", err
 	}
 	build := exec.Command("node", "node_modules/vite/bin/vite.js", "build", "--outDir", "dist")
@@ -68,7 +83,12 @@ var kongManagerPage = sync.OnceValues(func() (string, error) {
 	if b, err := build.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("vite build: %w\n%s", err, b)
 	}
-	return filepath.Join(dir, "dist"), nil
+	if err := os.Rename(filepath.Join(dir, "dist"), page); err != nil && !os.IsExist(err) {
+		if _, serr := os.Stat(filepath.Join(page, "index.html")); serr != nil { // not built by another run meanwhile
+			return "", err
+		}
+	}
+	return page, nil
 })
 
 // adminAPI is a stand-in of Kong's Admin API: what Kong Manager's plugin form asks of it.
@@ -166,6 +186,12 @@ func (a *adminAPI) createPlugin(w http.ResponseWriter, r *http.Request) {
 			"fields":  map[string]any{"config": map[string]any{name: reason}},
 		})
 		return
+	}
+	// What Kong stores the plugin must take: a config Kong accepts and the plugin refuses fails
+	// the test (the plugin would let requests through unlimited).
+	b, _ := json.Marshal(stored)
+	if _, err := parse(b, true); err != nil {
+		a.t.Errorf("Kong stores %s, which the plugin refuses: %v", b, err)
 	}
 	a.mu.Lock()
 	a.stored = append(a.stored, stored)
@@ -386,8 +412,7 @@ func TestKongManagerForm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(filepath.Dir(page)) })
-	t.Logf("page built in %v", time.Since(start).Round(time.Millisecond))
+	t.Logf("page ready in %v", time.Since(start).Round(time.Millisecond))
 	api, srv := newAdminAPI(t, page)
 	f := &form{t: t, ctx: browser(t), api: api, url: srv.URL + "/"}
 	shots := os.Getenv("DIANA_SCREENSHOTS") // a directory: make kongmanager-screenshots
