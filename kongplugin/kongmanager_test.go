@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"gopkg.in/yaml.v3"
 )
 
 // Kong Manager's plugin form, in a real browser. Kong Manager OSS (the UI Kong ships since 3.x)
@@ -614,6 +615,20 @@ func TestKongManagerForm(t *testing.T) {
 		if _, err := parse(b, true); err != nil {
 			t.Fatalf("Kong stores %s but the plugin refuses it: %v", b, err)
 		}
+		// The same limit written in kong.yml, as docs/kong.md shows it, is the same config.
+		cfgs := dianaConfigs(t, docsKongYML(t))
+		if len(cfgs) != 1 {
+			t.Fatalf("docs/kong.md's kong.yml has %d diana configs, want 1", len(cfgs))
+		}
+		for _, cfg := range cfgs {
+			fromYML, err := api.validate(clone(cfg))
+			if err != nil {
+				t.Fatalf("docs/kong.md's kong.yml: Kong refuses it: %v", err)
+			}
+			if a, b := nonNull(fromYML), nonNull(stored); !reflect.DeepEqual(a, b) {
+				t.Errorf("docs/kong.md's kong.yml stores %v, the form %v", a, b)
+			}
+		}
 		s := startServer(t, build(t, "github.com/diana-gw/diana/kongplugin", "diana"))
 		id := s.start(stored, "kongmanager-per-ip")
 		for _, ip := range []string{"192.0.2.10", "192.0.2.11"} {
@@ -645,6 +660,43 @@ func (f *form) screenshot(path, sel string) {
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		f.t.Fatal(err)
 	}
+}
+
+// docsKongYML returns the kong.yml of docs/kong.md's "From kong.yml" step, decoded.
+func docsKongYML(t *testing.T) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile("../docs/kong.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(b), "\n### From kong.yml\n\n")
+	if !ok {
+		t.Fatal(`docs/kong.md has no step "From kong.yml"`)
+	}
+	var block strings.Builder
+	for _, l := range strings.Split(after, "\n") {
+		if !strings.HasPrefix(l, "    ") {
+			break
+		}
+		block.WriteString(strings.TrimPrefix(l, "    ") + "\n")
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal([]byte(block.String()), &doc); err != nil {
+		t.Fatalf("docs/kong.md's kong.yml: %v", err)
+	}
+	return doc
+}
+
+// nonNull is m without its null values (a field posted as null and one left out are stored
+// alike).
+func nonNull(m map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range m {
+		if v != nil {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // formDiff compares the form with the one kept in golden, field by field.
