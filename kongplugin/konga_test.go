@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -137,6 +138,40 @@ func TestKongaTable(t *testing.T) {
 	for _, f := range []string{"string+one_of", "string", "integer", "boolean", "array<string>", "default", "description", "map", "array<record>", "record", "record<record>", "foreign", "_name", "falsy", "default<array>"} {
 		if rows[f] == "" {
 			t.Errorf("the Konga table of docs/kong.md has no row `%s`", f)
+		}
+	}
+}
+
+// The per-IP step of docs/kong.md done in Konga stores the config that kong.yml states: Konga
+// starts from each scalar's default (arrays empty), the operator sets three fields, Konga drops
+// the falsy values, and Kong fills the defaults in.
+func TestKongaPerIPStep(t *testing.T) {
+	s := dumpedSchema(t)
+	set := map[string]any{"algorithm": "fixed_window", "limit": 5.0, "window": "1h"}
+	posted := map[string]any{}
+	for _, f := range s.fields {
+		v, ok := set[f.name]
+		if !ok {
+			v = f.def["default"]
+			if f.def["type"] == "array" {
+				v = []any{}
+			}
+		}
+		if !falsy(v) {
+			posted[f.name] = v
+		}
+	}
+	fromKonga, err := s.kongValidate(posted)
+	if err != nil {
+		t.Fatalf("Konga posts %v, which Kong refuses: %v", posted, err)
+	}
+	for _, cfg := range dianaConfigs(t, docsKongYML(t)) {
+		fromYML, err := s.kongValidate(clone(cfg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(nonNull(fromKonga), nonNull(fromYML)) {
+			t.Errorf("Konga stores %v, docs/kong.md's kong.yml %v", nonNull(fromKonga), nonNull(fromYML))
 		}
 	}
 }
