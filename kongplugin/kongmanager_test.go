@@ -25,7 +25,7 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Kong Manager's plugin form, in a real browser. Kong Manager OSS (the UI Kong ships since 3.x)
+// Kong Manager's plugin form, in a real browser. Kong Manager OSS (the UI Kong ships since 3.4)
 // builds its plugin form with the PluginForm component of the npm package
 // @kong-ui-public/entities-plugins, from the schema Kong serves at GET /schemas/plugins/{name}.
 // These tests mount that component, at the versions pinned in testdata/kongmanager's
@@ -177,6 +177,18 @@ func (a *adminAPI) createPlugin(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	a.posts = append(a.posts, clone(p))
 	a.mu.Unlock()
+	// protocols: Kong's protocols_http of the dump, its default when absent.
+	if p["protocols"] == nil {
+		p["protocols"] = toAny(httpProtocols)
+	}
+	protos, _ := p["protocols"].([]any)
+	for i, v := range protos {
+		if s, _ := v.(string); !slices.Contains(httpProtocols, s) {
+			kongReply(w, http.StatusBadRequest, map[string]any{"code": 2, "name": "schema violation",
+				"message": "schema violation (protocols." + strconv.Itoa(i+1) + ": expected one of: " + strings.Join(httpProtocols, ", ") + ")"})
+			return
+		}
+	}
 	cfg, _ := p["config"].(map[string]any)
 	stored, err := a.validate(cfg)
 	if err != nil {
@@ -199,6 +211,14 @@ func (a *adminAPI) createPlugin(w http.ResponseWriter, r *http.Request) {
 	a.mu.Unlock()
 	p["id"], p["config"], p["created_at"] = "5f0c4f1e-9c1b-4d4e-8f8a-000000000001", stored, time.Now().Unix()
 	kongReply(w, http.StatusCreated, p)
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 // clone is a deep copy of a decoded JSON object.
@@ -353,10 +373,15 @@ func (f *form) save() (int, map[string]any, map[string]any) {
 	before, _, _ := f.api.lastPost()
 	f.do(chromedp.ScrollIntoView(chromedp.CSS(`[data-testid="plugin-create-form-submit"]`)),
 		chromedp.Click(chromedp.CSS(`[data-testid="plugin-create-form-submit"]`)))
-	deadline := time.Now().Add(5 * time.Second)
+	// The page records the form's update and error events (main.js): one of them ends a save
+	// that reached the Admin API.
+	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		if n, p, s := f.api.lastPost(); n > before {
-			time.Sleep(300 * time.Millisecond) // the form's handling of the answer
+		done, err := chromedp.Run(f.ctx, chromedp.Evaluate[bool](`!!(window.__saved || window.__error)`))
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if n, p, s := f.api.lastPost(); done && n > before {
 			return n - before, p, s
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -1,7 +1,8 @@
 // A minimal host for Kong Manager OSS's plugin form: the PluginForm component of
 // @kong-ui-public/entities-plugins, configured as Kong Manager configures it (app kongManager,
 // the default workspace, the Admin API at /api: the Go test's stand-in of Kong's Admin API).
-// What the form saves is also kept in window.__saved for the test.
+// What the form saves, or the error the Admin API answers, is kept in window.__saved or
+// window.__error for the test.
 import { createApp, h } from 'vue'
 import { createRouter, createMemoryHistory, RouterView } from 'vue-router'
 import Kongponents from '@kong/kongponents'
