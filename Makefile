@@ -1,10 +1,11 @@
 GO ?= go
 TINYGO_FLAGS = -scheduler=none -target=wasip1 -buildmode=wasi-legacy -no-debug
 
-.PHONY: test vet deps bench bench-proxy bench-report bench-redis-cpu tinygo tinygo-check wasm run fuzz report report-adaptive faults generate
+.PHONY: test vet deps kongmanager-screenshots bench bench-proxy bench-report bench-redis-cpu tinygo tinygo-check wasm run fuzz report report-adaptive faults generate
 
 ## test: every test with the race detector, and the algorithms built and run under TinyGo.
-## Installs redis-server and deck (and TinyGo's Debian packages) when missing; builds diana.wasm.
+## Installs redis-server, deck, chromium (and TinyGo's Debian packages) when missing, and the npm
+## packages of Kong Manager's plugin form (cached by lockfile); builds diana.wasm.
 test: deps vet tinygo-check wasm
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./bench/ # the benchmarks still run
 	$(GO) test -race -count=1 -parallel 4 ./...
@@ -16,6 +17,7 @@ vet:
 
 deps:
 	@build/need-packages.sh
+	@build/kongmanager.sh >/dev/null
 
 ## bench: the benchmarks, each beside its anchor (x/time/rate, go-redis/redis_rate, ...), and the
 ## Kong plugin's and the Envoy filter's cost per request beside an empty plugin and filter
@@ -81,6 +83,11 @@ run:
 generate:
 	$(GO) test -count=1 -run '^TestGenerated$$' ./schema/ -update
 	$(GO) test -count=1 ./shared/algos/ -update
+
+## kongmanager-screenshots: docs/img/kongmanager-*.png, Kong Manager's plugin form as
+## TestKongManagerForm drives it in headless Chromium (used by docs/kong.md)
+kongmanager-screenshots: deps
+	DIANA_SCREENSHOTS=$(CURDIR)/docs/img $(GO) test -count=1 -run '^TestKongManagerForm$$' ./kongplugin/
 
 ## fuzz: every fuzz target (go test -fuzz) for FUZZTIME each (default 10s); CI runs it for 5s each
 fuzz:

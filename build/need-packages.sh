@@ -3,10 +3,11 @@
 # redis-sentinel and redis-cli (package redis-tools) — the tests start their own servers,
 # Sentinels and Redis Clusters on loopback ports —, deck (it validates examples/kong.yml), and
 # nginx (nginx-light, which has auth_request) and caddy, which run examples/nginx.conf and
-# examples/Caddyfile in front of dianad's /v1/auth.
+# examples/Caddyfile in front of dianad's /v1/auth, and chromium and npm, which run Kong Manager's
+# plugin form (kongplugin's TestKongManagerForm; build/kongmanager.sh installs its npm packages).
 set -euo pipefail
 # program:package
-needs=(redis-server:redis-server redis-sentinel:redis-sentinel redis-cli:redis-tools deck:deck nginx:nginx-light caddy:caddy)
+needs=(redis-server:redis-server redis-sentinel:redis-sentinel redis-cli:redis-tools deck:deck nginx:nginx-light caddy:caddy chromium:chromium npm:npm)
 missing=()
 # nginx is in /usr/sbin, which a user's PATH may lack (the tests look there too).
 found() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }

@@ -4,6 +4,13 @@ package main
 // (schema.go) read. A field that stands for a rule property names it in From (a JSON pointer
 // into schema/rule.schema.json): its type, enum, bounds and default come from there, so the
 // schema Kong and Konga see cannot drift from the one the rules are validated against.
+//
+// Desc is what operators read: Kong Manager shows it as the field's help, rendered as Markdown
+// (so no <word>, and no * or _ pairs), under a label made of the name ("ip_limit" is "Ip
+// Limit"), with the required fields (those with a default) in alphabetical order and the
+// optional ones under "Show additional settings" (kongmanager_test.go drives that form and keeps
+// it, testdata/kongmanager/form.json); Konga shows no description at all, and what it renders
+// is the table of docs/kong.md (konga_test.go).
 
 import (
 	"github.com/diana-gw/diana/shared/algos"
@@ -175,7 +182,7 @@ func fieldTable() []field {
 		field{Name: "hide_client_headers", Type: "boolean", Default: false,
 			Desc: "Do not send the RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset and Retry-After headers."},
 		field{Name: "header_style", Type: "string", Default: "kong", OneOf: rules.HeaderStyleNames[:rules.NoHeaders],
-			Desc: "Which rate-limit headers: kong (as Kong's rate-limiting: RateLimit-Limit, -Remaining, -Reset and X-RateLimit-Limit-<Window>, -Remaining-<Window>), draft (the RateLimit-* three only) or structured (the current IETF draft's RateLimit-Policy and RateLimit). Retry-After on every refusal."},
+			Desc: "Which rate-limit headers: kong (as Kong's rate-limiting: RateLimit-Limit, -Remaining, -Reset, and X-RateLimit-Limit-Minute and X-RateLimit-Remaining-Minute, named for the window: Second, Minute, Hour, Day, Month, Year, or the window itself such as 10s), draft (the RateLimit-* three only) or structured (the current IETF draft's RateLimit-Policy and RateLimit). Retry-After on every refusal."},
 		field{Name: "error_code", Type: "integer", From: "#/properties/reply/properties/status",
 			Desc: "The HTTP status of a refusal, 400 to 599: 429 by default, 503 is common too."},
 		field{Name: "error_message", Type: "string", From: "#/properties/reply/properties/message",

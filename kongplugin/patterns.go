@@ -101,12 +101,12 @@ const (
 // hostMatch is a Redis host (redis_host): a name, an IPv4 address or a bracketed IPv6 one.
 var hostMatch = &matchAny{
 	Patterns: []string{"^" + hostPattern + "$", "^" + ipv6Pattern + "$", "^[%x]*:[%x]*:[%x:%.]*$"},
-	Err:      "must be a host name, an IPv4 address or an IPv6 address",
+	Err:      "must be a host name, an IPv4 address or an IPv6 address, such as redis.internal, 10.0.0.5 or ::1",
 }
 
 // addrMatch is a Redis address (redis_addrs): a host with an optional port (6379 if none).
 var addrMatch = func() *matchAny {
-	m := &matchAny{Err: "must be host:port (a host name, an IPv4 address or a bracketed IPv6 address, and a port from 1 to 65535), or a host alone for port 6379"}
+	m := &matchAny{Err: "must be host:port (a host name, an IPv4 address or a bracketed IPv6 address, and a port from 1 to 65535), or a host alone for port 6379, such as redis-1:6379 or [::1]:6380"}
 	for _, h := range []string{hostPattern, ipv6Pattern} {
 		m.Patterns = append(m.Patterns, "^"+h+"$")
 		for _, p := range portPatterns {
@@ -123,13 +123,13 @@ var headerMatch = &matchAny{Patterns: []string{"^[%w!#%$%%&'%*%+%.%^_`|~%-]+$"},
 // any rest; matched against the normal form of request paths, which has no ;parameters, query
 // or backslash.
 var (
-	pathMatch = &matchAny{Patterns: []string{"^/"}, Err: "must start with /"}
+	pathMatch = &matchAny{Patterns: []string{"^/"}, Err: "must start with /, such as /login or /api/**"}
 	pathNone  = []matchNot{
 		{"[;%?#\\]", "cannot hold ;, ?, # or a backslash: requests are matched by their normal path, which has none"},
-		{"%*%*/", "** may only end the pattern"},
-		{"%*%*%*", "* must be a whole segment, ** the whole last one"},
-		{"[^/%*]%*", "* must be a whole segment"},
-		{"%*[^/%*]", "* must be a whole segment"},
+		{"%*%*/", "** may only end the pattern, as in /api/**"},
+		{"%*%*%*", "* must be a whole segment, ** the whole last one, as in /users/*/orders or /api/**"},
+		{"[^/%*]%*", "* must be a whole segment, as in /users/*/orders"},
+		{"%*[^/%*]", "* must be a whole segment, as in /users/*/orders"},
 	}
 )
 

@@ -172,7 +172,7 @@ func validateField(f map[string]any, v any) error {
 	}
 	if b, ok := f["between"].([]any); ok {
 		if n := v.(float64); n < b[0].(float64) || n > b[1].(float64) {
-			return fmt.Errorf("value should be between %v and %v", b[0], b[1])
+			return fmt.Errorf("value should be between %d and %d", int64(b[0].(float64)), int64(b[1].(float64)))
 		}
 	}
 	return nil
@@ -180,7 +180,7 @@ func validateField(f map[string]any, v any) error {
 
 func validateString(f map[string]any, s string) error {
 	if oneOf, ok := f["one_of"].([]any); ok && !slices.Contains(oneOf, any(s)) {
-		return fmt.Errorf("expected one of: %v", oneOf)
+		return fmt.Errorf("expected one of: %s", strings.Join(toStrings(oneOf), ", "))
 	}
 	lenMin := 1.0 // Kong refuses empty strings unless len_min says otherwise
 	if n, ok := f["len_min"].(float64); ok {

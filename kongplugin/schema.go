@@ -234,6 +234,22 @@ func kongCheck(c check) map[string]any {
 	}}
 }
 
+// httpProtocols are the protocols of Kong's http subsystem, the only ones whose requests reach
+// the access phase (kong/constants.lua PROTOCOLS_WITH_SUBSYSTEM, sorted as Kong's typedefs sort
+// them).
+var httpProtocols = []string{"grpc", "grpcs", "http", "https"}
+
+// protocolsHTTP is the plugin's protocols field, Kong's typedefs.protocols_http as the bundled
+// rate-limiting declares it. Without it Kong falls back to the plugins entity's protocols (every
+// protocol, stream ones included), and Kong Manager's form, which takes the field's default
+// and choices from this schema, prefills nothing: saved untouched, the plugin gets protocols []
+// and Kong never runs it (plugins_iterator's should_process_plugin).
+func protocolsHTTP() map[string]any {
+	return map[string]any{"type": "set", "required": true, "default": httpProtocols,
+		"elements":    map[string]any{"type": "string", "one_of": httpProtocols},
+		"description": "A set of strings representing HTTP protocols."}
+}
+
 // pluginSchema is the plugin's schema as Kong's metaschema reads it.
 func pluginSchema() (map[string]any, error) {
 	fs, err := resolved()
@@ -251,6 +267,7 @@ func pluginSchema() (map[string]any, error) {
 		"name": "diana",
 		"fields": []any{
 			map[string]any{"config": map[string]any{"type": "record", "required": true, "fields": cfg}},
+			map[string]any{"protocols": protocolsHTTP()},
 		},
 		"entity_checks": ecs,
 	}, nil

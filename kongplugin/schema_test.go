@@ -56,8 +56,13 @@ func TestDump(t *testing.T) {
 	if !reflect.DeepEqual(p.Phases, []string{"access", "log"}) {
 		t.Fatalf("phases %v", p.Phases)
 	}
-	if len(p.Schema.Fields) != 1 || p.Schema.Fields[0]["config"] == nil {
-		t.Fatalf("schema fields %v, want only config", p.Schema.Fields)
+	// config, and protocols as Kong's typedefs.protocols_http (without it Kong Manager's form
+	// saves protocols [] and Kong never runs the plugin: TestKongManagerForm).
+	if len(p.Schema.Fields) != 2 || p.Schema.Fields[0]["config"] == nil ||
+		!reflect.DeepEqual(p.Schema.Fields[1]["protocols"], map[string]any{"type": "set", "required": true,
+			"default": []any{"grpc", "grpcs", "http", "https"}, "description": "A set of strings representing HTTP protocols.",
+			"elements": map[string]any{"type": "string", "one_of": []any{"grpc", "grpcs", "http", "https"}}}) {
+		t.Fatalf("schema fields %v, want config and Kong's protocols_http", p.Schema.Fields)
 	}
 	cfg := p.Schema.Fields[0]["config"]
 	if cfg["type"] != "record" {
