@@ -7,8 +7,8 @@ package main
 //
 // Desc is what operators read: Kong Manager shows it as the field's help, rendered as Markdown
 // (so no <word>, and no * or _ pairs), under a label made of the name ("ip_limit" is "Ip
-// Limit"), with the required fields (those with a default) in alphabetical order and the
-// optional ones under "Show additional settings" (kongmanager_test.go drives that form and keeps
+// Limit"), with the required fields (those with a default, but the Advanced ones) in
+// alphabetical order and the optional ones under "Show additional settings" (kongmanager_test.go drives that form and keeps
 // it, testdata/kongmanager/form.json); Konga shows no description at all, and what it renders
 // is the table of docs/kong.md (konga_test.go).
 
@@ -35,6 +35,10 @@ type field struct {
 	// default is ignored with a warning (Kong merges partial updates, and Konga cannot clear a
 	// field, so leftovers are common): never an error.
 	Applies *cond
+	// Advanced fields are optional in Kong's schema though they have a default (Kong fills it in
+	// when the field is absent, as for its own rate-limiting's Redis settings): Kong Manager
+	// then shows them under "Show additional settings", below the limits an operator sets.
+	Advanced bool
 	// Secret fields as Kong's own Redis settings mark them: encrypted in Kong's database (with
 	// keyring encryption on), and referenceable, so a vault reference such as
 	// {vault://env/redis-password} stands for the value (Kong resolves it before the plugin
@@ -101,9 +105,9 @@ func fieldTable() []field {
 			Desc: "The request header the main limit counts by when limit_by is header, e.g. X-Api-Key."},
 		{Name: "path", Type: "string", Match: pathMatch, None: pathNone, Applies: &cond{"limit_by", []any{"path"}},
 			Desc: "With limit_by path: the path pattern the main limit applies to (/login exactly, * one segment, a final ** any rest), counted per path. Empty: every path, each counted on its own."},
-		{Name: "escaped_slashes", Type: "string", Default: "decode", OneOf: rules.EscapedSlashesNames[:],
+		{Name: "escaped_slashes", Advanced: true, Type: "string", Default: "decode", OneOf: rules.EscapedSlashesNames[:],
 			Desc: "What %2F, %5C and a backslash in a request's path are to the limits: decode (they separate segments, as upstreams that decode before routing read them; the safe default), keep (part of their segment) or reject (answer 400). Paths are also merged, dot segments resolved and unreserved escapes decoded, so /api//login counts as /api/login."},
-		{Name: "strip_trailing_dots_spaces", Type: "boolean", Default: false,
+		{Name: "strip_trailing_dots_spaces", Advanced: true, Type: "boolean", Default: false,
 			Desc: "Strip trailing dots and spaces from each path segment before the limits see it (/api/login. counts as /api/login), for upstreams that strip them as Windows and IIS do. A path holding a control character is answered 400 whenever a limit reads the path."},
 		{Name: "algorithm", Type: "string", From: "limit.schema.json#/properties/algorithm", Default: "sliding_window",
 			Desc: "The algorithm of every limit of this instance: sliding_window (limit per sliding window), fixed_window, sliding_log (exact, limit at most 10000), token_bucket and leaky_bucket (rate limit per window), warm_up, concurrency (limit requests in flight), or adaptive (requests in flight, the limit learned from the upstream's latency: limit is its highest, window is ignored)."},
@@ -137,55 +141,55 @@ func fieldTable() []field {
 			Desc: "After a refusal, refuse everything from the same identity for this long, a duration such as 10m; 0s is no ban."},
 		field{Name: "policy", Type: "string", Default: "local", OneOf: []string{"local", "redis"},
 			Desc: "Where the counts live: local (in this Kong node, shared by its workers) or redis (shared by every node, decided atomically by Lua scripts in Redis)."},
-		field{Name: "redis_host", Type: "string", Default: "127.0.0.1", Match: hostMatch, Applies: redis,
+		field{Name: "redis_host", Type: "string", Default: "127.0.0.1", Match: hostMatch, Applies: redis, Advanced: true,
 			Desc: "policy redis: the Redis host, used when redis_addrs is empty."},
-		field{Name: "redis_port", Type: "integer", Default: int64(6379), Min: portMin, Max: portMax, Applies: redis,
+		field{Name: "redis_port", Type: "integer", Default: int64(6379), Min: portMin, Max: portMax, Applies: redis, Advanced: true,
 			Desc: "policy redis: the Redis port, used with redis_host."},
-		field{Name: "redis_addrs", Type: "array", Default: []any{}, Match: addrMatch, Applies: redis,
+		field{Name: "redis_addrs", Type: "array", Default: []any{}, Match: addrMatch, Applies: redis, Advanced: true,
 			Desc: "policy redis: host:port addresses (port 6379 if none); several are a Redis Cluster, or the Sentinels when redis_sentinel_master is set. Empty: redis_host and redis_port."},
-		field{Name: "redis_sentinel_master", Type: "string", Applies: redis,
+		field{Name: "redis_sentinel_master", Type: "string", Applies: redis, Advanced: true,
 			Desc: "policy redis: the Sentinel master name; redis_addrs then lists the Sentinels."},
-		field{Name: "redis_cluster", Type: "boolean", Default: false, Applies: redis,
+		field{Name: "redis_cluster", Type: "boolean", Default: false, Applies: redis, Advanced: true,
 			Desc: "policy redis: the address is a Redis Cluster even if it is only one (a configuration endpoint)."},
-		field{Name: "redis_username", Type: "string", Referenceable: true, Applies: redis,
+		field{Name: "redis_username", Type: "string", Referenceable: true, Applies: redis, Advanced: true,
 			Desc: "policy redis: the ACL user name, if Redis needs one."},
-		field{Name: "redis_password", Type: "string", Empty: true, Encrypted: true, Referenceable: true, Applies: redis,
+		field{Name: "redis_password", Type: "string", Empty: true, Encrypted: true, Referenceable: true, Applies: redis, Advanced: true,
 			Desc: "policy redis: the password, if Redis needs one. Encrypted in Kong's database (with keyring encryption); a vault reference such as {vault://env/redis-password} works."},
-		field{Name: "redis_database", Type: "integer", Default: int64(0), Min: dbMin, Max: dbMax, Applies: redis,
+		field{Name: "redis_database", Type: "integer", Default: int64(0), Min: dbMin, Max: dbMax, Applies: redis, Advanced: true,
 			Desc: "policy redis: the database number (not with a Redis Cluster)."},
-		field{Name: "redis_ssl", Type: "boolean", Default: false, Applies: redis,
+		field{Name: "redis_ssl", Type: "boolean", Default: false, Applies: redis, Advanced: true,
 			Desc: "policy redis: connect with TLS."},
-		field{Name: "redis_ssl_skip_verify", Type: "boolean", Default: false, Applies: tls,
+		field{Name: "redis_ssl_skip_verify", Type: "boolean", Default: false, Applies: tls, Advanced: true,
 			Desc: "policy redis with TLS: do not verify the server's certificate (tests only)."},
-		field{Name: "redis_server_name", Type: "string", Match: hostMatch, Applies: tls,
+		field{Name: "redis_server_name", Type: "string", Match: hostMatch, Applies: tls, Advanced: true,
 			Desc: "policy redis with TLS: the name to verify the certificate against, if not the host."},
-		field{Name: "redis_ssl_ca_file", Type: "string", Applies: tls,
+		field{Name: "redis_ssl_ca_file", Type: "string", Applies: tls, Advanced: true,
 			Desc: "policy redis with TLS: a PEM file, on every Kong node, of the CAs to verify the certificate against (a private CA) instead of the system's. Read when the plugin first connects; if it cannot be read, every decision fails and the fail policy applies, logged."},
-		field{Name: "redis_ssl_cert_file", Type: "string", Applies: tls,
+		field{Name: "redis_ssl_cert_file", Type: "string", Applies: tls, Advanced: true,
 			Desc: "policy redis with TLS: a PEM file, on every Kong node, of the client certificate for a Redis that asks for one (mutual TLS); with redis_ssl_key_file. Read when the plugin first connects; if it cannot be read, every decision fails and the fail policy applies, logged."},
-		field{Name: "redis_ssl_key_file", Type: "string", Applies: tls,
+		field{Name: "redis_ssl_key_file", Type: "string", Applies: tls, Advanced: true,
 			Desc: "policy redis with TLS: a PEM file, on every Kong node, of the private key of redis_ssl_cert_file's certificate."},
-		field{Name: "redis_wait_replicas", Type: "integer", From: "dianad.schema.json#/properties/redis/properties/wait_replicas", Default: int64(0), Applies: redis,
+		field{Name: "redis_wait_replicas", Type: "integer", From: "dianad.schema.json#/properties/redis/properties/wait_replicas", Default: int64(0), Applies: redis, Advanced: true,
 			Desc: "policy redis: above 0, a decision counts only once this many replicas have its write (Redis WAIT, within 3/4 of redis_timeout), else the fail policy decides: a failover then loses no count. Ignored (with a warning) on a Redis Cluster."},
-		field{Name: "redis_timeout", Type: "integer", Default: stack.DefaultTimeout.Milliseconds(), Min: toMin, Max: toMax, Applies: redis,
+		field{Name: "redis_timeout", Type: "integer", Default: stack.DefaultTimeout.Milliseconds(), Min: toMin, Max: toMax, Applies: redis, Advanced: true,
 			Desc: "policy redis: the longest a decision waits for Redis, in milliseconds. After a few failures Redis is left alone for a while, so an outage adds no latency."},
-		field{Name: "redis_prefix", Type: "string", Default: stack.DefaultPrefix, Applies: redis,
+		field{Name: "redis_prefix", Type: "string", Default: stack.DefaultPrefix, Applies: redis, Advanced: true,
 			Desc: "policy redis: the prefix of every key Diana writes in Redis."},
-		field{Name: "fail_closed", Type: "boolean", Default: false, Applies: redis,
+		field{Name: "fail_closed", Type: "boolean", Default: false, Applies: redis, Advanced: true,
 			Desc: "policy redis, when Redis cannot decide (down, slow, failing): refuse requests. Default (off): let them through, as Kong's fault_tolerant does."},
-		field{Name: "fallback_nodes", Type: "integer", From: "#/properties/nodes", Default: int64(0), Min: nodesMin, Max: nodesMax, Applies: redis,
+		field{Name: "fallback_nodes", Type: "integer", From: "#/properties/nodes", Default: int64(0), Min: nodesMin, Max: nodesMax, Applies: redis, Advanced: true,
 			Desc: "policy redis, when Redis cannot decide: if above 0, each node limits on its own at the share of the traffic it learned while Redis answered (plus 2%), or, without that history, with every limit divided by this number (the Kong nodes sharing the limit). 0: follow fail_closed."},
-		field{Name: "batch_max", Type: "integer", Default: int64(0), Min: batchMin, Max: batchMax, Applies: redis,
+		field{Name: "batch_max", Type: "integer", Default: int64(0), Min: batchMin, Max: batchMax, Applies: redis, Advanced: true,
 			Desc: "policy redis, batched mode: if above 0, each Kong node takes units from Redis in pre-debited batches of up to this many and spends them on its own: one Redis call per batch, never over the limit. 0: one call per request."},
-		field{Name: "batch_max_age", Type: "string", From: "#/properties/batch/properties/max_age", Default: "0s", Match: spanMatch, Applies: redis,
+		field{Name: "batch_max_age", Type: "string", From: "#/properties/batch/properties/max_age", Default: "0s", Match: spanMatch, Applies: redis, Advanced: true,
 			Desc: "policy redis with batch_max: how long a node may hold batched units before they expire unspent, e.g. 200ms. 0s: the algorithm's default."},
-		field{Name: "hide_client_headers", Type: "boolean", Default: false,
+		field{Name: "hide_client_headers", Advanced: true, Type: "boolean", Default: false,
 			Desc: "Do not send the RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset and Retry-After headers."},
-		field{Name: "header_style", Type: "string", Default: "kong", OneOf: rules.HeaderStyleNames[:rules.NoHeaders],
+		field{Name: "header_style", Advanced: true, Type: "string", Default: "kong", OneOf: rules.HeaderStyleNames[:rules.NoHeaders],
 			Desc: "Which rate-limit headers: kong (as Kong's rate-limiting: RateLimit-Limit, -Remaining, -Reset, and X-RateLimit-Limit-Minute and X-RateLimit-Remaining-Minute, named for the window: Second, Minute, Hour, Day, Month, Year, or the window itself such as 10s), draft (the RateLimit-* three only) or structured (the current IETF draft's RateLimit-Policy and RateLimit). Retry-After on every refusal."},
-		field{Name: "error_code", Type: "integer", From: "#/properties/reply/properties/status",
+		field{Name: "error_code", Advanced: true, Type: "integer", From: "#/properties/reply/properties/status",
 			Desc: "The HTTP status of a refusal, 400 to 599: 429 by default, 503 is common too."},
-		field{Name: "error_message", Type: "string", From: "#/properties/reply/properties/message",
+		field{Name: "error_message", Advanced: true, Type: "string", From: "#/properties/reply/properties/message",
 			Desc: "The message of a refusal, sent as the JSON body {\"message\": MESSAGE, \"retry_after\": SECONDS}."},
 	)
 	return fs

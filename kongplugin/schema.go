@@ -175,10 +175,8 @@ func kongField(f field) map[string]any {
 	m := map[string]any{"type": f.Type, "description": f.Desc}
 	if f.Default != nil {
 		m["default"] = f.Default
-		m["required"] = true
-	} else {
-		m["required"] = false
 	}
+	m["required"] = f.Default != nil && !f.Advanced
 	if f.OneOf != nil {
 		m["one_of"] = f.OneOf
 	}

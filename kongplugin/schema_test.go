@@ -70,6 +70,10 @@ func TestDump(t *testing.T) {
 	}
 	fields := map[string]map[string]any{}
 	defaults := map[string]any{}
+	advanced := map[string]bool{}
+	for _, f := range fieldTable() {
+		advanced[f.Name] = f.Advanced
+	}
 	for _, raw := range cfg["fields"].([]any) {
 		m := raw.(map[string]any)
 		if len(m) != 1 {
@@ -92,6 +96,13 @@ func TestDump(t *testing.T) {
 			if strings.HasPrefix(name, "_") {
 				t.Errorf("%s: Konga hides fields starting with _", name)
 			}
+			// Kong Manager's main section holds the required fields: the limits, not the
+			// connection to Redis, the batching or the replies.
+			for _, p := range []string{"redis_", "batch_", "fail_", "fallback_", "error_"} {
+				if strings.HasPrefix(name, p) && f["required"] == true {
+					t.Errorf("%s: required, so Kong Manager shows it among the limits; make it Advanced", name)
+				}
+			}
 			d, _ := f["description"].(string)
 			if len(d) < 10 || len(d) > 500 {
 				t.Errorf("%s: description of %d characters, want 10 to 500", name, len(d))
@@ -102,8 +113,8 @@ func TestDump(t *testing.T) {
 			}
 			if has {
 				defaults[name] = def
-				if f["required"] != true {
-					t.Errorf("%s: has a default but is not required", name)
+				if f["required"] != !advanced[name] {
+					t.Errorf("%s: has a default, so it is required unless Advanced (then optional: Kong fills its default)", name)
 				}
 			}
 			if typ == "boolean" && def != false {
