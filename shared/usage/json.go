@@ -83,14 +83,6 @@ func (s *scanner) fail(cls error, msg string) {
 
 func space(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
-// write feeds p to s; after an error it reads nothing more.
-func (s *scanner) write(p []byte) {
-	for i := 0; i < len(p) && s.err == nil; i++ {
-		s.step(p[i])
-		s.off++
-	}
-}
-
 // step takes one byte.
 func (s *scanner) step(c byte) {
 	switch s.state {

@@ -92,25 +92,37 @@ func (r *Reader) Reset(f *Fields, stream bool, lim Limits) {
 // Write reads the next chunk of the body. It always returns len(p), nil: a body the reader
 // cannot read still passes on (io.MultiWriter, io.TeeReader); End reports why.
 func (r *Reader) Write(p []byte) (int, error) {
-	n := len(p)
+	write(r, p)
+	return len(p), nil
+}
+
+// WriteString is Write for a chunk held in a string.
+func (r *Reader) WriteString(s string) (int, error) {
+	write(r, s)
+	return len(s), nil
+}
+
+func write[T string | []byte](r *Reader, p T) {
 	if r.err != nil || r.ended {
-		return n, nil
+		return
 	}
 	over := false
 	if r.lim.MaxBytes > 0 && int64(len(p)) > r.lim.MaxBytes-r.n {
 		p, over = p[:r.lim.MaxBytes-r.n], true
 	}
 	r.n += int64(len(p))
-	if r.stream {
-		r.streamBytes(p)
-	} else {
-		r.sc.write(p)
-		r.err = r.sc.err
+	for i := 0; i < len(p) && r.err == nil; i++ {
+		if r.stream {
+			r.streamByte(p[i])
+		} else {
+			r.sc.step(p[i])
+			r.sc.off++
+			r.err = r.sc.err
+		}
 	}
 	if over && r.err == nil {
 		r.err = wrap(ErrTooLarge, "the body is longer than "+strconv.FormatInt(r.lim.MaxBytes, 10)+" bytes")
 	}
-	return n, nil
 }
 
 // End ends the body and returns its cost, or why there is none. It may be called again.
@@ -183,58 +195,55 @@ func (r *Reader) record() {
 	r.cost, r.found = sum, true
 }
 
-// streamBytes reads a chunk of an event stream.
-func (r *Reader) streamBytes(p []byte) {
-	for i := 0; i < len(p) && r.err == nil; i++ {
-		c := p[i]
-		if r.lastCR && c == '\n' { // the LF of a CRLF
-			r.lastCR = false
-			continue
+// streamByte reads a byte of an event stream.
+func (r *Reader) streamByte(c byte) {
+	if r.lastCR && c == '\n' { // the LF of a CRLF
+		r.lastCR = false
+		return
+	}
+	r.lastCR = c == '\r'
+	eol := c == '\n' || c == '\r'
+	switch r.line {
+	case lnStart:
+		switch {
+		case eol:
+			r.dispatch()
+		case c == ':':
+			r.line = lnSkip
+		default:
+			r.line, r.nameLen = lnName, 0
+			r.nameByte(c)
 		}
-		r.lastCR = c == '\r'
-		eol := c == '\n' || c == '\r'
-		switch r.line {
-		case lnStart:
-			switch {
-			case eol:
-				r.dispatch()
-			case c == ':':
+	case lnName:
+		switch {
+		case eol:
+			if r.isData() { // "data" alone: an empty data line
+				r.dataLine()
+			}
+			r.line = lnStart
+		case c == ':':
+			if r.isData() {
+				r.dataLine()
+				r.line = lnSpace
+			} else {
 				r.line = lnSkip
-			default:
-				r.line, r.nameLen = lnName, 0
-				r.nameByte(c)
 			}
-		case lnName:
-			switch {
-			case eol:
-				if r.isData() { // "data" alone: an empty data line
-					r.dataLine()
-				}
-				r.line = lnStart
-			case c == ':':
-				if r.isData() {
-					r.dataLine()
-					r.line = lnSpace
-				} else {
-					r.line = lnSkip
-				}
-			default:
-				r.nameByte(c)
-			}
-		case lnSpace, lnData:
-			switch {
-			case eol:
-				r.line = lnStart
-			case c == ' ' && r.line == lnSpace:
-				r.line = lnData
-			default:
-				r.line = lnData
-				r.eventByte(c)
-			}
-		case lnSkip:
-			if eol {
-				r.line = lnStart
-			}
+		default:
+			r.nameByte(c)
+		}
+	case lnSpace, lnData:
+		switch {
+		case eol:
+			r.line = lnStart
+		case c == ' ' && r.line == lnSpace:
+			r.line = lnData
+		default:
+			r.line = lnData
+			r.eventByte(c)
+		}
+	case lnSkip:
+		if eol {
+			r.line = lnStart
 		}
 	}
 }
