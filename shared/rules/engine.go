@@ -24,6 +24,7 @@ type Engine struct {
 	leaseID func() int64
 	settled func(Settled)
 	clock   func() int64
+	reads   Reads
 	path    PathForm
 	scratch sync.Pool
 }
@@ -121,7 +122,7 @@ func New(rules []*Rule, o Options) (*Engine, error) {
 		return nil, errors.New("rules: unknown EscapedSlashes " + strconv.Itoa(int(o.EscapedSlashes)))
 	}
 	e.local, e.cluster, e.observe, e.limit, e.leaseID = o.Local, o.Cluster, o.Observe, o.Limit, o.LeaseID
-	e.settled, e.clock = o.Settled, o.Clock
+	e.settled, e.clock, e.reads = o.Settled, o.Clock, ReadsOf(rules)
 	if e.clock == nil {
 		start := time.Now()
 		e.clock = func() int64 { return time.Since(start).Microseconds() }
@@ -133,6 +134,9 @@ func New(rules []*Rule, o Options) (*Engine, error) {
 
 // Rules returns the engine's rules.
 func (e *Engine) Rules() []*Rule { return e.rules }
+
+// Reads returns what the engine's rules read of a request (ReadsOf).
+func (e *Engine) Reads() Reads { return e.reads }
 
 // scratch holds the buffers of one Check, reused across requests.
 type scratch struct {

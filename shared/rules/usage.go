@@ -268,3 +268,132 @@ func (r *Result) UsageRules() []*Rule {
 	}
 	return out
 }
+
+// Meter reads a response's usage for the rules a result reserved under, as the response passes:
+// Header once its headers are known, Write with each chunk of its body, then Cost for each rule,
+// which Engine.Settle takes. Rules that read the same fields share one reader; nothing of the
+// body is kept. A Meter is for one response and is not safe for concurrent use.
+type Meter struct {
+	rules    []*Rule
+	costs    []int64
+	errs     []error
+	readers  []*usage.Reader // by rule; nil for a header rule or a body the meter does not read
+	distinct []*usage.Reader
+	lim      usage.Limits
+	headers  bool // Header was called
+	ended    bool
+}
+
+// Meter returns the meter of res's response, or nil when res reserved nothing. lim bounds each
+// body reader.
+func (r *Result) Meter(lim usage.Limits) *Meter {
+	if len(r.reserved) == 0 {
+		return nil
+	}
+	m := &Meter{lim: lim}
+	for _, rv := range r.reserved {
+		m.rules = append(m.rules, rv.rule)
+	}
+	m.costs, m.errs, m.readers = make([]int64, len(m.rules)), make([]error, len(m.rules)), make([]*usage.Reader, len(m.rules))
+	return m
+}
+
+// ReadsBody reports whether a rule of m reads the response body: a front end that can read it
+// only at a cost (buffering, a body callback) asks first.
+func (m *Meter) ReadsBody() bool {
+	for _, r := range m.rules {
+		if r.Usage.Body != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Header reads the response's headers, which get returns by name (every value): the costs of
+// the header rules, and for the body rules how to read the body, by its Content-Type. A body
+// with a Content-Encoding other than identity cannot be read: those rules get an error.
+func (m *Meter) Header(get func(name string) []string) {
+	first := func(name string) string {
+		if v := get(name); len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	if m.headers {
+		return
+	}
+	m.headers = true
+	stream := usage.IsStream(first("content-type"))
+	enc := first("content-encoding")
+	for i, r := range m.rules {
+		u := r.Usage
+		if u.Header != nil {
+			m.costs[i], m.errs[i] = u.Header.Header(get)
+			continue
+		}
+		if enc != "" && enc != "identity" {
+			m.errs[i] = errEncoded(enc)
+			continue
+		}
+		for j := range i {
+			if m.rules[j].Usage.Body != nil && m.rules[j].Usage.Body.String() == u.Body.String() && m.readers[j] != nil {
+				m.readers[i] = m.readers[j]
+			}
+		}
+		if m.readers[i] == nil {
+			m.readers[i] = usage.NewReader(u.Body, stream, m.lim)
+			m.distinct = append(m.distinct, m.readers[i])
+		}
+	}
+}
+
+// errEncoded is the error of a body whose Content-Encoding hides its usage.
+func errEncoded(enc string) error {
+	return &encodedError{enc}
+}
+
+type encodedError struct{ enc string }
+
+func (e *encodedError) Error() string {
+	return usage.ErrSyntax.Error() + ": the body has Content-Encoding " + e.enc
+}
+func (e *encodedError) Unwrap() error { return usage.ErrSyntax }
+
+// Write reads the next chunk of the body. It never fails (see usage.Reader.Write).
+func (m *Meter) Write(p []byte) (int, error) {
+	for _, rd := range m.distinct {
+		rd.Write(p)
+	}
+	return len(p), nil
+}
+
+// Cost returns what the response says rule r cost, or why it says nothing: for Engine.Settle,
+// once the body has ended (a body that never started, as after a transport error, reads as
+// empty). A rule the meter was not made for has ErrMissing.
+func (m *Meter) Cost(r *Rule) (int64, error) {
+	if !m.ended {
+		m.ended = true
+		for i, rd := range m.readers {
+			switch {
+			case !m.headers:
+				m.errs[i] = errNoHeaders
+			case rd != nil:
+				m.costs[i], m.errs[i] = rd.End()
+			}
+		}
+	}
+	for i, mr := range m.rules {
+		if mr == r {
+			return m.costs[i], m.errs[i]
+		}
+	}
+	return 0, errNoHeaders
+}
+
+// errNoHeaders is the error of a rule whose response never came (no headers, no body).
+var errNoHeaders = &noResponse{}
+
+type noResponse struct{}
+
+func (*noResponse) Error() string { return usage.ErrMissing.Error() + ": no response" }
+func (*noResponse) Unwrap() error { return usage.ErrMissing }
