@@ -1,0 +1,92 @@
+package server
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/diana-gw/diana/examples"
+	"github.com/diana-gw/diana/internal/llmfake"
+)
+
+// usagePost sends a chat completion through the proxy with extra headers; a cut stream is no
+// error here (its body ends early).
+func usagePost(t *testing.T, url, body string, h map[string]string) reply {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	for k, v := range h {
+		req.Header.Set(k, v)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, resp.Header, string(b)}
+}
+
+// TestProxyUsage: dianad charges a token budget the usage of the responses it proxies, from the
+// built-in fake LLM (demo:llm) and from a real upstream streaming it; a response without usage is
+// charged the estimate, counted and logged.
+func TestProxyUsage(t *testing.T) {
+	up := httptest.NewServer(llmfake.Handler())
+	defer up.Close()
+	ts := startFile(t, header+`upstreams:
+  - name: real
+    url: "`+up.URL+`"
+    match: {headers: {X-Upstream: real}}
+  - name: llm
+    url: "demo:llm"
+rules:
+  - name: tokens
+    by: ["header:X-Api-Key"]
+    usage: {body: usage.total_tokens, estimate_body: max_tokens}
+    limit: {algorithm: token_bucket, rate: 1000, period: 1h}
+`)
+	url := ts.proxy + llmfake.Path
+	key := map[string]string{"X-Api-Key": "k1", "X-Fake-Tokens": "40"}
+	r := usagePost(t, url, `{"max_tokens":100,"messages":[{"content":"0123456789012345678901234567890123456789"}]}`, key)
+	if r.status != 200 || r.header.Get("RateLimit-Remaining") != "900" || !strings.Contains(r.body, `"total_tokens":50`) {
+		t.Fatalf("demo:llm: %d %s %s", r.status, r.header.Get("RateLimit-Remaining"), r.body)
+	}
+	eventually(t, "50 tokens settled", func() bool { return metric(t, ts, `diana_usage_tokens_total{rule="tokens"}`) == 50 })
+
+	real := map[string]string{"X-Api-Key": "k1", "X-Upstream": "real"}
+	stream := `{"stream":true,"stream_options":{"include_usage":true},"max_tokens":30}`
+	r = usagePost(t, url, stream, real)
+	if r.status != 200 || !strings.HasSuffix(r.body, "data: [DONE]\n\n") || r.header.Get("RateLimit-Remaining") != "920" {
+		t.Fatalf("stream: %d %s %q", r.status, r.header.Get("RateLimit-Remaining"), r.body)
+	}
+	eventually(t, "31 more tokens settled", func() bool { return metric(t, ts, `diana_usage_tokens_total{rule="tokens"}`) == 81 })
+
+	real["X-Fake-Cut"] = "3"
+	usagePost(t, url, stream, real)
+	eventually(t, "a cut stream charged its estimate", func() bool {
+		return metric(t, ts, `diana_usage_unread_total{reason="missing",rule="tokens"}`) == 1 &&
+			metric(t, ts, `diana_usage_tokens_total{rule="tokens"}`) == 111
+	})
+	// 1000 − 50 − 31 − 30, give or take the refill of the test's moments.
+	r = usagePost(t, url, `{"max_tokens":1}`, map[string]string{"X-Api-Key": "k1", "X-Fake-Status": "400"})
+	if rem := r.header.Get("RateLimit-Remaining"); rem != "888" && rem != "889" {
+		t.Fatalf("remaining %s after 111 tokens and a peek", rem)
+	}
+}
+
+// TestExampleConfigTokens: `make run`'s config has a token budget on the fake LLM's route: the
+// RateLimit headers count tokens, and a response's usage is charged.
+func TestExampleConfigTokens(t *testing.T) {
+	cfg, err := Parse([]byte(examples.DianaYAML), "diana.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Listen, cfg.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
+	ts := startConfig(t, cfg, "")
+	r := usagePost(t, ts.proxy+llmfake.Path, `{"max_tokens":500,"messages":[{"role":"user","content":"hi"}]}`, map[string]string{"X-Api-Key": "k1"})
+	if r.status != 200 || r.header.Get("RateLimit-Limit") != "2000" || r.header.Get("RateLimit-Remaining") != "1500" {
+		t.Fatalf("%d, RateLimit-Limit %s, -Remaining %s", r.status, r.header.Get("RateLimit-Limit"), r.header.Get("RateLimit-Remaining"))
+	}
+	eventually(t, "501 tokens charged", func() bool { return metric(t, ts, `diana_usage_tokens_total{rule="tokens-per-key"}`) == 501 })
+}
