@@ -83,6 +83,17 @@ func (s *scanner) fail(cls error, msg string) {
 
 func space(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
+// skipping reports whether s is inside a string whose bytes it need not look at one by one:
+// no escape, UTF-8 sequence or surrogate pending, and not a key a path may match. Such a string's
+// plain bytes (see plain) change nothing but the offset.
+func (s *scanner) skipping() bool {
+	return s.state == stString && s.err == nil && s.esc == 0 && s.u8need == 0 && s.highSur == 0 && (!s.isKey || s.keyMask == 0)
+}
+
+// plain reports whether c is a string byte with no meaning of its own: printable ASCII other
+// than the quote and the backslash (and so neither a line end of a stream).
+func plain(c byte) bool { return c >= 0x20 && c < 0x80 && c != '"' && c != '\\' }
+
 // step takes one byte.
 func (s *scanner) step(c byte) {
 	switch s.state {

@@ -111,7 +111,20 @@ func write[T string | []byte](r *Reader, p T) {
 		p, over = p[:r.lim.MaxBytes-r.n], true
 	}
 	r.n += int64(len(p))
-	for i := 0; i < len(p) && r.err == nil; i++ {
+	for i := 0; i < len(p) && r.err == nil; {
+		// Most of a body is the text of strings no path reads: skipped in bulk.
+		if r.sc.skipping() && (!r.stream || r.line == lnData) {
+			j := i
+			for j < len(p) && plain(p[j]) {
+				j++
+			}
+			if j > i {
+				r.sc.off += int64(j - i)
+				r.evLen += int64(j - i)
+				i = j
+				continue
+			}
+		}
 		if r.stream {
 			r.streamByte(p[i])
 		} else {
@@ -119,6 +132,7 @@ func write[T string | []byte](r *Reader, p T) {
 			r.sc.off++
 			r.err = r.sc.err
 		}
+		i++
 	}
 	if over && r.err == nil {
 		r.err = wrap(ErrTooLarge, "the body is longer than "+strconv.FormatInt(r.lim.MaxBytes, 10)+" bytes")
