@@ -65,6 +65,10 @@ type Usage struct {
 // applies.
 const MaxPeek = 64 << 10
 
+// CannotSettle is in the reason of every error on an algorithm that cannot settle a usage rule's
+// cost, for a front end that adapts such a rule rather than refuse it (the Kong plugin).
+const CannotSettle = "cannot settle a cost read from the response (usage)"
+
 // SettlingAlgorithms lists the registered algorithms a usage rule may have: those whose
 // algorithm settles a late cost (algos.Settles); sliding_window only without subwindows.
 func SettlingAlgorithms() []string {
@@ -154,10 +158,10 @@ func (r *Rule) checkUsage(o *conf.Obj) {
 	if !algos.Settles(r.Alg) {
 		lo := o.Obj("limit")
 		if r.Algorithm == "sliding_window" && r.params["subwindows"] > 1 {
-			lo.Fail("subwindows", "sliding_window with subwindows cannot settle a cost read from the response (usage): remove subwindows")
+			lo.Fail("subwindows", "sliding_window with subwindows "+CannotSettle+": remove subwindows")
 			return
 		}
-		lo.Fail("algorithm", r.Algorithm+" cannot settle a cost read from the response (usage): use one of "+strings.Join(SettlingAlgorithms(), ", "))
+		lo.Fail("algorithm", r.Algorithm+" "+CannotSettle+": use one of "+strings.Join(SettlingAlgorithms(), ", "))
 	}
 }
 
