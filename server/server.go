@@ -352,6 +352,12 @@ func (s *Server) logDenial(in *rules.Input, res *rules.Result) {
 }
 
 // observe is the engine's hook, called once per rule decided for a request.
+// unseen is the usage of a response the decision APIs (/v1/check, /v1/auth) never see: the
+// rule's fallback is charged.
+func unseen(*rules.Rule) (int64, error) { return 0, errUnseen }
+
+var errUnseen = fmt.Errorf("%w: the decision API does not see the response (a usage rule belongs in the proxy)", usage.ErrMissing)
+
 // settled is told what a usage rule charged when a response ended: counted, and when the usage
 // could not be read (the fallback charged) or the store could not take it, logged.
 func (s *Server) settled(st rules.Settled) {

@@ -90,3 +90,23 @@ func TestExampleConfigTokens(t *testing.T) {
 	}
 	eventually(t, "501 tokens charged", func() bool { return metric(t, ts, `diana_usage_tokens_total{rule="tokens-per-key"}`) == 501 })
 }
+
+// TestCheckUsage: the decision API never sees a response, so a usage rule charges each checked
+// request its fallback at once, counted and logged as unread.
+func TestCheckUsage(t *testing.T) {
+	ts := startFile(t, header+`rules:
+  - name: tokens
+    usage: {body: usage.total_tokens, estimate: 10, fallback: 300}
+    limit: {algorithm: token_bucket, rate: 1000, period: 1h}
+`)
+	r := usagePost(t, ts.admin+"/v1/check", `{"client_ip":"192.0.2.1","path":"/"}`, nil)
+	if r.status != 200 || !strings.Contains(r.body, `"allowed":true`) {
+		t.Fatalf("check: %d %s", r.status, r.body)
+	}
+	if got := metric(t, ts, `diana_usage_unread_total{reason="missing",rule="tokens"}`); got != 1 {
+		t.Fatalf("unread %v", got)
+	}
+	if got := metric(t, ts, `diana_usage_tokens_total{rule="tokens"}`); got != 300 {
+		t.Fatalf("charged %v, want the fallback 300", got)
+	}
+}
