@@ -55,6 +55,19 @@ func NewSettle(alg Algorithm, estimate, age int64) *Settle {
 		script: Script{Name: sc.Name + SettleSuffix, Args: args, Limit: sc.Limit}}
 }
 
+// StateOf returns the algorithm whose state alg reads and writes: the algorithm a Settle settles
+// or a Refund gives units back to, else alg itself. A store that keys states by algorithm (the
+// Envoy filter's slots) keys them by it.
+func StateOf(alg Algorithm) Algorithm {
+	switch a := alg.(type) {
+	case *Settle:
+		return a.alg
+	case *Refund:
+		return a.alg
+	}
+	return alg
+}
+
 // Script implements Algorithm: KEYS = {the state key}, ARGV as for the algorithm settled, whose
 // arguments are followed by the estimate and, for a window, the age.
 func (s *Settle) Script() Script { return s.script }

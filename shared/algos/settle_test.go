@@ -133,6 +133,10 @@ func TestSettleRefused(t *testing.T) {
 	if NewSettle(g, -5, -5).estimate != 0 || NewSettle(g, 2*MaxCount, 0).estimate != MaxCount {
 		t.Error("estimate not clamped")
 	}
+	// A settlement reads its algorithm's state: stores keyed by algorithm find it there.
+	if StateOf(NewSettle(g, 1, 0)) != g || StateOf(g) != g {
+		t.Error("StateOf does not name the settled algorithm")
+	}
 	// A dry run changes nothing.
 	var st State
 	if d := NewSettle(g, 0, 0).Decide(&st, Request{Now: 5, Cost: 3, DryRun: true}); !d.Allowed || st.W != [4]int64{} {

@@ -173,7 +173,7 @@ func (u *Usage) estimate(alg algos.Algorithm, in *Input) int64 {
 	if u.EstimateBody != nil && len(in.Body) > 0 {
 		var rd usage.Reader
 		rd.Reset(u.EstimateBody, false, usage.Limits{MaxBytes: MaxPeek})
-		rd.WriteString(in.Body)
+		rd.Write([]byte(in.Body)) // at most MaxPeek bytes, for the few rules that read it
 		if n, err := rd.EndPrefix(); err == nil {
 			est = n
 		}

@@ -96,13 +96,7 @@ func (r *Reader) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// WriteString is Write for a chunk held in a string.
-func (r *Reader) WriteString(s string) (int, error) {
-	write(r, s)
-	return len(s), nil
-}
-
-func write[T string | []byte](r *Reader, p T) {
+func write(r *Reader, p []byte) {
 	if r.err != nil || r.ended {
 		return
 	}

@@ -298,8 +298,7 @@ func wrap(cls error, msg string) error { return &usageError{cls: cls, msg: msg} 
 
 // wrapErr prefixes a usageError's message with where it was found.
 func wrapErr(err error, where string) error {
-	var u *usageError
-	if errors.As(err, &u) {
+	if u, ok := err.(*usageError); ok { // a type switch: errors.As would link reflection into TinyGo builds
 		return &usageError{cls: u.cls, msg: where + ": " + u.msg}
 	}
 	return err
