@@ -1,14 +1,20 @@
 package server
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/diana-gw/diana/examples"
 	"github.com/diana-gw/diana/internal/llmfake"
+	"github.com/diana-gw/diana/internal/redistest"
 )
 
 // usagePost sends a chat completion through the proxy with extra headers; a cut stream is no
@@ -108,5 +114,83 @@ func TestCheckUsage(t *testing.T) {
 	}
 	if got := metric(t, ts, `diana_usage_tokens_total{rule="tokens"}`); got != 300 {
 		t.Fatalf("charged %v, want the fallback 300", got)
+	}
+}
+
+// TestClusterUsage: 16 clients over 4 dianad nodes deciding in one real redis-server spend a
+// token budget through the proxy, each response's tokens (from half to twice the request's
+// max_tokens) charged when it ends: the tokens spent never exceed the budget (the burst and the
+// refill over the run) plus the in-flight bound (one request per client, its overshoot at most
+// 100 tokens), and the run spends most of the budget.
+func TestClusterUsage(t *testing.T) {
+	rs := redistest.Start(t)
+	yaml := strings.Replace(clusterConfig(exactTimeout, "1s", `  - name: tokens
+    mode: cluster
+    by: ["header:X-Api-Key"]
+    usage: {body: usage.total_tokens, estimate_body: max_tokens}
+    limit: {algorithm: token_bucket, rate: 4000, period: 1s, burst: 2000}
+`, rs.Addr), `url: "demo:"`, `url: "demo:llm"`, 1)
+	nodes := []*testServer{startFile(t, yaml), startFile(t, yaml), startFile(t, yaml), startFile(t, yaml)}
+	const clients, maxTokens = 16, 100
+	var spent, admitted, denied atomic.Int64
+	start := time.Now()
+	const run = 2 * time.Second
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			node := nodes[c%len(nodes)]
+			for i := 0; time.Since(start) < run; i++ {
+				est := 1 + (c*7+i*13)%maxTokens
+				completion := est/2 + (c*31+i*17)%(2*est-est/2) // from half to twice the estimate, less the prompt's token
+				body := `{"max_tokens":` + strconv.Itoa(est) + `}`
+				req, _ := http.NewRequest("POST", node.proxy+"/v1/chat/completions", strings.NewReader(body))
+				req.Header.Set("X-Api-Key", "shared")
+				req.Header.Set("X-Fake-Tokens", strconv.Itoa(completion))
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				switch resp.StatusCode {
+				case 200:
+					admitted.Add(1)
+					var doc struct {
+						Usage struct {
+							TotalTokens int64 `json:"total_tokens"`
+						}
+					}
+					if err := json.Unmarshal(b, &doc); err != nil {
+						t.Error(err)
+						return
+					}
+					spent.Add(doc.Usage.TotalTokens)
+				case 429:
+					denied.Add(1)
+					time.Sleep(2 * time.Millisecond)
+				default:
+					t.Errorf("status %d: %s", resp.StatusCode, b)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	bound := 2000 + 4000*elapsed.Microseconds()/1_000_000 + clients*maxTokens
+	t.Logf("%d admitted, %d denied, %d tokens spent in %v; bound %d", admitted.Load(), denied.Load(), spent.Load(), elapsed, bound)
+	if spent.Load() > bound {
+		t.Fatalf("spent %d tokens, more than the budget plus the in-flight bound, %d", spent.Load(), bound)
+	}
+	if least := int64(2000 + 4000*run.Microseconds()/1_000_000/2); spent.Load() < least || denied.Load() == 0 {
+		t.Fatalf("spent %d tokens with %d denials: the run did not press on the budget (want %d at least)", spent.Load(), denied.Load(), least)
+	}
+	for _, n := range nodes {
+		if got := metric(t, n, `diana_backend_errors_total{rule="tokens"}`); got != 0 {
+			t.Fatalf("%v decisions came from the fail policy", got)
+		}
 	}
 }
