@@ -265,3 +265,30 @@ type discard struct{ header http.Header }
 func (d discard) Header() http.Header         { return d.header }
 func (d discard) Write(b []byte) (int, error) { return len(b), nil }
 func (d discard) WriteHeader(int)             {}
+
+// TestUsagePerModel: a token budget per model of the request body, through the middleware,
+// which peeks at the body for the rule's dimension.
+func TestUsagePerModel(t *testing.T) {
+	e := engine(t, `[{"name": "per-model", "by": ["body:model"], "usage": {"body": "usage.total_tokens", "estimate": 10},
+		"limit": {"algorithm": "token_bucket", "rate": 100, "period": "1h"}}]`, nil)
+	srv := httptest.NewServer(httplimit.New(e, httplimit.Options{}).Handler(llmfake.Handler()))
+	defer srv.Close()
+	post := func(model string, tokens string) *http.Response {
+		req, _ := http.NewRequest("POST", srv.URL+llmfake.Path, strings.NewReader(`{"model":"`+model+`"}`))
+		req.Header.Set("X-Fake-Tokens", tokens)
+		res, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res
+	}
+	post("big", "200") // 201 tokens: the model "big" is 101 below zero
+	if res := post("big", "1"); res.StatusCode != 429 {
+		t.Fatalf("big after 201 tokens: %d", res.StatusCode)
+	}
+	if res := post("small", "1"); res.StatusCode != 200 || res.Header.Get("RateLimit-Remaining") != "90" {
+		t.Fatalf("small: %d, remaining %s", res.StatusCode, res.Header.Get("RateLimit-Remaining"))
+	}
+}

@@ -79,3 +79,10 @@ func TestUsageEstimateBodyRefused(t *testing.T) {
 		t.Fatal("a rule with usage.estimate_body started")
 	}
 }
+
+func TestBodyDimensionRefused(t *testing.T) {
+	_, st := tryStart(t, &vmContext{}, `{"rules": [{"name": "m", "by": ["body:model"], "limit": {"algorithm": "token_bucket", "rate": 10}}]}`)
+	if st == types.OnPluginStartStatusOK {
+		t.Fatal("a rule counting by body:model started")
+	}
+}

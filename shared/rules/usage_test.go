@@ -3,6 +3,7 @@ package rules_test
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -232,6 +233,42 @@ func TestSettleWindows(t *testing.T) {
 		e.eng.Settle(ctx, &res, cost(100))
 		if got := e.check(request("a", 0)); got.Decision.Remaining != 900 {
 			t.Fatalf("%s: after 100 on 400: remaining %d, want 900", alg, got.Decision.Remaining)
+		}
+	}
+}
+
+// TestBodyDimension: body:model counts each model of the request body apart; a request without
+// one counts by its address; a model given twice shares one count with every such request.
+func TestBodyDimension(t *testing.T) {
+	e := newSettleEnv(t, `{"name": "per-model", "by": ["body:model"], "limit": {"algorithm": "fixed_window", "limit": 1, "window": "1h"}}`)
+	if rd := e.eng.Reads(); !rd.Body {
+		t.Fatal("a rule by body:model does not read the body")
+	}
+	in := func(body, addr string) *rules.Input {
+		i := &rules.Input{Method: "POST", Path: "/", Body: body}
+		i.SetClient(netip.MustParseAddr(addr), 64)
+		return i
+	}
+	for _, c := range []struct {
+		body, addr string
+		allowed    bool
+	}{
+		{`{"model":"a","messages":[]}`, "192.0.2.1", true},
+		{`{"model":"a"}`, "192.0.2.2", false}, // the same model from another client
+		{`{"model":"b"}`, "192.0.2.1", true},
+		{`{"messages":[]}`, "192.0.2.3", true}, // no model: by address
+		{`{"messages":[]}`, "192.0.2.3", false},
+		{`{"model":"c","model":"d"}`, "192.0.2.4", true},
+		{`{"model":"e","model":"f"}`, "192.0.2.5", false}, // every duplicate shares one count
+	} {
+		if got := e.check(in(c.body, c.addr)).Allowed; got != c.allowed {
+			t.Errorf("%s from %s: allowed %v, want %v", c.body, c.addr, got, c.allowed)
+		}
+	}
+	for _, bad := range []string{"body", "body:", "body:a..b", "body:a+b"} {
+		_, errs := decode(t, `{"rules": [{"name": "r", "by": ["`+bad+`"], "limit": {"algorithm": "token_bucket", "rate": 1}}]}`)
+		if errs.Err() == nil {
+			t.Errorf("by %q accepted", bad)
 		}
 	}
 }

@@ -44,7 +44,17 @@ type scanner struct {
 	found uint8
 	vals  [MaxTerms]int64
 	err   error
+
+	// Text mode (Fields.Text): a leaf is a string, whose decoded bytes are captured, at most
+	// maxText of them.
+	text      bool
+	capturing bool
+	captured  []byte
+	over      bool // the string was longer than maxText
 }
+
+// maxText bounds a string Fields.Text captures.
+const maxText = 256
 
 type frame struct {
 	obj  bool
@@ -87,7 +97,7 @@ func space(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r'
 // no escape, UTF-8 sequence or surrogate pending, and not a key a path may match. Such a string's
 // plain bytes (see plain) change nothing but the offset.
 func (s *scanner) skipping() bool {
-	return s.state == stString && s.err == nil && s.esc == 0 && s.u8need == 0 && s.highSur == 0 && (!s.isKey || s.keyMask == 0)
+	return s.state == stString && s.err == nil && s.esc == 0 && s.u8need == 0 && s.highSur == 0 && (!s.isKey || s.keyMask == 0) && !s.capturing
 }
 
 // plain reports whether c is a string byte with no meaning of its own: printable ASCII other
@@ -192,6 +202,14 @@ func kind(obj bool) string {
 
 // startValue starts the value whose first byte is c; s.leaf and s.child say where it is.
 func (s *scanner) startValue(c byte) {
+	if s.leaf != 0 && s.text {
+		if c != '"' {
+			s.fail(ErrValue, s.leafName()+": "+valueKind(c)+", not a string")
+			return
+		}
+		s.state, s.isKey, s.capturing, s.captured, s.over = stString, false, true, s.captured[:0], false
+		return
+	}
 	if s.leaf != 0 && c != '-' && (c < '0' || c > '9') {
 		what := valueKind(c)
 		if what == "" {
@@ -399,7 +417,7 @@ func (s *scanner) keyRune(r rune) {
 		s.highSur = 0
 		s.keyRune(utf8.RuneError)
 	}
-	if r < 0 || !s.isKey || s.keyMask == 0 {
+	if r < 0 || !s.capturing && (!s.isKey || s.keyMask == 0) {
 		return
 	}
 	if r < utf8.RuneSelf {
@@ -414,6 +432,14 @@ func (s *scanner) keyRune(r rune) {
 
 // keyByte narrows the key's matching terms by its next decoded byte.
 func (s *scanner) keyByte(c byte) {
+	if s.capturing {
+		if len(s.captured) < maxText {
+			s.captured = append(s.captured, c)
+		} else {
+			s.over = true
+		}
+		return
+	}
 	if !s.isKey || s.keyMask == 0 {
 		return
 	}
@@ -428,6 +454,14 @@ func (s *scanner) keyByte(c byte) {
 
 // endString ends a string: a key sets where the value after it is.
 func (s *scanner) endString() {
+	if s.capturing {
+		s.capturing = false
+		if s.found&s.leaf != 0 {
+			s.fail(ErrDuplicate, s.leafName()+": found twice")
+			return
+		}
+		s.found |= s.leaf
+	}
 	if !s.isKey {
 		s.valueDone()
 		return

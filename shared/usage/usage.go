@@ -160,6 +160,31 @@ func (f *Fields) Header(get func(name string) []string) (int64, error) {
 	return sum, nil
 }
 
+// Text returns the string at the JSON path of f (its first term) in doc, a JSON document or the
+// first bytes of one (a bounded peek at a request body): for a dimension such as the request's
+// model. ok is false when doc has no string there before it ends or turns invalid. A path found
+// twice (a duplicate key, which the upstream may read the other way) gives "%duplicate", and a
+// string longer than 256 bytes "%long": such requests share one identity each, rather than
+// choose theirs.
+func (f *Fields) Text(doc string) (v string, ok bool) {
+	var s scanner
+	s.reset(f, DefaultMaxDepth)
+	s.text = true
+	for i := 0; i < len(doc) && s.err == nil; i++ {
+		s.step(doc[i])
+		s.off++
+	}
+	switch {
+	case errors.Is(s.err, ErrDuplicate):
+		return "%duplicate", true
+	case s.found == 0:
+		return "", false
+	case s.over:
+		return "%long", true
+	}
+	return string(s.captured), true
+}
+
 // ParseValue reads a token count written as a JSON number or a header value: decimal digits
 // only, at most MaxValue. Every other form is an ErrValue naming what is wrong.
 func ParseValue(s string) (int64, error) {

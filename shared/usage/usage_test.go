@@ -411,7 +411,7 @@ func init() {
 	}
 }
 
-// FuzzReader reads any body as JSON and as a stream: no panic, the same answer whole and in
+// FuzzReader reads any body as JSON and as a stream, and a string field of it (Text): no panic, the same answer whole and in
 // two chunks, a cost only in [0, MaxValue], and a JSON cost only for a body encoding/json
 // reads as valid JSON with that number at the path.
 func FuzzReader(f *testing.F) {
@@ -421,7 +421,11 @@ func FuzzReader(f *testing.F) {
 		}
 	}
 	fields, _ := usage.ParsePaths(inOut)
+	model, _ := usage.ParsePaths("model")
 	f.Fuzz(func(t *testing.T, body []byte, split uint16) {
+		if v, ok := model.Text(string(body)); !ok && v != "" || len(v) > 256 {
+			t.Fatalf("Text: (%q, %v)", v, ok)
+		}
 		at := min(int(split), len(body))
 		for _, stream := range []bool{false, true} {
 			r := usage.NewReader(fields, stream, usage.Limits{})
@@ -468,4 +472,34 @@ func FuzzReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestText(t *testing.T) {
+	f, _ := usage.ParsePaths("model")
+	nested, _ := usage.ParsePaths("meta.model")
+	for _, c := range []struct {
+		f   *usage.Fields
+		doc string
+		v   string
+		ok  bool
+	}{
+		{f, `{"model":"gpt-4o","max_tokens":5}`, "gpt-4o", true},
+		{f, `{"max_tokens":5,"model":"m\u00e9\"x","messages":[{"content":"hel`, `mé"x`, true},
+		{f, `{"messages":[{"model":"inner"}],"model":"outer"}`, "outer", true},
+		{f, `{"model":"a","model":"b"}`, "%duplicate", true},
+		{f, `{"mod\u0065l":"a","model":"b"}`, "%duplicate", true},
+		{f, `{"model":"` + strings.Repeat("x", 300) + `"}`, "%long", true},
+		{f, `{"model":5}`, "", false},
+		{f, `{"model":null}`, "", false},
+		{f, `{"messages":[{"content":"hel`, "", false},
+		{f, `{"model":"gpt`, "", false},
+		{f, ``, "", false},
+		{f, `not json`, "", false},
+		{nested, `{"meta":{"model":"m1"},"model":"m2"}`, "m1", true},
+	} {
+		v, ok := c.f.Text(c.doc)
+		if v != c.v || ok != c.ok {
+			t.Errorf("%s in %.40q: got (%q, %v), want (%q, %v)", c.f, c.doc, v, ok, c.v, c.ok)
+		}
+	}
 }
