@@ -263,16 +263,6 @@ func (e *Engine) Settle(ctx context.Context, res *Result, cost func(r *Rule) (in
 	}
 }
 
-// UsageRules returns the rules res reserved under, whose usage the front end reads from the
-// response (a rule may appear more than once when a request matched it twice: never).
-func (r *Result) UsageRules() []*Rule {
-	out := make([]*Rule, len(r.reserved))
-	for i, rv := range r.reserved {
-		out[i] = rv.rule
-	}
-	return out
-}
-
 // Meter reads a response's usage for the rules a result reserved under, as the response passes:
 // Header once its headers are known, Write with each chunk of its body, then Cost for each rule,
 // which Engine.Settle takes. Rules that read the same fields share one reader; nothing of the

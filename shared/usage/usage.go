@@ -149,7 +149,7 @@ func (f *Fields) Header(get func(name string) []string) (int64, error) {
 		case len(vs) > 1:
 			return 0, wrap(ErrDuplicate, "header "+name+": given "+strconv.Itoa(len(vs))+" times")
 		}
-		v, err := ParseValue(strings.TrimSpace(vs[0]))
+		v, err := parseValue(strings.TrimSpace(vs[0]))
 		if err != nil {
 			return 0, wrapErr(err, "header "+name)
 		}
@@ -185,9 +185,9 @@ func (f *Fields) Text(doc string) (v string, ok bool) {
 	return string(s.captured), true
 }
 
-// ParseValue reads a token count written as a JSON number or a header value: decimal digits
+// parseValue reads a token count written as a JSON number or a header value: decimal digits
 // only, at most MaxValue. Every other form is an ErrValue naming what is wrong.
-func ParseValue(s string) (int64, error) {
+func parseValue(s string) (int64, error) {
 	var n number
 	for i := 0; i < len(s); i++ {
 		if !n.add(s[i]) {
@@ -338,15 +338,6 @@ func Class(err error) string {
 		}
 	}
 	return "other"
-}
-
-// Classes lists the names Class returns, for a metric's labels.
-func Classes() []string {
-	out := make([]string, 0, len(classes)+1)
-	for _, c := range classes {
-		out = append(out, c.name)
-	}
-	return append(out, "other")
 }
 
 var classes = [...]struct {
