@@ -170,11 +170,8 @@ func (r *Rule) checkUsage(o *conf.Obj) {
 // budget).
 func (u *Usage) estimate(alg algos.Algorithm, in *Input) int64 {
 	est := u.Estimate
-	if u.EstimateBody != nil && len(in.Body) > 0 {
-		var rd usage.Reader
-		rd.Reset(u.EstimateBody, false, usage.Limits{MaxBytes: MaxPeek})
-		rd.Write([]byte(in.Body)) // at most MaxPeek bytes, for the few rules that read it
-		if n, err := rd.EndPrefix(); err == nil {
+	if u.EstimateBody != nil && in.Body != "" {
+		if n, err := u.EstimateBody.Prefix(in.Body); err == nil {
 			est = n
 		}
 	}

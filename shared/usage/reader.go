@@ -164,20 +164,6 @@ func (r *Reader) end() {
 	}
 }
 
-// EndPrefix ends a body of which only a prefix was read (a bounded peek at a request): the
-// fields found in it count, and a document cut short is no error.
-func (r *Reader) EndPrefix() (int64, error) {
-	if !r.ended && !r.stream && r.err == nil && r.sc.state != stEnd && r.sc.found == all(r.f) {
-		r.ended = true
-		r.record()
-		if r.err != nil {
-			return 0, r.err
-		}
-		return r.cost, nil
-	}
-	return r.End()
-}
-
 // record sums the scanner's values into the cost, or sets the error saying what is missing.
 func (r *Reader) record() {
 	sc := &r.sc

@@ -160,6 +160,35 @@ func (f *Fields) Header(get func(name string) []string) (int64, error) {
 	return sum, nil
 }
 
+// Prefix returns the cost at f's paths in doc, a JSON document or the first bytes of one (a
+// bounded peek at a request body, for an estimate such as max_tokens): the paths found before
+// doc ends count, and a document cut short is no error once they are all found.
+func (f *Fields) Prefix(doc string) (int64, error) {
+	var s scanner
+	s.reset(f, DefaultMaxDepth)
+	for i := 0; i < len(doc) && s.err == nil && s.found != all(f); i++ {
+		s.step(doc[i])
+		s.off++
+	}
+	switch {
+	case s.found == all(f):
+		var sum int64
+		for t := range f.terms {
+			if sum += s.vals[t]; sum > MaxValue {
+				return 0, wrap(ErrValue, f.expr+": the sum is above 10^15")
+			}
+		}
+		return sum, nil
+	case s.err != nil:
+		return 0, s.err
+	case !s.started():
+		return 0, wrap(ErrMissing, "the body is empty")
+	case s.state == stEnd:
+		return 0, wrap(ErrMissing, "the body has no "+f.expr)
+	}
+	return 0, wrap(ErrTruncated, "the body's first bytes hold no "+f.expr)
+}
+
 // Text returns the string at the JSON path of f (its first term) in doc, a JSON document or the
 // first bytes of one (a bounded peek at a request body): for a dimension such as the request's
 // model. ok is false when doc has no string there before it ends or turns invalid. A path found

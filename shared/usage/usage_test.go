@@ -260,7 +260,7 @@ func TestLimits(t *testing.T) {
 	}
 }
 
-func TestEndPrefix(t *testing.T) {
+func TestPrefix(t *testing.T) {
 	f, _ := usage.ParsePaths("max_tokens")
 	for _, c := range []struct {
 		body string
@@ -274,9 +274,7 @@ func TestEndPrefix(t *testing.T) {
 		{`{"model":"m","max_tokens":-1,"x":"`, 0, usage.ErrValue},
 		{``, 0, usage.ErrMissing},
 	} {
-		r := usage.NewReader(f, false, usage.Limits{})
-		r.Write([]byte(c.body))
-		n, err := r.EndPrefix()
+		n, err := f.Prefix(c.body)
 		if n != c.n || !errors.Is(err, c.err) || (c.err == nil) != (err == nil) {
 			t.Errorf("%q: got (%d, %v), want (%d, %v)", c.body, n, err, c.n, c.err)
 		}
@@ -411,7 +409,8 @@ func init() {
 	}
 }
 
-// FuzzReader reads any body as JSON and as a stream, and a string field of it (Text): no panic, the same answer whole and in
+// FuzzReader reads any body as JSON and as a stream, as a prefix (Prefix) and a string field of
+// it (Text): no panic, the same answer whole and in
 // two chunks, a cost only in [0, MaxValue], and a JSON cost only for a body encoding/json
 // reads as valid JSON with that number at the path.
 func FuzzReader(f *testing.F) {
@@ -425,6 +424,9 @@ func FuzzReader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, split uint16) {
 		if v, ok := model.Text(string(body)); !ok && v != "" || len(v) > 256 {
 			t.Fatalf("Text: (%q, %v)", v, ok)
+		}
+		if n, err := fields.Prefix(string(body)); n < 0 || n > usage.MaxValue || err != nil && (n != 0 || usage.Class(err) == "other") {
+			t.Fatalf("Prefix: (%d, %v)", n, err)
 		}
 		at := min(int(split), len(body))
 		for _, stream := range []bool{false, true} {
