@@ -31,8 +31,8 @@ import (
 // delay and batch.
 //
 // Exactness in cluster mode: every admission and every settlement is one atomic script, so the
-// units spent across all nodes are the budget plus what is in flight: the settlements not made
-// yet. A node that dies between admission and settlement loses those requests' settlements: at
+// units spent across all nodes are at most the budget plus what is in flight: the actual costs,
+// beyond their estimates, of the requests not settled yet. A node that dies between admission and settlement loses those requests' settlements: at
 // most its in-flight requests' actual costs beyond their estimates.
 
 // UsageSpec is where a rule's cost is read from the response, as given.
