@@ -72,6 +72,8 @@ run:
 	@echo '  curl -i http://localhost:8080/                 # RateLimit-Limit, -Remaining, -Reset headers'
 	@printf '%s\n' "  for i in \$$(seq 1 8); do curl -s -o /dev/null -w '%{http_code}\\n' http://localhost:8080/; done   # 200 until the bucket of 5 is empty, then 429"
 	@echo '  curl -s http://127.0.0.1:9090/metrics | grep diana_'
+	@printf '%s\n' "  curl -i -H 'X-Api-Key: k1' -d '{\"max_tokens\":500,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}' http://localhost:8080/v1/chat/completions   # a token budget: RateLimit-Remaining in tokens"
+	@printf '%s\n' "  curl -N -H 'X-Api-Key: k1' -H 'X-Fake-Delay: 50ms' -d '{\"stream\":true,\"stream_options\":{\"include_usage\":true}}' http://localhost:8080/v1/chat/completions   # a stream, charged when it ends"
 	@echo "  curl -s -X POST http://127.0.0.1:9090/v1/check -d '{\"client_ip\":\"192.0.2.1\",\"path\":\"/\"}'"
 	bin/dianad --config examples/diana.yaml
 

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/shared/usage"
 )
 
 // Options say how the middleware reads a request.
@@ -49,6 +50,10 @@ type Options struct {
 	// Denied, if set, is called with every request the rules refuse, before the refusal is
 	// written: for a log line. in and res must not be kept.
 	Denied func(r *http.Request, in *rules.Input, res *rules.Result)
+	// Usage bounds the reading of a response's usage for the rules whose cost comes from it
+	// (rules.Usage): the JSON nesting, and the body's bytes (default: none; the memory is
+	// bounded by the nesting whatever the body's size).
+	Usage usage.Limits
 }
 
 // Limiter is the middleware. Its rules can be replaced at any time (a config reload) without
@@ -134,6 +139,9 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 // the engine and the options chosen by the caller, who keeps them for the whole request (dianad
 // takes both from one snapshot of its running config).
 func (o *Options) Limit(w http.ResponseWriter, r *http.Request, e *rules.Engine, in *rules.Input, next http.Handler) {
+	if in.Body == "" && e.Reads().Body {
+		in.Body = PeekBody(r)
+	}
 	res := e.Check(r.Context(), in)
 	var start time.Time  // when the upstream call began; zero if it never did
 	var sw *statusWriter // the response's status, for the adaptive rules
@@ -165,6 +173,16 @@ func (o *Options) Limit(w http.ResponseWriter, r *http.Request, e *rules.Engine,
 	if res.Learns() { // only adaptive rules read the status: no wrapper otherwise
 		sw = &statusWriter{ResponseWriter: w}
 		w = sw
+	}
+	if m := res.Meter(o.Usage); m != nil {
+		// The usage rules are charged when the response has ended, whatever happened to it.
+		defer e.Settle(context.WithoutCancel(r.Context()), &res, m.Cost)
+		if m.ReadsBody() {
+			// A compressed body hides its usage: ask for it plain (Go's transport then asks
+			// the upstream for gzip itself, and hands the body on decompressed).
+			r.Header.Del("Accept-Encoding")
+		}
+		w = &meterWriter{ResponseWriter: w, m: m}
 	}
 	next.ServeHTTP(w, r)
 }

@@ -42,6 +42,7 @@ type needs struct {
 	IP, Consumer, Credential, Path, Service bool
 	Headers                                 bool // GetHeader, per header a rule reads
 	Leases                                  bool // Log must give concurrency leases back
+	Settles                                 bool // Log must charge the responses' usage (usage_header)
 }
 
 // credentialHeader is the name under which the request's Kong credential id is handed to the
@@ -65,6 +66,10 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 	fs := resolvedFields()
 	if a := o.String("algorithm", ""); !logPhase && leasing(a) {
 		o.Fail("algorithm", a+" needs Kong's log phase, to give each request's lease back when it ends, and this plugin server runs without it (-no-log-phase): start it without that flag, or choose another algorithm")
+		return s, errs
+	}
+	if !logPhase && o.String("usage_header", "") != "" {
+		o.Fail("usage_header", "needs Kong's log phase, to charge each response's usage when it ends, and this plugin server runs without it (-no-log-phase): start it without that flag")
 		return s, errs
 	}
 	v := values{} // every field's value, its default when absent; nil: an optional field unset
@@ -137,6 +142,7 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 	for _, r := range s.Rules {
 		s.needs.Credential = s.needs.Credential || slices.Contains(r.By, "header:"+credentialHeader)
 		s.needs.Leases = s.needs.Leases || r.Leases
+		s.needs.Settles = s.needs.Settles || r.Usage != nil
 	}
 	// A request without a consumer, credential, service or header counts by its address
 	// instead (as Kong's rate-limiting falls back to the client IP): those rules need it too.
@@ -232,6 +238,12 @@ func (s *settings) spec(o *conf.Obj, v values, lf limitFields) rules.Spec {
 		sp.Action = rules.Shadow
 	}
 	sp.Ban = v.duration(o, "ban")
+	if h := v.str("usage_header"); h != "" {
+		sp.Usage = &rules.UsageSpec{Header: h, Estimate: v.integer("usage_estimate"), Fallback: -1}
+		if f, ok := v["usage_fallback"].(int64); ok {
+			sp.Usage.Fallback = f
+		}
+	}
 	if s.Redis != nil {
 		sp.Mode = rules.Cluster
 		switch nodes := v.integer("fallback_nodes"); {
@@ -273,6 +285,8 @@ func (lf limitFields) field(sp *rules.Spec, path string) string {
 		return "error_message"
 	case path == "batch.max_age":
 		return "batch_max_age"
+	case strings.HasPrefix(path, "usage."):
+		return "usage_" + strings.TrimPrefix(path, "usage.")
 	case strings.HasPrefix(path, "batch"):
 		return "batch_max"
 	case strings.HasPrefix(path, "by["):
@@ -316,6 +330,10 @@ func (s *settings) add(sp rules.Spec, lf limitFields, errs *conf.Errors) {
 		case sp.Batch != nil && (e.Path == "batch" || strings.HasPrefix(e.Path, "batch.")):
 			s.warn("batch_max", fmt.Sprintf("is ignored for the rule %s, which decides every request in Redis: %s", sp.Name, e.Reason))
 			sp.Batch = nil
+			continue
+		case sp.Usage != nil && (strings.Contains(e.Reason, rules.CannotSettle) || e.Path == "usage.header"):
+			s.warn("usage_header", fmt.Sprintf("is ignored for the rule %s, whose requests then cost 1 each: %s", sp.Name, e.Reason))
+			sp.Usage = nil
 			continue
 		case e.Path == "nodes" && sp.OnError == rules.FailLocal:
 			s.warn("fallback_nodes", fmt.Sprintf("is ignored for the rule %s, which refuses requests while Redis is down (as fail_closed): %s", sp.Name, e.Reason))

@@ -33,6 +33,9 @@ type kongReq struct {
 	Headers    map[string]string // lower-case names
 	Shared     map[string]any    // kong.ctx.shared, kept from access to log
 	Status     int               // the response's status, for kong.response.get_status
+	// Upstream are the service response's headers, for kong.service.response.get_headers;
+	// nil answers no response from the service.
+	Upstream map[string][]string
 }
 
 // kongResult is what the plugin did during one event.
@@ -119,6 +122,14 @@ func answer(conn net.Conn, r *kongReq, rpcReturn bool) (res kongResult, closed b
 			ret = bridge.WrapString(r.Headers[strings.ToLower(name.V)])
 		case "kong.response.get_status":
 			ret = &kpp.Int{V: int32(r.Status)}
+		case "kong.service.response.get_headers":
+			if r.Upstream != nil {
+				st, err := bridge.WrapHeaders(r.Upstream)
+				if err != nil {
+					return res, false, err
+				}
+				ret = st
+			}
 		case "kong.response.set_headers":
 			var st structpb.Struct
 			if err := proto.Unmarshal(args, &st); err != nil {

@@ -119,6 +119,16 @@ var addrMatch = func() *matchAny {
 // headerMatch is an HTTP header name (a token of RFC 9110).
 var headerMatch = &matchAny{Patterns: []string{"^[%w!#%$%%&'%*%+%.%^_`|~%-]+$"}, Err: "must be an HTTP header name, such as X-Api-Key"}
 
+// usageNone refuses the sums of header names usage_header cannot read: a + that joins no two
+// names, more than usage.MaxTerms names. A name given twice, which a Lua pattern cannot see, is
+// adapted with a warning (see settings.add).
+var usageNone = []matchNot{
+	{"^%+", "cannot start with +: + joins two header names"},
+	{"%+$", "cannot end with +: + joins two header names"},
+	{"%+%+", "cannot hold ++: + joins two header names"},
+	{"%+.*%+.*%+.*%+.*%+.*%+.*%+.*%+", "may add up at most 8 headers"},
+}
+
 // pathMatch and pathNone are a path pattern: /login exactly, * one whole segment, a final **
 // any rest; matched against the normal form of request paths, which has no ;parameters, query
 // or backslash.

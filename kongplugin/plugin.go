@@ -20,6 +20,7 @@ import (
 	"github.com/diana-gw/diana/internal/lograte"
 	"github.com/diana-gw/diana/shared/conf"
 	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/shared/usage"
 )
 
 // Config is one plugin instance, as go-pdk makes it for each nginx worker: Kong's config JSON
@@ -37,6 +38,7 @@ type Config struct {
 	// Kong's error log through the PDK, for the paths where a request passes unlimited (and an
 	// invalid config), at most a line a second each per instance.
 	invalidLog, shadowLog, failedLog, inputLog lograte.Limiter
+	usageLog                                   lograte.Limiter // responses charged usage_fallback
 }
 
 // New makes an empty instance for go-pdk, which then decodes Kong's config JSON into it.
@@ -162,12 +164,13 @@ func (c *Config) Access(kong *pdk.PDK) {
 		kong.Response.Exit(status, body, h)
 		return
 	}
-	if res.HasLeases() {
+	if res.HasLeases() || res.Settles() {
 		id := strconv.FormatUint(leaseSeq.Add(1), 10)
 		leases.Store(id, held{c.engine, res, clock()})
 		if err := kong.Ctx.SetShared(leaseKey, id); err != nil {
 			leases.Delete(id)
 			c.engine.Release(context.Background(), &res)
+			c.engine.Settle(context.Background(), &res, unread) // the log phase cannot find it: its fallback now
 		}
 	}
 	if len(h) > 0 {
@@ -219,7 +222,7 @@ func (c *Config) logUnlimited(kong *pdk.PDK, in *rules.Input, res *rules.Result)
 // concurrency or adaptive limit return at once, without a PDK call.
 func (c *Config) Log(kong *pdk.PDK) {
 	defer recovered("log")
-	if c.engine == nil || !c.s.needs.Leases {
+	if c.engine == nil || !c.s.needs.Leases && !c.s.needs.Settles {
 		return
 	}
 	id, err := kong.Ctx.GetSharedString(leaseKey)
@@ -235,10 +238,51 @@ func (c *Config) Log(kong *pdk.PDK) {
 			dropped = err == nil && rules.Dropped(status)
 		}
 		h.engine.Finish(context.Background(), &h.res, latency, dropped)
+		if h.res.Settles() {
+			c.settle(kong, &h)
+		}
 	}
 }
 
-// Leases held by requests in flight, from Access to Log, by an id kept in kong.ctx.shared.
+// settle charges the usage rules of a request the cost its upstream's response header gives
+// (usage_header), read in the log phase, when the response has ended: one PDK call. A response
+// without it (no response from the service, the header missing or unreadable) is charged
+// usage_fallback, and logged at most once a second.
+func (c *Config) settle(kong *pdk.PDK, h *held) {
+	m := h.res.Meter(usage.Limits{})
+	if hs, err := kong.ServiceResponse.GetHeaders(-1); err == nil && hs != nil {
+		m.Header(func(name string) []string {
+			for k, v := range hs {
+				if strings.EqualFold(k, name) {
+					return v
+				}
+			}
+			return nil
+		})
+	}
+	var why error
+	h.engine.Settle(context.Background(), &h.res, func(r *rules.Rule) (int64, error) {
+		n, err := m.Cost(r)
+		if err != nil && why == nil {
+			why = err
+		}
+		return n, err
+	})
+	if why != nil {
+		if ok, skipped := c.usageLog.Allow(); ok {
+			kong.Log.Warn("diana: plugin " + c.s.PluginID + ": response usage unread, charged usage_fallback (" +
+				strconv.FormatInt(skipped, 10) + " more since the last line): " + why.Error())
+		}
+	}
+}
+
+// unread is the cost of a response whose usage was never read.
+func unread(*rules.Rule) (int64, error) { return 0, errUnread }
+
+var errUnread = fmt.Errorf("%w: the log phase did not find the request", usage.ErrMissing)
+
+// Leases and usage reservations held by requests in flight, from Access to Log, by an id kept
+// in kong.ctx.shared.
 var (
 	leaseSeq atomic.Uint64
 	leases   sync.Map // id → held

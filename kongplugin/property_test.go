@@ -439,6 +439,11 @@ func TestSchemaValidLimits(t *testing.T) {
 // and points policy redis at the test's Redis; what the generator chose otherwise stays.
 func observable(r *rand.Rand, cfg map[string]any, host, port string) {
 	cfg["limit"] = float64(1 + r.IntN(4))
+	if h, _ := cfg["usage_header"].(string); h != "" {
+		// A token budget's request reserves its estimate: 0 would never reach the limit in the
+		// access phase, whose requests are the ones sent here (no response charges them).
+		cfg["usage_estimate"] = float64(1 + r.IntN(4))
+	}
 	if cfg["burst"].(float64) > 4 {
 		cfg["burst"] = float64(r.IntN(5))
 	}

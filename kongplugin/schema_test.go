@@ -17,7 +17,7 @@ var kongTypes = map[string]bool{"string": true, "integer": true, "number": true,
 // optional are the fields without a default: absent means "not used".
 var optional = map[string]bool{"header_name": true, "path": true, "redis_sentinel_master": true,
 	"redis_username": true, "redis_password": true, "redis_server_name": true, "redis_ssl_ca_file": true,
-	"redis_ssl_cert_file": true, "redis_ssl_key_file": true}
+	"redis_ssl_cert_file": true, "redis_ssl_key_file": true, "usage_header": true, "usage_fallback": true}
 
 // TestDump checks the -dump output against Kong's metaschema rules and Konga's rendering rules
 // (shared/notes/kong.md): the envelope, flat scalar fields in one config record, a known type

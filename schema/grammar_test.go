@@ -233,8 +233,13 @@ func (m *merge) field(f conf.Field) {
 			m.fail("%s states %s, which its decoder states", f.Path, k)
 		}
 	}
-	if c, _ := n.Get("x-default"); c == "computed" {
-		del(n, "x-default") // from another field's value, as its description says
+	if c, ok := n.Get("x-default"); ok {
+		// computed: from another field's value, as its description says; absent: the field
+		// is not given, which no value of its type says
+		if c != "computed" && c != "absent" {
+			m.fail("%s: x-default must be computed or absent, got %v", f.Path, c)
+		}
+		del(n, "x-default")
 	} else if f.Default != nil && !f.Required {
 		if has(n, "default") {
 			m.fail("%s states default, which its decoder states", f.Path)
@@ -372,27 +377,26 @@ func jsonValue(v any) conf.Value {
 }
 
 // dimensionPattern is the form of a "by" entry, from the dimensions' registry: NAME, or
-// NAME:HEADER for the kinds that take an argument (required or optional, as a rule with it
-// decodes).
+// NAME:ARG for the kinds that take an argument (its form is the kind's Arg), required or
+// optional as a rule with it decodes.
 func dimensionPattern() string {
-	const token = "[!#$%&'*+.^_`|~0-9A-Za-z-]+"
-	decodes := func(by string) bool {
+	optional := func(name string) bool {
 		errs := &conf.Errors{}
-		doc := &conf.Object{Keys: []string{"name", "by", "limit"}, Vals: []conf.Value{"r", by,
+		doc := &conf.Object{Keys: []string{"name", "by", "limit"}, Vals: []conf.Value{"r", name,
 			&conf.Object{Keys: []string{"algorithm", "limit", "window"}, Vals: []conf.Value{"fixed_window", conf.Number("1"), "1s"}}}}
 		rules.DecodeRule(conf.Read(doc, errs))
 		return errs.Err() == nil
 	}
 	var alts []string
 	for _, name := range rules.Dimensions() {
-		noArg, withArg := decodes(name), decodes(name+":X-Test")
+		k, _ := rules.DimensionNamed(name)
 		switch {
-		case noArg && !withArg:
+		case k.Arg == "":
 			alts = append(alts, regexp.QuoteMeta(name))
-		case withArg && !noArg:
-			alts = append(alts, regexp.QuoteMeta(name)+":"+token)
+		case optional(name):
+			alts = append(alts, regexp.QuoteMeta(name)+"(:"+k.Arg+")?")
 		default:
-			alts = append(alts, regexp.QuoteMeta(name)+"(:"+token+")?")
+			alts = append(alts, regexp.QuoteMeta(name)+":"+k.Arg)
 		}
 	}
 	return "^(" + strings.Join(alts, "|") + ")$"

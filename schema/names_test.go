@@ -44,7 +44,11 @@ func TestAlgorithmNames(t *testing.T) {
 	shared := rules.AlgorithmsWhere(func(k rules.AlgorithmKind) bool { return !k.LocalOnly })
 	var twins []string
 	for _, n := range scripts.Names() {
-		if base, ok := strings.CutSuffix(n, algos.RefundSuffix); ok { // a refund goes with its algorithm
+		base, ok := strings.CutSuffix(n, algos.RefundSuffix) // a refund goes with its algorithm
+		if !ok {
+			base, ok = strings.CutSuffix(n, algos.SettleSuffix) // and so does a settlement
+		}
+		if ok {
 			if !slices.Contains(shared, base) {
 				t.Errorf("Lua script %s: no registered algorithm %s", n, base)
 			}

@@ -248,6 +248,13 @@ func validDocs() map[string]doc {
 		{"name": "monitor", "unlimited": true, "match": {"consumers": "monitor"}},
 		{"name": "quiet", "unlimited": false, "match": {"consumers": "x", "not": {"clients": "10.0.0.1"}}, "limit": {"algorithm": "token_bucket", "rate": 1}}]}`}
 	docs["remote exceptions and unlimited rules"] = doc{json: docs["exceptions and unlimited rules"].json, remote: true}
+	usage := `"rules": [
+		{"name": "t", "by": ["header:X-Api-Key"], "usage": {"body": "usage.input_tokens+usage.output_tokens", "estimate": 0, "estimate_body": "max_tokens", "fallback": 4096},
+			"limit": {"algorithm": "token_bucket", "rate": 100000, "period": "1m"}},
+		{"name": "h", "usage": {"header": "x-usage-total-tokens"}, "action": "shadow", "limit": {"algorithm": "fixed_window", "limit": 1000, "window": "1h"}},
+		{"name": "s", "usage": {"body": "usage.total_tokens"}, "limit": {"algorithm": "sliding_window", "limit": 1000, "window": "1h", "subwindows": 1}}]}`
+	docs["usage"] = doc{json: `{"version": 1,` + usage}
+	docs["remote usage"] = doc{json: `{"version": 1,` + usage, remote: true}
 	docs["minimal"] = doc{json: `{"version": 1}`}
 	docs["minimal remote"] = doc{json: `{"version": 1}`, remote: true}
 	docs["empty lists"] = doc{json: `{"version": 1, "trusted_proxies": [], "upstreams": [], "rules": [{"name": "a", "by": [], "limit": {"algorithm": "fixed_window", "limit": 1, "window": "1s"}}]}`}
@@ -337,6 +344,14 @@ func TestInvalidDocuments(t *testing.T) {
 		{"tls_cert_file without tls_key_file", `{"version": 1, "redis": {"addrs": "127.0.0.1:6379", "tls": true, "tls_cert_file": "testdata/client.pem"}}`, false, "redis.tls_key_file"},
 		{"tls_key_file without tls_cert_file", `{"version": 1, "redis": {"addrs": "127.0.0.1:6379", "tls": true, "tls_key_file": "testdata/client.key"}}`, false, "redis.tls_key_file"},
 		{"token and token_file", `{"version": 1, "admin": {"token": "x", "token_file": "testdata/secret"}}`, false, "admin.token_file"},
+		// A cost from the response.
+		{"usage without header or body", lim(`{"algorithm": "token_bucket", "rate": 5}, "usage": {"estimate": 5}`), false, "rules[0].usage"},
+		{"usage with header and body", lim(`{"algorithm": "token_bucket", "rate": 5}, "usage": {"header": "x-t", "body": "u.t"}`), false, "rules[0].usage.body"},
+		{"usage with cost", lim(`{"algorithm": "token_bucket", "rate": 5}, "cost": 2, "usage": {"body": "u.t"}`), false, "rules[0].cost"},
+		{"usage of sliding_log", lim(`{"algorithm": "sliding_log", "limit": 5, "window": "1s"}, "usage": {"body": "u.t"}`), false, "rules[0].limit.algorithm"},
+		{"usage with subwindows", lim(`{"algorithm": "sliding_window", "limit": 5, "window": "1s", "subwindows": 4}, "usage": {"body": "u.t"}`), false, "rules[0].limit.subwindows"},
+		{"usage with delay", lim(`{"algorithm": "token_bucket", "rate": 5}, "usage": {"body": "u.t"}, "action": "delay", "max_delay": "1s"`), false, "rules[0].action"},
+		{"usage negative fallback", lim(`{"algorithm": "token_bucket", "rate": 5}, "usage": {"body": "u.t", "fallback": -1}`), false, "rules[0].usage.fallback"},
 		// Batched mode.
 		{"batch in local mode", `{"version": 1, "rules": [{"name": "a", "limit": {"algorithm": "fixed_window", "limit": 5, "window": "1s"}, "batch": {"max": 5}}]}`, true, "rules[0].batch"},
 		{"batch without max", `{"version": 1, "rules": [{"name": "a", "mode": "cluster", "limit": {"algorithm": "fixed_window", "limit": 5, "window": "1s"}, "batch": {"min": 5}}]}`, true, "rules[0].batch.max"},
@@ -760,6 +775,10 @@ func baseDocs() []doc {
 		{json: `{"version": 1}`, remote: true},
 	}
 	batched := `{"version": 1, "redis": {"addrs": "127.0.0.1:6379"}, "rules": [{"name": "r", "mode": "cluster", "limit": {"algorithm": "fixed_window", "limit": 100, "window": "1s"}, "batch": {"max": 10}}]}`
+	for _, u := range []string{`{"body": "usage.total_tokens"}`, `{"header": "x-usage-total-tokens"}`} {
+		rule := `"rules": [{"name": "r", "usage": ` + u + `, "limit": {"algorithm": "token_bucket", "rate": 100}}]}`
+		docs = append(docs, doc{json: `{"version": 1, ` + rule}, doc{json: `{"version": 1, ` + rule, remote: true})
+	}
 	docs = append(docs, doc{json: batched},
 		doc{json: `{"version": 1, "rules": [{"name": "r", "mode": "cluster", "limit": {"algorithm": "token_bucket", "rate": 100}, "batch": {"max": 10}}]}`, remote: true})
 	for _, limit := range minimalLimits() {

@@ -64,7 +64,8 @@ func parseAuthQuery(raw string) (authQuery, string) {
 //   - 400 {"error"} for a request that cannot be told reliably, or a bad query string;
 //   - 401 {"error"} when admin.token is set and the query has no token=TOKEN, or another one.
 //
-// Concurrency rules release their lease at once, as with /v1/check.
+// Concurrency rules release their lease at once, and usage rules are charged their fallback, as
+// with /v1/check.
 func (s *Server) serveAuth(w http.ResponseWriter, r *http.Request) {
 	q, msg := parseAuthQuery(r.URL.RawQuery)
 	if msg != "" {
@@ -98,6 +99,7 @@ func (s *Server) serveAuth(w http.ResponseWriter, r *http.Request) {
 	}
 	res := l.engine.Check(r.Context(), &in)
 	l.engine.Release(context.WithoutCancel(r.Context()), &res)
+	l.engine.Settle(context.WithoutCancel(r.Context()), &res, unseen)
 	if !res.Allowed {
 		s.logDenial(&in, &res)
 		if q.denyStatus == 0 {

@@ -58,6 +58,8 @@ func (s *Server) adminHandler() http.Handler {
 //
 // Concurrency rules release their lease as soon as the check is decided: the API cannot tell
 // when the gateway's request ends, so they limit only concurrent checks. Use them in the proxy.
+// Likewise a rule whose cost comes from the response (usage) never sees it here: each request
+// is charged the rule's fallback at once, counted and logged as unread.
 func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -70,6 +72,7 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	res := l.engine.Check(r.Context(), &in)
 	l.engine.Release(context.WithoutCancel(r.Context()), &res)
+	l.engine.Settle(context.WithoutCancel(r.Context()), &res, unseen)
 	if !res.Allowed {
 		s.logDenial(&in, &res)
 	}

@@ -33,6 +33,10 @@ type metrics struct {
 	addrHeaders    *prometheus.CounterVec
 	rlqsActions    *prometheus.CounterVec // set with the rate limit quota service (rlqs.go)
 	rlqsRefused    *prometheus.CounterVec
+	// usageTokens counts the units settled from responses, and usageUnread the responses
+	// whose usage could not be read (charged the fallback), by rule and reason.
+	usageTokens *prometheus.CounterVec
+	usageUnread *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -94,7 +98,15 @@ func newMetrics() *metrics {
 	for _, p := range []string{"unexpected", "missing"} {
 		m.addrHeaders.WithLabelValues(p) // shown as 0 from the start, for alerts
 	}
-	m.reg.MustRegister(m.addrHeaders)
+	m.usageTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "diana_usage_tokens_total",
+		Help: "Units charged when responses ended, by rules whose cost comes from the response (usage): the usage read, or the fallback.",
+	}, []string{"rule"})
+	m.usageUnread = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "diana_usage_unread_total",
+		Help: "Responses whose usage could not be read and were charged the rule's fallback, by rule and reason (missing, value, duplicate, syntax, depth, too_large, truncated, other).",
+	}, []string{"rule", "reason"})
+	m.reg.MustRegister(m.addrHeaders, m.usageTokens, m.usageUnread)
 	m.reg.MustRegister(m.decisions, m.backendErrors, m.redisDuration, m.breaker, m.starved, m.reloads, m.info, m.rlsUnknown, m.adaptive, m.authProblems, m.connsReclaimed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

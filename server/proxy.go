@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/diana-gw/diana/internal/llmfake"
 	"github.com/diana-gw/diana/shared/rules"
 )
 
@@ -133,9 +134,13 @@ func Rewrite(target *url.URL) func(*httputil.ProxyRequest) {
 	}
 }
 
-// newUpstream builds the handler of u: the demo handler for scheme "demo", else a reverse proxy
+// newUpstream builds the handler of u: the demo handler for scheme "demo" (demo:llm: the fake
+// LLM of internal/llmfake, OpenAI-shaped answers with token usage), else a reverse proxy
 // to u.URL on the server's shared transport (its idle connections outlive reloads).
 func (s *Server) newUpstream(u Upstream) *upstream {
+	if u.URL.Scheme == "demo" && u.URL.Opaque == "llm" {
+		return &upstream{Upstream: u, handler: llmfake.Handler()}
+	}
 	if u.URL.Scheme == "demo" {
 		return &upstream{Upstream: u, handler: demoHandler(u.Name)}
 	}

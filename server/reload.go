@@ -201,7 +201,8 @@ func (s *Server) logRestartNeeded(c *Config) {
 // setLive builds the engine, the request options and the upstreams of c and swaps them in at
 // once; requests in flight finish with the snapshot they started with.
 func (s *Server) setLive(c *Config) error {
-	ro := rules.Options{Local: rules.Each(s.mem.Decide), Observe: s.observe, Limit: s.met.adaptiveLimit, EscapedSlashes: c.EscapedSlashes, StripDotsSpaces: c.StripDots}
+	ro := rules.Options{Local: rules.Each(s.mem.Decide), Observe: s.observe, Limit: s.met.adaptiveLimit, Settled: s.settled,
+		EscapedSlashes: c.EscapedSlashes, StripDotsSpaces: c.StripDots}
 	if s.cluster != nil {
 		ro.Cluster = s.cluster // never a typed nil: rules.New must see a missing store
 	}

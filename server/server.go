@@ -19,6 +19,7 @@ import (
 	"github.com/diana-gw/diana/internal/lograte"
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/shared/usage"
 	"github.com/diana-gw/diana/store/failover"
 	"github.com/diana-gw/diana/store/memstore"
 	"github.com/diana-gw/diana/store/redisstore"
@@ -69,9 +70,10 @@ type Server struct {
 	proxyLog   lograte.Limiter // upstream errors: likewise
 	unknownLog lograte.Limiter // rls requests for an unknown domain: likewise
 
-	authLog lograte.Limiter // forward-auth requests refused or not believed: likewise
-	addrLog lograte.Limiter // trusted peers' address headers not as client_ip_header expects: likewise
-	rlqsLog lograte.Limiter // rate limit quota buckets assigned ALLOW_ALL, streams refused: likewise
+	authLog  lograte.Limiter // forward-auth requests refused or not believed: likewise
+	addrLog  lograte.Limiter // trusted peers' address headers not as client_ip_header expects: likewise
+	rlqsLog  lograte.Limiter // rate limit quota buckets assigned ALLOW_ALL, streams refused: likewise
+	usageLog lograte.Limiter // responses whose usage could not be read (charged the fallback): likewise
 
 	rls *rlsState // nil without an rls section
 }
@@ -351,6 +353,31 @@ func (s *Server) logDenial(in *rules.Input, res *rules.Result) {
 }
 
 // observe is the engine's hook, called once per rule decided for a request.
+// unseen is the usage of a response the decision APIs (/v1/check, /v1/auth) never see: the
+// rule's fallback is charged.
+func unseen(*rules.Rule) (int64, error) { return 0, errUnseen }
+
+var errUnseen = fmt.Errorf("%w: the decision API does not see the response (a usage rule belongs in the proxy)", usage.ErrMissing)
+
+// settled is told what a usage rule charged when a response ended: counted, and when the usage
+// could not be read (the fallback charged) or the store could not take it, logged.
+func (s *Server) settled(st rules.Settled) {
+	s.met.usageTokens.WithLabelValues(st.Rule.Name).Add(float64(st.Cost))
+	if st.Err != nil {
+		s.met.usageUnread.WithLabelValues(st.Rule.Name, usage.Class(st.Err)).Inc()
+		if ok, skipped := s.usageLog.Allow(); ok {
+			s.log.Warn("response usage unread: charged the rule's fallback", "rule", st.Rule.Name, "cost", st.Cost, "err", st.Err, "suppressed", skipped)
+		}
+	}
+	if st.StoreErr != nil {
+		s.met.backendError(st.Rule.Name)
+		if ok, skipped := s.backendLog.Allow(); ok {
+			s.log.Warn("rate-limit backend failed to settle a response's cost: settled by the rule's on_error policy",
+				"rule", st.Rule.Name, "on_error", st.Rule.OnError.String(), "err", st.StoreErr, "suppressed", skipped)
+		}
+	}
+}
+
 func (s *Server) observe(r *rules.Rule, in *rules.Input, o rules.Outcome, err error) {
 	s.met.decision(r.Name, o)
 	if err != nil {

@@ -429,7 +429,7 @@ func TestExampleConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("examples/diana.yaml: %v", err)
 	}
-	if cfg.Listen != ":8080" || cfg.Admin.Listen != "127.0.0.1:9090" || len(cfg.Rules) != 4 || cfg.Redis != nil {
+	if cfg.Listen != ":8080" || cfg.Admin.Listen != "127.0.0.1:9090" || len(cfg.Rules) != 5 || cfg.Redis != nil {
 		t.Errorf("examples/diana.yaml: listen %q, admin %q, %d rules, redis %v", cfg.Listen, cfg.Admin.Listen, len(cfg.Rules), cfg.Redis)
 	}
 	cfg.Listen, cfg.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0" // the demo's ports may be taken

@@ -86,5 +86,9 @@ func (h *httpContext) release() {
 	h.p.local.Release(context.Background(), res)
 }
 
-// OnHttpStreamDone releases what a request still holds: a stream reset before the response.
-func (h *httpContext) OnHttpStreamDone() { h.release() }
+// OnHttpStreamDone releases what a request still holds (a stream reset before the response) and
+// settles its usage rules (see usage.go).
+func (h *httpContext) OnHttpStreamDone() {
+	h.release()
+	h.settle()
+}

@@ -71,6 +71,7 @@ const (
 	metricHeap         = "diana.heap_bytes"            // gauge: this VM's heap, updated every tick
 	metricNotEnabled   = "diana.not_enabled"           // requests filter_enabled left out: let through undecided (counted in allowed too)
 	metricNotEnforced  = "diana.not_enforced"          // denials filter_enforced did not answer (counted in shadow_denied too)
+	metricUsageUnread  = "diana.usage_unread"          // responses whose usage could not be read: charged the rule's fallback
 )
 
 // tickMS is how often each VM updates its heap gauge and rereads the hash key.
@@ -78,7 +79,7 @@ const tickMS = 10_000
 
 type metrics struct {
 	allowed, denied, shadowDenied, unlimited, backendErrors, casExhausted, overflow, dataErrors proxywasm.MetricCounter
-	notEnabled, notEnforced                                                                     proxywasm.MetricCounter
+	notEnabled, notEnforced, usageUnread                                                        proxywasm.MetricCounter
 	heap                                                                                        proxywasm.MetricGauge
 }
 
@@ -98,8 +99,8 @@ type pluginContext struct {
 
 	// Logs of events that a flood could repeat: failed callouts, local replies the host
 	// refused, shadow denials, shared-data failures, requests filter_enabled left out.
-	callouts, replies, shadows, dataLog, notEnabled summary
-	sample                                          sampler // filter_enabled and filter_enforced
+	callouts, replies, shadows, dataLog, notEnabled, usageLog summary
+	sample                                                    sampler // filter_enabled and filter_enforced
 }
 
 // OnPluginStart parses and validates the configuration; a bad one fails the start (Envoy then
@@ -133,6 +134,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		heap:          proxywasm.DefineGaugeMetric(metricHeap),
 		notEnabled:    proxywasm.DefineCounterMetric(metricNotEnabled),
 		notEnforced:   proxywasm.DefineCounterMetric(metricNotEnforced),
+		usageUnread:   proxywasm.DefineCounterMetric(metricUsageUnread),
 	}
 	if err := proxywasm.SetTickPeriodMilliSeconds(tickMS); err != nil {
 		proxywasm.LogWarn("diana.wasm: no ticks, the heap gauge stays 0: " + err.Error())
@@ -150,6 +152,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	p.replies.what = "a local reply was refused by the host, the request went on"
 	p.shadows.what = "shadow rule would have denied"
 	p.dataLog.what = "shared data failed, the rule let the request through"
+	p.usageLog.what = "a response's usage was unread, the rule's fallback charged"
 	p.notEnabled.what = "filter_enabled is " + percent(cfg.enabled) + ": a request was let through undecided"
 	var seed [8]byte
 	if err := readRandom(seed[:]); err != nil {
@@ -166,7 +169,8 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		if keepsLists(cfg.rules) {
 			local = &localStore{slots: store, states: &slotstore.States{Data: p.data, Now: p.now, Retries: cfg.casRetries, Contended: store.Contended}}
 		}
-		if p.local, err = rules.New(cfg.rules, rules.Options{Local: local, EscapedSlashes: cfg.path.Slashes, StripDotsSpaces: cfg.path.StripDotsSpaces}); err != nil {
+		if p.local, err = rules.New(cfg.rules, rules.Options{Local: local, EscapedSlashes: cfg.path.Slashes, StripDotsSpaces: cfg.path.StripDotsSpaces,
+			Settled: p.settled, Clock: p.now}); err != nil {
 			proxywasm.LogCritical("diana.wasm configuration: " + err.Error())
 			return types.OnPluginStartStatusFailed
 		}
@@ -190,6 +194,7 @@ func (p *pluginContext) OnTick() {
 	p.shadows.tick(tickMS)
 	p.dataLog.tick(tickMS)
 	p.notEnabled.tick(tickMS)
+	p.usageLog.tick(tickMS)
 	if key, err := slotstore.LoadKey(p.data, readRandom); err == nil {
 		p.store.Key = key
 	}
@@ -212,7 +217,8 @@ type httpContext struct {
 	paused  bool        // the request waits for the callout to dianad
 	enforce bool        // a denial is answered (filter_enforced drew this request)
 
-	held *holding // while the request holds leases (adaptive slots); nil otherwise
+	held    *holding  // while the request holds leases (adaptive slots); nil otherwise
+	metered *metering // while the request's response is metered for usage rules; nil otherwise
 }
 
 // reqHeaders reads request headers from the host, only those the rules ask for.
@@ -290,6 +296,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		if res.HasLeases() { // allocated only then: requests without leases carry nothing more
 			h.held = &holding{res: res}
 		}
+		h.meter(&res)
 		if !res.Allowed {
 			return h.deny(&res)
 		}
@@ -406,6 +413,7 @@ func (h *httpContext) reply(status int, hdrs [][2]string, body []byte) types.Act
 	}
 	h.replied = true
 	h.release() // it never reaches the backend: nothing learned
+	h.unmeter() // nor used anything
 	h.p.m.denied.Increment(1)
 	h.countShadow()
 	return types.ActionPause
@@ -417,6 +425,7 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 		return types.ActionContinue
 	}
 	h.finish()
+	h.meterHeaders()
 	for _, kv := range h.hdrs {
 		if err := proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1]); err != nil {
 			proxywasm.LogWarn("diana.wasm: setting " + kv[0] + ": " + err.Error())

@@ -5,8 +5,8 @@
 //
 // It builds every algorithm, decides a burst of requests on a fresh state of each, and exits 1 if
 // a decision is implausible (the first request of a burst denied, no request of the burst denied,
-// or a request a day later denied), and checks a per-IP rule through the rules engine. It runs
-// under plain Go too: go run ./build/tinygocheck.
+// or a request a day later denied), checks a per-IP rule through the rules engine, and reads an
+// LLM response's token usage (shared/usage). It runs under plain Go too: go run ./build/tinygocheck.
 package main
 
 import (
@@ -39,7 +39,7 @@ func main() {
 			failed = true
 		}
 	}
-	if !checkRules() || !checkAdaptive() {
+	if !checkRules() || !checkAdaptive() || !checkUsage() {
 		failed = true
 	}
 	if failed {

@@ -17,6 +17,11 @@
 //   - divisions are floor divisions of non-negative numbers, which Lua's math.floor(a/b) computes
 //     exactly for operands below 2^53.
 //
+// Two transitions change an algorithm's state outside a decision, each with its Lua twin: Refund
+// gives back a batch's unspent units (batching.go), and Settle charges a request the cost its
+// response told against the estimate it reserved (settle.go: token bucket, fixed and sliding
+// window), which may take a budget below zero.
+//
 // The package does no I/O, starts no goroutines and uses no reflection: it compiles under TinyGo.
 package algos
 

@@ -57,7 +57,7 @@ func (f *FixedWindow) Decide(st *State, r Request) Decision {
 		ws, count = start, 0 // a new window (an empty state too, whatever the epoch)
 	}
 	wait := max(0, ws-now)
-	d := Decision{Limit: f.limit, Remaining: f.limit - count}
+	d := Decision{Limit: f.limit, Remaining: max(0, f.limit-count)} // count > Limit after a settled debt (Settle)
 	if count > 0 {
 		d.ResetAfter = ws + f.window - now
 	}

@@ -18,9 +18,9 @@ func init() {
 		Doc: "the HTTP method (HEAD counts as GET)"})
 	RegisterDimension("host", DimensionKind{New: noArg(field(func(in *Input) string { return strings.ToLower(in.Host) })), Reads: Reads{Host: true},
 		Doc: "the Host header"})
-	RegisterDimension("header", DimensionKind{New: headerDim(""), Reads: Reads{Headers: true},
+	RegisterDimension("header", DimensionKind{New: headerDim(""), Reads: Reads{Headers: true}, Arg: headerToken,
 		Doc: "a request header, header:NAME (e.g. header:X-Api-Key)"})
-	RegisterDimension("device", DimensionKind{New: headerDim("X-Device-Id"), Reads: Reads{Headers: true},
+	RegisterDimension("device", DimensionKind{New: headerDim("X-Device-Id"), Reads: Reads{Headers: true}, Arg: headerToken,
 		Doc: "a device id header, X-Device-Id unless device:NAME names another"})
 }
 
@@ -78,6 +78,9 @@ func (h header) Value(in *Input) (string, bool) {
 	v := in.header(string(h))
 	return v, v != ""
 }
+
+// headerToken is the form of a header name (RFC 9110's token).
+const headerToken = "[!#$%&'*+.^_`|~0-9A-Za-z-]+"
 
 func headerDim(def string) func(string) (Dimension, string) {
 	return func(arg string) (Dimension, string) {

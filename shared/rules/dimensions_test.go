@@ -3,6 +3,7 @@ package rules
 import (
 	"net/http"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -219,6 +220,29 @@ func TestWithoutClient(t *testing.T) {
 		key := keyOf(ruleBy(t, tt.by), tt.in)
 		if got := WithoutClient(key); got != tt.want {
 			t.Errorf("by %s, %+v: WithoutClient(%q) = %q, want %q", tt.by, tt.in, key, got, tt.want)
+		}
+	}
+}
+
+// TestDimensionArgs: a kind's Arg (the argument's form in the JSON Schema) accepts exactly the
+// arguments its New accepts, on arguments of every shape; a kind without Arg takes none.
+func TestDimensionArgs(t *testing.T) {
+	args := []string{"X-Api-Key", "model", "usage.total_tokens", "a.b.c", "a+b", "a b", "a..b", ".a", "a.",
+		"x:y", "é", "a\"b", "{}", "1", strings.Repeat("a.", 15) + "a", strings.Repeat("a.", 16) + "a"}
+	for _, name := range Dimensions() {
+		k, _ := DimensionNamed(name)
+		if k.Arg == "" {
+			if _, reason := k.New("X-Test"); reason == "" {
+				t.Errorf("%s takes an argument but states no Arg", name)
+			}
+			continue
+		}
+		form := regexp.MustCompile("^(?:" + k.Arg + ")$")
+		for _, a := range args {
+			_, reason := k.New(a)
+			if form.MatchString(a) != (reason == "") {
+				t.Errorf("%s:%q: New says %q, but Arg %s matches: %v", name, a, reason, k.Arg, form.MatchString(a))
+			}
 		}
 	}
 }

@@ -25,4 +25,9 @@
 // a key and the rule's algorithm), every op is checked as a dry run before any is committed, so
 // a request denied by one rule takes nothing from the others. Stores decide ops: process memory,
 // the Envoy filter's shared data, Redis.
+//
+// A cost can arrive late (usage.go): a rule with a Usage reserves an estimate when Check admits
+// the request, a Meter reads the response's usage as it passes (shared/usage), and Engine.Settle
+// charges the actual cost, or the rule's fallback, through the same stores once the response has
+// ended (algos.Settle).
 package rules

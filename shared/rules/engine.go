@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/diana-gw/diana/shared/algos"
 )
@@ -21,6 +22,9 @@ type Engine struct {
 	observe func(*Rule, *Input, Outcome, error)
 	limit   func(*Rule, int64)
 	leaseID func() int64
+	settled func(Settled)
+	clock   func() int64
+	reads   Reads
 	path    PathForm
 	scratch sync.Pool
 }
@@ -45,6 +49,12 @@ type Options struct {
 	EscapedSlashes EscapedSlashes
 	// StripDotsSpaces strips trailing dots and spaces from each path segment (see NormalPath).
 	StripDotsSpaces bool
+	// Settled, if set, is told what Settle charged each usage rule (see Usage), for a metric
+	// and, when the usage could not be read, a log line.
+	Settled func(Settled)
+	// Clock returns a monotonic time in µs, which a settlement's age is measured on; default
+	// the process's monotonic clock.
+	Clock func() int64
 }
 
 // Outcome is a rule's verdict on one request.
@@ -77,8 +87,9 @@ type Result struct {
 	ErrRule, Shadow *Rule
 	// BadPath: the path holds a control character, or an escaped slash which the engine refuses
 	// (RejectSlashes); no rule was asked, and the answer is 400.
-	BadPath bool
-	leases  []lease
+	BadPath  bool
+	leases   []lease
+	reserved []reservation // the usage rules' estimates, which Settle settles
 }
 
 type lease struct {
@@ -111,6 +122,11 @@ func New(rules []*Rule, o Options) (*Engine, error) {
 		return nil, errors.New("rules: unknown EscapedSlashes " + strconv.Itoa(int(o.EscapedSlashes)))
 	}
 	e.local, e.cluster, e.observe, e.limit, e.leaseID = o.Local, o.Cluster, o.Observe, o.Limit, o.LeaseID
+	e.settled, e.clock, e.reads = o.Settled, o.Clock, ReadsOf(rules)
+	if e.clock == nil {
+		start := time.Now()
+		e.clock = func() int64 { return time.Since(start).Microseconds() }
+	}
 	e.path = PathForm{Slashes: o.EscapedSlashes, StripDotsSpaces: o.StripDotsSpaces}
 	e.scratch.New = func() any { return new(scratch) }
 	return e, nil
@@ -118,6 +134,9 @@ func New(rules []*Rule, o Options) (*Engine, error) {
 
 // Rules returns the engine's rules.
 func (e *Engine) Rules() []*Rule { return e.rules }
+
+// Reads returns what the engine's rules read of a request (ReadsOf).
+func (e *Engine) Reads() Reads { return e.reads }
 
 // scratch holds the buffers of one Check, reused across requests.
 type scratch struct {
@@ -127,6 +146,7 @@ type scratch struct {
 	clust []*Op
 	key   []byte
 	in    *Input // the request being checked, for Observe
+	at    int64  // the engine's clock before the first decision, for the usage rules' reservations
 }
 
 // Normalize brings in to the form the rules match and count, and reports false for a path they
@@ -166,13 +186,20 @@ func (e *Engine) Check(ctx context.Context, in *Input) Result {
 	s := e.scratch.Get().(*scratch)
 	defer e.put(s)
 	s.ops = s.ops[:0]
-	s.in = in
+	s.in, s.at = in, -1
 	for _, r := range e.limits {
 		if !r.Match.Matches(in) {
 			continue
 		}
 		s.key = r.key(s.key, in)
-		s.ops = append(s.ops, NewOp(r, string(s.key), algos.Request{Cost: r.Cost}))
+		cost := r.Cost
+		if r.Usage != nil {
+			cost = r.Usage.estimate(r.Alg, in)
+			if s.at < 0 {
+				s.at = e.clock()
+			}
+		}
+		s.ops = append(s.ops, NewOp(r, string(s.key), algos.Request{Cost: cost}))
 		op := &s.ops[len(s.ops)-1]
 		if r.Action == Delay {
 			op.Req.MaxWait = r.MaxDelay
@@ -315,6 +342,13 @@ func (e *Engine) verdict(s *scratch, final bool) Result {
 		for i := range s.ops {
 			if op := &s.ops[i]; op.Req.ID != 0 && !op.Req.DryRun && op.Dec.Granted > 0 {
 				res.leases = append(res.leases, lease{rule: op.rule, key: op.Key, id: op.Req.ID, units: op.Dec.Granted})
+			}
+			if op := &s.ops[i]; op.rule.Usage != nil && !op.Req.DryRun && op.Dec.Allowed {
+				est := op.Req.Cost
+				if op.Err != nil {
+					est = 0 // a fail policy admitted it: no shared store holds the estimate
+				}
+				res.reserved = append(res.reserved, reservation{rule: op.rule, key: op.Key, estimate: est, at: s.at})
 			}
 		}
 	}

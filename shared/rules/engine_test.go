@@ -786,6 +786,7 @@ func equal(a, b []string) bool {
 func init() {
 	rules.RegisterDimension("tenant", rules.DimensionKind{
 		Doc: "the X-Tenant header, or the header tenant:NAME names",
+		Arg: "[^ :]+",
 		New: func(arg string) (rules.Dimension, string) {
 			if arg == "" {
 				arg = "X-Tenant"

@@ -18,6 +18,10 @@ type Input struct {
 	Consumer string     // the authenticated account, if any
 	Route    string     // the route or service the front end matched, if any
 	Headers  Headers
+	// Body is the first bytes of the request body (at most MaxPeek), for the rules that read a
+	// field of it (usage.estimate_body; Reads.Body); "" when none does. A string keeps Input
+	// comparable.
+	Body string
 }
 
 // SetClient records the client's address a, which rules match (match.clients) and count by

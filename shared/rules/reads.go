@@ -10,6 +10,9 @@ import "strings"
 // Rule.ReadsAddr).
 type Reads struct {
 	Method, Host, Consumer, Route, Headers, Path, Addr bool
+	// Body: a rule reads a field of the request body (usage.estimate_body), from the first
+	// MaxPeek bytes a front end reads ahead (Input.Body).
+	Body bool
 }
 
 // ReadsOf returns what rs read: by their dimensions and by their matches, exceptions included.
@@ -21,6 +24,7 @@ func ReadsOf(rs []*Rule) Reads {
 			rd.or(dimensions[name].Reads)
 		}
 		rd.match(&r.Match)
+		rd.Body = rd.Body || r.Usage != nil && r.Usage.EstimateBody != nil
 		for i := range r.Match.Not {
 			rd.match(&r.Match.Not[i])
 		}
@@ -36,7 +40,7 @@ func (rd *Reads) match(m *Match) {
 func (rd *Reads) or(o Reads) {
 	rd.Method, rd.Host, rd.Consumer = rd.Method || o.Method, rd.Host || o.Host, rd.Consumer || o.Consumer
 	rd.Route, rd.Headers = rd.Route || o.Route, rd.Headers || o.Headers
-	rd.Path, rd.Addr = rd.Path || o.Path, rd.Addr || o.Addr
+	rd.Path, rd.Addr, rd.Body = rd.Path || o.Path, rd.Addr || o.Addr, rd.Body || o.Body
 }
 
 // All is every part: for a front end that hands the request on (to dianad, whose rules it

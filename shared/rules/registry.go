@@ -155,7 +155,10 @@ type DimensionKind struct {
 	// New returns the dimension for ARG ("" when the config gave none), or a reason ARG is wrong.
 	New   func(arg string) (Dimension, string)
 	Reads Reads // the parts of a request it reads, for front ends that ask for only those
-	Doc   string
+	// Arg is the form of ARG, a regular expression, for the JSON Schema's pattern; "" for a kind
+	// that takes none. New decides; TestDimensionArgs keeps the two in agreement.
+	Arg string
+	Doc string
 }
 
 // Dimension extracts one part of a request's identity.
@@ -199,6 +202,12 @@ func AlgorithmsWhere(keep func(AlgorithmKind) bool) []string {
 
 // Dimensions lists the registered dimension names, sorted.
 func Dimensions() []string { return sortedKeys(dimensions) }
+
+// DimensionNamed returns the dimension kind registered as name.
+func DimensionNamed(name string) (DimensionKind, bool) {
+	k, ok := dimensions[name]
+	return k, ok
+}
 
 func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))

@@ -17,6 +17,7 @@ type Rule struct {
 	Match Match
 	By    []string // dimensions, e.g. ["ip"], ["consumer"], ["ip", "path"], ["header:X-Api-Key"]
 	Cost  int64    // units one request takes
+	Usage *Usage   // the cost comes from the response; admission takes its estimate (see Usage)
 
 	Algorithm string // a registered algorithm name
 	Alg       algos.Algorithm
@@ -117,7 +118,7 @@ func DecodeRule(o *conf.Obj) *Rule {
 }
 
 // specFields are a rule's fields in the order of its grammar, which its errors are reported in.
-var specFields = []string{"name", "unlimited", "match", "by", "cost", "mode", "action", "max_delay", "ban",
+var specFields = []string{"name", "unlimited", "match", "by", "cost", "usage", "mode", "action", "max_delay", "ban",
 	"on_error", "nodes", "reply", "limit", "batch"}
 
 // sortErrors puts the errors of one rule (their paths starting with at) in the order of its
@@ -169,6 +170,7 @@ func ReadSpec(o *conf.Obj) Spec {
 	}
 	s.By = o.Strings("by")
 	s.Cost = o.Int("cost", s.Cost, costBounds[0], costBounds[1])
+	s.Usage = readUsage(o)
 	s.Mode = Mode(o.EnumIndex("mode", ModeNames[:]...))
 	s.Action = Action(o.EnumIndex("action", ActionNames[:]...))
 	s.MaxDelay = o.Duration("max_delay", s.MaxDelay, spanBounds[0], spanBounds[1])
@@ -210,7 +212,7 @@ func (r *Rule) ConsumerFields() []string {
 }
 
 // unlimitedRefuses are the fields of a rule that count or answer, which an unlimited rule has none of.
-var unlimitedRefuses = []string{"by", "cost", "limit", "mode", "action", "max_delay", "ban", "on_error", "nodes", "batch", "reply"}
+var unlimitedRefuses = []string{"by", "cost", "usage", "limit", "mode", "action", "max_delay", "ban", "on_error", "nodes", "batch", "reply"}
 
 // readLimit reads the limit object: the algorithm, and the parameters it declares (those of an
 // unknown algorithm are not read: Build reports the algorithm).

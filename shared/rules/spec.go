@@ -24,8 +24,9 @@ type Spec struct {
 	// allowlist). It has a Name and a Match only.
 	Unlimited bool
 	Match     Match
-	By        []string // dimensions, e.g. ["ip"], ["ip", "path"], ["header:X-Api-Key"]; none: global
-	Cost      int64    // units one request takes
+	By        []string   // dimensions, e.g. ["ip"], ["ip", "path"], ["header:X-Api-Key"]; none: global
+	Cost      int64      // units one request takes
+	Usage     *UsageSpec // the cost comes from the response (LLM tokens); nil: Cost
 	Limit     LimitSpec
 	Mode      Mode
 	Action    Action
@@ -116,6 +117,7 @@ func (s Spec) Build(o *conf.Obj) *Rule {
 		r.dims = append(r.dims, d)
 	}
 	o.CheckInt("cost", r.Cost, costBounds[0], costBounds[1])
+	r.buildUsage(o, s.Usage)
 	if o.CheckDuration("max_delay", r.MaxDelay, spanBounds[0], spanBounds[1]) &&
 		r.Action == Delay && r.MaxDelay == 0 && !o.Failed("max_delay") {
 		o.Fail("max_delay", "is required (above 0) when action is delay")
@@ -137,6 +139,7 @@ func (s Spec) Build(o *conf.Obj) *Rule {
 		r.buildLimit(o, s.Limit)
 	}
 	r.buildBatch(o, s.Batch)
+	r.checkUsage(o)
 	return r
 }
 

@@ -123,7 +123,7 @@ type ruleKeys struct {
 
 // slotKey returns SlotKey(rule, alg, s.Slots, slot), from the cache.
 func (s *Store) slotKey(rule string, alg algos.Algorithm, slot int) string {
-	rk, name := s.keys[rule], alg.Script().Name
+	rk, name := s.keys[rule], algos.StateOf(alg).Script().Name
 	if rk == nil || rk.alg != name {
 		if s.keys == nil {
 			s.keys = map[string]*ruleKeys{}
@@ -147,11 +147,11 @@ func SlotBytes(entries int) int { return 1 + (entries+1)*entrySize }
 // starts on new keys. Version 2: entry 0 is the overflow state.
 const version = 2
 
-// SlotKey returns the Data key of a rule's slot. It names the rule, its algorithm and the slot
-// count, so a config that changes them starts on fresh keys (old keys linger: another reason to
+// SlotKey returns the Data key of a rule's slot. It names the rule, its algorithm (the one whose
+// state alg reads: algos.StateOf, so that a settlement finds its rule's state) and the slot count, so a config that changes them starts on fresh keys (old keys linger: another reason to
 // keep slot counts stable).
 func SlotKey(rule string, alg algos.Algorithm, slots, slot int) string {
-	return "diana/" + strconv.Itoa(version) + "/" + rule + "/" + alg.Script().Name + "/" +
+	return "diana/" + strconv.Itoa(version) + "/" + rule + "/" + algos.StateOf(alg).Script().Name + "/" +
 		strconv.Itoa(slots) + "/" + strconv.Itoa(slot)
 }
 

@@ -7,7 +7,7 @@ local n = cost
 local start = floor(now / window) * window
 if start > ws or count == 0 then ws, count = start, 0 end
 local wait = math.max(0, ws - now)
-local remaining, reset = lim - count, 0
+local remaining, reset = math.max(0, lim - count), 0 -- count > lim after a settled debt
 if count > 0 then reset = ws + window - now end
 if partial and n > remaining then
   n = remaining

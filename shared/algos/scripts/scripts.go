@@ -67,8 +67,9 @@ func decision(name string) (string, error) {
 	return string(src) + "local function decide(cost)\n" + string(body) + string(epilogue), nil
 }
 
-// Names lists the scripts: one per algorithm, named as the algorithm, and one per refund
-// (NAME + algos.RefundSuffix, for algos.Refund).
+// Names lists the scripts: one per algorithm, named as the algorithm, one per refund
+// (NAME + algos.RefundSuffix, for algos.Refund) and one per settlement (NAME +
+// algos.SettleSuffix, for algos.Settle).
 func Names() []string {
 	entries, _ := files.ReadDir(".")
 	var names []string

@@ -1,0 +1,30 @@
+package main
+
+import "github.com/diana-gw/diana/shared/usage"
+
+// checkUsage reads the usage of a streamed response fed in small chunks, and of a JSON body
+// with a negative count: 12, then a value error.
+func checkUsage() bool {
+	f, err := usage.ParsePaths("usage.prompt_tokens+usage.completion_tokens")
+	if err != nil {
+		println("usage:", err.Error())
+		return false
+	}
+	stream := []byte("data: {\"choices\":[{\"delta\":{\"content\":\"h\\u00e9\"}}],\"usage\":null}\r\n\r\n" +
+		"data: {\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":7}}\n\ndata: [DONE]\n\n")
+	r := usage.NewReader(f, true, usage.Limits{})
+	for i := 0; i < len(stream); i += 5 {
+		r.Write(stream[i:min(i+5, len(stream))])
+	}
+	if n, err := r.End(); n != 12 || err != nil {
+		println("usage: stream: got", n, err)
+		return false
+	}
+	r.Reset(f, false, usage.Limits{})
+	r.Write([]byte(`{"usage":{"prompt_tokens":-5,"completion_tokens":7}}`))
+	if _, err := r.End(); usage.Class(err) != "value" {
+		println("usage: a negative count gave", err)
+		return false
+	}
+	return true
+}

@@ -1,0 +1,294 @@
+package httplimit_test
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/diana-gw/diana/httplimit"
+	"github.com/diana-gw/diana/internal/costtest"
+	"github.com/diana-gw/diana/internal/llmfake"
+	"github.com/diana-gw/diana/shared/conf"
+	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/shared/usage"
+	"github.com/diana-gw/diana/store/memstore"
+)
+
+// tokenEnv is a limiter with one token budget in front of the fake LLM, directly (the
+// middleware) or through a reverse proxy (as dianad has it), recording every settlement.
+type tokenEnv struct {
+	t   *testing.T
+	srv *httptest.Server
+	mu  sync.Mutex
+	got []rules.Settled
+}
+
+// budgetRule is 10,000 tokens a minute, the estimate from max_tokens.
+const budgetRule = `[{"name": "tokens", "usage": {"body": "usage.total_tokens", "estimate_body": "max_tokens"%s},
+	"limit": {"algorithm": "token_bucket", "rate": 10000, "period": "1m"}}]`
+
+func newTokenEnv(t *testing.T, usageExtra string, proxy bool) *tokenEnv {
+	t.Helper()
+	te := &tokenEnv{t: t}
+	doc, err := conf.ParseJSON([]byte(`{"rules":` + strings.Replace(budgetRule, "%s", usageExtra, 1) + `}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := &conf.Errors{Source: "test"}
+	o := conf.Read(doc, errs)
+	rs := rules.Decode(o)
+	o.Done()
+	if err := errs.Err(); err != nil {
+		t.Fatal(err)
+	}
+	e, err := rules.New(rs, rules.Options{Local: rules.Each(memstore.New(memstore.Options{}).Decide),
+		Settled: func(s rules.Settled) { te.mu.Lock(); te.got = append(te.got, s); te.mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var next http.Handler = llmfake.Handler()
+	if proxy {
+		up := httptest.NewServer(next)
+		t.Cleanup(up.Close)
+		u, _ := url.Parse(up.URL)
+		next = &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) }}
+	}
+	te.srv = httptest.NewServer(httplimit.New(e, httplimit.Options{}).Handler(next))
+	t.Cleanup(te.srv.Close)
+	return te
+}
+
+// post sends a chat completion asking for max tokens (none if max < 0), with the fake's headers.
+func (te *tokenEnv) post(body string, h map[string]string) *http.Response {
+	te.t.Helper()
+	req, _ := http.NewRequest("POST", te.srv.URL+llmfake.Path, strings.NewReader(body))
+	for k, v := range h {
+		req.Header.Set(k, v)
+	}
+	res, err := te.srv.Client().Do(req)
+	if err != nil {
+		te.t.Fatal(err)
+	}
+	return res
+}
+
+// settled waits for the n-th settlement (the handler settles after the response has ended).
+func (te *tokenEnv) settled(n int) rules.Settled {
+	te.t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		te.mu.Lock()
+		if len(te.got) >= n {
+			s := te.got[n-1]
+			te.mu.Unlock()
+			return s
+		}
+		te.mu.Unlock()
+	}
+	te.t.Fatalf("no settlement %d", n)
+	return rules.Settled{}
+}
+
+// remaining is the RateLimit-Remaining of a request reserving nothing but one token.
+func (te *tokenEnv) remaining() int {
+	te.t.Helper()
+	res := te.post(`{"max_tokens":1}`, map[string]string{"X-Fake-Status": "400"})
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	n, err := strconv.Atoi(res.Header.Get("RateLimit-Remaining"))
+	if err != nil {
+		te.t.Fatalf("RateLimit-Remaining %q", res.Header.Get("RateLimit-Remaining"))
+	}
+	return n + 1 // the peek's own token
+}
+
+// prompt is 40 bytes: 10 prompt tokens at the fake's count.
+const prompt = `"messages":[{"role":"user","content":"0123456789012345678901234567890123456789"}]`
+
+// TestUsageJSONAndStream: a JSON response and a streamed one are charged their usage, through
+// the middleware and through a reverse proxy.
+func TestUsageJSONAndStream(t *testing.T) {
+	for _, proxy := range []bool{false, true} {
+		te := newTokenEnv(t, "", proxy)
+		res := te.post(`{"max_tokens":500,`+prompt+`}`, map[string]string{"X-Fake-Tokens": "90"})
+		if rem := res.Header.Get("RateLimit-Remaining"); rem != "9500" {
+			t.Fatalf("proxy %v: admission reserved max_tokens: remaining %s, want 9500", proxy, rem)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if s := te.settled(1); s.Cost != 100 || s.Err != nil {
+			t.Fatalf("proxy %v: JSON settled %+v", proxy, s)
+		}
+		res = te.post(`{"stream":true,"stream_options":{"include_usage":true},"max_tokens":50,`+prompt+`}`, nil)
+		if ct := res.Header.Get("Content-Type"); ct != "text/event-stream" {
+			t.Fatalf("Content-Type %q", ct)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if s := te.settled(2); s.Cost != 60 || s.Err != nil {
+			t.Fatalf("proxy %v: stream settled %+v", proxy, s)
+		}
+		// 10,000 − 100 − 60, give or take the refill of the test's few milliseconds.
+		if rem := te.remaining(); rem < 9840 || rem > 9850 {
+			t.Fatalf("proxy %v: remaining %d after 160 tokens", proxy, rem)
+		}
+	}
+}
+
+// TestUsageStreamPassesThrough: a slow stream reaches the client event by event, long before it
+// ends, through the reverse proxy; the usage is charged once it has ended.
+func TestUsageStreamPassesThrough(t *testing.T) {
+	te := newTokenEnv(t, "", true)
+	start := time.Now()
+	res := te.post(`{"stream":true,"stream_options":{"include_usage":true},"max_tokens":10}`, map[string]string{"X-Fake-Delay": "40ms"})
+	defer res.Body.Close()
+	line, err := bufio.NewReader(res.Body).ReadString('\n')
+	first := time.Since(start)
+	if err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	te.mu.Lock()
+	early := len(te.got)
+	te.mu.Unlock()
+	io.Copy(io.Discard, res.Body)
+	all := time.Since(start)
+	// 13 events 40 ms apart: the first after one delay, the stream after 520 ms.
+	if first > 300*time.Millisecond || all < 500*time.Millisecond || early != 0 {
+		t.Fatalf("first event after %v, the stream after %v, %d settlements before its end", first, all, early)
+	}
+	if s := te.settled(1); s.Cost != 1+10 || s.Err != nil {
+		t.Fatalf("settled %+v", s)
+	}
+}
+
+// TestUsageMissing: a response without a usable usage is charged the fallback (or the
+// estimate), with the reason.
+func TestUsageMissing(t *testing.T) {
+	streamed := `{"stream":true,"stream_options":{"include_usage":true},"max_tokens":300,` + prompt + `}`
+	for _, c := range []struct {
+		name, extra, body string
+		headers           map[string]string
+		cost              int64
+		class             error
+	}{
+		{"no usage", "", `{"max_tokens":300}`, map[string]string{"X-Fake-Usage": "none"}, 300, usage.ErrMissing},
+		{"upstream error", "", `{"max_tokens":300}`, map[string]string{"X-Fake-Status": "503"}, 300, usage.ErrMissing},
+		{"stream cut", "", streamed, map[string]string{"X-Fake-Cut": "5"}, 300, usage.ErrMissing},
+		{"stream without usage", "", `{"stream":true,"max_tokens":300}`, nil, 300, usage.ErrMissing},
+		{"fallback", `, "fallback": 4000`, `{"max_tokens":300}`, map[string]string{"X-Fake-Usage": "none"}, 4000, usage.ErrMissing},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			te := newTokenEnv(t, c.extra, true)
+			res := te.post(c.body, c.headers)
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			s := te.settled(1)
+			if s.Cost != c.cost || !errors.Is(s.Err, c.class) {
+				t.Fatalf("settled %+v, want %d for %v", s, c.cost, c.class)
+			}
+		})
+	}
+}
+
+// TestUsageHeader: the cost from a response header.
+func TestUsageHeader(t *testing.T) {
+	te := newTokenEnv(t, "", false)
+	doc := `[{"name": "tokens", "usage": {"header": "x-usage-total-tokens"}, "limit": {"algorithm": "fixed_window", "limit": 1000, "window": "1m"}}]`
+	e := engine(t, doc, nil)
+	var got []rules.Settled
+	e2, _ := rules.New(e.Rules(), rules.Options{Local: rules.Each(memstore.New(memstore.Options{}).Decide), Settled: func(s rules.Settled) { got = append(got, s) }})
+	srv := httptest.NewServer(httplimit.New(e2, httplimit.Options{}).Handler(llmfake.Handler()))
+	defer srv.Close()
+	te.srv = srv
+	for _, u := range []string{"header", "body"} {
+		res := te.post(`{"max_tokens":7,`+prompt+`}`, map[string]string{"X-Fake-Usage": u})
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+	if len(got) != 2 || got[0].Cost != 17 || got[0].Err != nil || got[1].Cost != 1 || !errors.Is(got[1].Err, usage.ErrMissing) {
+		t.Fatalf("settled %+v", got)
+	}
+}
+
+// TestUsagePeekKeepsBody: the request body the rule peeked at reaches the handler whole, and
+// Accept-Encoding does not (a compressed body would hide its usage).
+func TestUsagePeekKeepsBody(t *testing.T) {
+	e := engine(t, strings.Replace(budgetRule, "%s", "", 1), nil)
+	var body, enc string
+	srv := httptest.NewServer(httplimit.New(e, httplimit.Options{}).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		body, enc = string(b), r.Header.Get("Accept-Encoding")
+	})))
+	defer srv.Close()
+	big := `{"max_tokens":5,"pad":"` + strings.Repeat("x", 3*rules.MaxPeek) + `"}`
+	req, _ := http.NewRequest("POST", srv.URL, strings.NewReader(big))
+	req.Header.Set("Accept-Encoding", "gzip")
+	res, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if body != big || enc != "" || res.Header.Get("RateLimit-Remaining") != "9995" {
+		t.Fatalf("body of %d bytes (want %d), Accept-Encoding %q, remaining %s", len(body), len(big), enc, res.Header.Get("RateLimit-Remaining"))
+	}
+}
+
+// TestUsageMemory: a 64 MiB stream through the middleware allocates a bounded amount, whatever
+// its size: the body is metered as it passes, never kept.
+func TestUsageMemory(t *testing.T) {
+	e := engine(t, strings.Replace(budgetRule, "%s", "", 1), nil)
+	event := []byte("data: {\"choices\":[{\"delta\":{\"content\":\"" + strings.Repeat("tok ", 200) + "\"}}],\"usage\":null}\n\n")
+	h := httplimit.New(e, httplimit.Options{}).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for n := 0; n < 64<<20; n += len(event) {
+			w.Write(event)
+		}
+		io.WriteString(w, "data: {\"usage\":{\"total_tokens\":9}}\n\n")
+	}))
+	costtest.Check(t, "64 MiB stream", 256<<10, time.Minute, func() {
+		req := httptest.NewRequest("POST", "/", strings.NewReader(`{"max_tokens":5}`))
+		h.ServeHTTP(discard{header: http.Header{}}, req)
+	})
+}
+
+// discard is a ResponseWriter that keeps nothing.
+type discard struct{ header http.Header }
+
+func (d discard) Header() http.Header         { return d.header }
+func (d discard) Write(b []byte) (int, error) { return len(b), nil }
+func (d discard) WriteHeader(int)             {}
+
+// TestUsagePerModel: a token budget per model of the request body, through the middleware,
+// which peeks at the body for the rule's dimension.
+func TestUsagePerModel(t *testing.T) {
+	e := engine(t, `[{"name": "per-model", "by": ["body:model"], "usage": {"body": "usage.total_tokens", "estimate": 10},
+		"limit": {"algorithm": "token_bucket", "rate": 100, "period": "1h"}}]`, nil)
+	srv := httptest.NewServer(httplimit.New(e, httplimit.Options{}).Handler(llmfake.Handler()))
+	defer srv.Close()
+	post := func(model string, tokens string) *http.Response {
+		req, _ := http.NewRequest("POST", srv.URL+llmfake.Path, strings.NewReader(`{"model":"`+model+`"}`))
+		req.Header.Set("X-Fake-Tokens", tokens)
+		res, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res
+	}
+	post("big", "200") // 201 tokens: the model "big" is 101 below zero
+	if res := post("big", "1"); res.StatusCode != 429 {
+		t.Fatalf("big after 201 tokens: %d", res.StatusCode)
+	}
+	if res := post("small", "1"); res.StatusCode != 200 || res.Header.Get("RateLimit-Remaining") != "90" {
+		t.Fatalf("small: %d, remaining %s", res.StatusCode, res.Header.Get("RateLimit-Remaining"))
+	}
+}

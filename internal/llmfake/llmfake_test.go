@@ -1,0 +1,125 @@
+package llmfake_test
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/diana-gw/diana/internal/llmfake"
+	"github.com/diana-gw/diana/shared/usage"
+)
+
+// prompt is 40 bytes of content: 10 prompt tokens.
+const prompt = `"messages":[{"role":"user","content":"` + "0123456789012345678901234567890123456789" + `"}]`
+
+func TestFake(t *testing.T) {
+	srv := httptest.NewServer(llmfake.Handler())
+	defer srv.Close()
+	total, _ := usage.ParsePaths("usage.total_tokens")
+	header, _ := usage.ParseHeaders("x-usage-total-tokens")
+	for _, c := range []struct {
+		name    string
+		body    string
+		headers map[string]string
+		status  int
+		stream  bool
+		cost    int64
+		err     error // the usage reader's error class
+		cut     bool  // the body ends with a transport error
+		header  int64 // the usage header's value, 0: none
+	}{
+		{name: "json", body: `{"model":"m","max_tokens":5,` + prompt + `}`, status: 200, cost: 15},
+		{name: "json default tokens", body: `{` + prompt + `}`, status: 200, cost: 10 + llmfake.DefaultTokens},
+		{name: "json X-Fake-Tokens", body: `{"max_tokens":5,` + prompt + `}`, headers: map[string]string{"X-Fake-Tokens": "90"}, status: 200, cost: 100},
+		{name: "json no usage", body: `{` + prompt + `}`, headers: map[string]string{"X-Fake-Usage": "none"}, status: 200, err: usage.ErrMissing},
+		{name: "json usage in header", body: `{"max_tokens":5,` + prompt + `}`, headers: map[string]string{"X-Fake-Usage": "header"}, status: 200, err: usage.ErrMissing, header: 15},
+		{name: "stream", body: `{"stream":true,"stream_options":{"include_usage":true},"max_tokens":7,` + prompt + `}`, status: 200, stream: true, cost: 17},
+		{name: "stream without include_usage", body: `{"stream":true,"max_tokens":7,` + prompt + `}`, status: 200, stream: true, err: usage.ErrMissing},
+		{name: "stream cut", body: `{"stream":true,"stream_options":{"include_usage":true},"max_tokens":7,` + prompt + `}`, headers: map[string]string{"X-Fake-Cut": "4"}, status: 200, stream: true, err: usage.ErrMissing, cut: true},
+		{name: "stream cut after usage", body: `{"stream":true,"stream_options":{"include_usage":true},"max_tokens":7,` + prompt + `}`, headers: map[string]string{"X-Fake-Cut": "10"}, status: 200, stream: true, cost: 17, cut: true},
+		{name: "upstream error", body: `{` + prompt + `}`, headers: map[string]string{"X-Fake-Status": "503"}, status: 503, err: usage.ErrMissing},
+		{name: "bad request", body: `{`, status: 400, err: usage.ErrMissing},
+		{name: "bad header", body: `{}`, headers: map[string]string{"X-Fake-Usage": "maybe"}, status: 400, err: usage.ErrMissing},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req, _ := http.NewRequest("POST", srv.URL+llmfake.Path, strings.NewReader(c.body))
+			for k, v := range c.headers {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != c.status {
+				t.Fatalf("status %d, want %d", resp.StatusCode, c.status)
+			}
+			stream := usage.IsStream(resp.Header.Get("Content-Type"))
+			if stream != c.stream {
+				t.Fatalf("Content-Type %q", resp.Header.Get("Content-Type"))
+			}
+			r := usage.NewReader(total, stream, usage.Limits{})
+			_, err = io.Copy(r, resp.Body)
+			if (err != nil) != c.cut {
+				t.Fatalf("reading the body: %v, want a cut: %v", err, c.cut)
+			}
+			n, err := r.End()
+			if c.err == nil && (err != nil || n != c.cost) || c.err != nil && !errors.Is(err, c.err) {
+				t.Fatalf("usage (%d, %v), want (%d, %v)", n, err, c.cost, c.err)
+			}
+			h, err := header.Header(resp.Header.Values)
+			if c.header == 0 && !errors.Is(err, usage.ErrMissing) || c.header != 0 && h != c.header {
+				t.Fatalf("usage header (%d, %v), want %d", h, err, c.header)
+			}
+		})
+	}
+}
+
+// TestSlowStream: X-Fake-Delay holds each event, and the events arrive as they are sent.
+func TestSlowStream(t *testing.T) {
+	srv := httptest.NewServer(llmfake.Handler())
+	defer srv.Close()
+	req, _ := http.NewRequest("POST", srv.URL+llmfake.Path, strings.NewReader(`{"stream":true,"max_tokens":3}`))
+	req.Header.Set("X-Fake-Delay", "50ms")
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 4096)
+	n, err := resp.Body.Read(buf)
+	first := time.Since(start)
+	if err != nil || !strings.HasPrefix(string(buf[:n]), "data: ") {
+		t.Fatalf("first read: %q, %v", buf[:n], err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	all := time.Since(start)
+	// 5 events (role, 3 tokens, stop): the first after one delay, all after five.
+	if first > 200*time.Millisecond || all < 250*time.Millisecond {
+		t.Fatalf("first event after %v, whole stream after %v", first, all)
+	}
+}
+
+func TestRoutes(t *testing.T) {
+	srv := httptest.NewServer(llmfake.Handler())
+	defer srv.Close()
+	for _, c := range []struct {
+		method, path string
+		status       int
+	}{{"GET", llmfake.Path, 405}, {"POST", "/v1/other", 404}} {
+		req, _ := http.NewRequest(c.method, srv.URL+c.path, strings.NewReader("{}"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.status {
+			t.Errorf("%s %s: %d, want %d", c.method, c.path, resp.StatusCode, c.status)
+		}
+	}
+}
