@@ -123,8 +123,8 @@ func fieldTable() []field {
 			Desc: "sliding_window: the sub-windows of window / subwindows it counts in (1 to 60): 1 is Cloudflare's weighted estimate of two windows; more bring it closer to the exact count (any (subwindows - 1) / subwindows of a window holds at most limit). Ignored by the other algorithms."},
 		{Name: "usage_header", Type: "string", From: "#/properties/usage/properties/header", Match: headerMatch, None: usageNone,
 			Desc: "LLM token budgets: the upstream response header holding a request's cost (x-usage-total-tokens; several joined by + add up). Each limit then counts that cost, charged in the log phase against usage_estimate, reserved when the request was admitted; the budget may go below zero. With token_bucket, fixed_window or sliding_window. Empty: every request costs 1."},
-		{Name: "usage_estimate", Type: "integer", From: "#/properties/usage/properties/estimate", Default: int64(1),
-			Desc: "With usage_header: the units a request reserves when admitted (the default 1 admits while the budget is above zero)."},
+		{Name: "usage_estimate", Type: "integer", From: "#/properties/usage/properties/estimate", Default: int64(1), Min: limMin, Max: limMax, Advanced: true,
+			Desc: "With usage_header: the units a request reserves when admitted, at least 1 (the default 1 admits while the budget is above zero)."},
 		{Name: "usage_fallback", Type: "integer", From: "#/properties/usage/properties/fallback",
 			Desc: "With usage_header: the cost of a response without a readable usage header (missing, not a whole number, above 10^15, given twice); empty: usage_estimate."},
 	}
