@@ -29,10 +29,12 @@ func (c *Config) lookup(domain string, entries []*rlv3.RateLimitDescriptor_Entry
 	var valued strings.Builder
 	valued.Grow(size)
 	valued.WriteString(domain)
+	var buf [128]byte // key_value, looked up without a string of its own
 	for i, e := range entries {
-		name := e.Key + "_" + e.Value
-		next, wild := n.children[name], ""
-		if next == nil {
+		kv := append(append(append(buf[:0], e.Key...), '_'), e.Value...)
+		next, wild := n.children[string(kv)], ""
+		if next == nil && len(n.wildcards) > 0 {
+			name := string(kv)
 			for _, w := range n.wildcards {
 				if w.match(name) {
 					next, wild = n.children[w.name], w.name
