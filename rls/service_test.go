@@ -515,7 +515,7 @@ descriptors:
 	var wg sync.WaitGroup
 	for g := range goroutines {
 		wg.Go(func() {
-			n := 1 + g*3 // 1 to 22 descriptors
+			n := 1 + g*3                                     // 1 to 22 descriptors
 			key, other := "free", st{code: "OK", limit: "-"} // no limit, or unlimited for odd g
 			if g%2 == 1 {
 				key, other = "unl", st{code: "OK", limit: "-", remaining: math.MaxUint32}
