@@ -68,7 +68,10 @@ var rlsBatched = regexp.MustCompile(`(?m)^( *)(rate_limit: .*)$`).ReplaceAllStri
 // server's process per request (Redis's and the clients' not included). A third server, "empty"
 // (bench/rlsempty), answers without deciding: the ceiling of requests per second that any
 // server can reach under this load on this machine, whose cores the clients share. A fourth,
-// "batched", is dianad with the same limits in batched mode (Diana's batch extension).
+// "batched", is dianad with the same limits in batched mode (Diana's batch extension). With
+// DIANA_RLS_BASE naming another dianad binary (an earlier commit's, built with go build), a
+// fifth, "base", runs it beside the others, and diana/base-req/s compares the two in the same
+// rounds.
 func BenchmarkRLS(b *testing.B) {
 	rs := redistest.Start(b)
 	root := b.TempDir()
@@ -83,11 +86,19 @@ func BenchmarkRLS(b *testing.B) {
 		}
 	}
 	rlAddr, rlPid := startRatelimit(b, root, rs.Addr)
-	dianaAddr, dianaPid, metrics := startDianaRLS(b, cfgDir, rs.Addr)
+	dianad := buildDianad(b)
+	dianaAddr, dianaPid, metrics := startDianaRLS(b, dianad, cfgDir, rs.Addr)
 	emptyAddr, emptyPid := startEmptyRLS(b)
-	batchedAddr, batchedPid, batchedMetrics := startDianaRLS(b, batchedDir, rs.Addr)
+	batchedAddr, batchedPid, batchedMetrics := startDianaRLS(b, dianad, batchedDir, rs.Addr)
 	loads := []*rlsLoad{newRLSLoad(b, "ratelimit", rlAddr, rlPid), newRLSLoad(b, "diana", dianaAddr, dianaPid),
 		newRLSLoad(b, "empty", emptyAddr, emptyPid), newRLSLoad(b, "batched", batchedAddr, batchedPid)}
+	if base := os.Getenv("DIANA_RLS_BASE"); base != "" {
+		// Another build of dianad (an earlier commit's), in the same rounds: a change's effect
+		// measured under the same load, which on a shared machine varies from run to run.
+		baseAddr, basePid, baseMetrics := startDianaRLS(b, base, cfgDir, rs.Addr)
+		loads = append(loads, newRLSLoad(b, "base", baseAddr, basePid))
+		defer checkNoFallback(b, baseMetrics)
+	}
 	for _, l := range loads {
 		l.redisPid = rs.Pid()
 	}
@@ -132,17 +143,24 @@ func BenchmarkRLS(b *testing.B) {
 				if i > 0 {
 					b.ReportMetric(st.rps/r.rps, l.name+"/ratelimit-req/s")
 				}
+				if l.name == "base" {
+					b.ReportMetric(stats[1].rps/st.rps, "diana/base-req/s")
+				}
 			}
 			if r.cpu > 0 { // a run of a few requests can fall within one clock tick
 				b.ReportMetric(stats[1].cpu/r.cpu, "diana/ratelimit-cpu")
 			}
 		})
 	}
-	// Every decision of dianad's was Redis's: none came from on_error.
-	for _, m := range []string{metrics, batchedMetrics} {
-		if n := scrape(b, m, `diana_backend_errors_total{rule="rls:bench.remote_address"}`); n != 0 {
-			b.Fatalf("dianad: %v decisions made by on_error: Redis did not answer in time", n)
-		}
+	checkNoFallback(b, metrics)
+	checkNoFallback(b, batchedMetrics)
+}
+
+// checkNoFallback fails b unless every decision of the dianad whose metrics are at url was
+// Redis's: none came from on_error.
+func checkNoFallback(b testing.TB, url string) {
+	if n := scrape(b, url, `diana_backend_errors_total{rule="rls:bench.remote_address"}`); n != 0 {
+		b.Fatalf("dianad: %v decisions made by on_error: Redis did not answer in time", n)
 	}
 }
 
@@ -185,7 +203,7 @@ func BenchmarkRLSService(b *testing.B) {
 
 // startRatelimit builds (once, cached) and runs envoyproxy/ratelimit's server on redisAddr with
 // the config under root, and returns its gRPC address.
-func startRatelimit(b *testing.B, root, redisAddr string) (string, int) {
+func startRatelimit(b testing.TB, root, redisAddr string) (string, int) {
 	bin := ratelimitBinary(b)
 	grpcPort, httpPort, debugPort := freePort(b), freePort(b), freePort(b)
 	cmd := exec.Command(bin)
@@ -200,14 +218,19 @@ func startRatelimit(b *testing.B, root, redisAddr string) (string, int) {
 	return addr, startProcess(b, cmd, addr)
 }
 
-// startDianaRLS builds and runs dianad with an rls section in cluster mode on redisAddr, and
-// returns its gRPC address, its process id and its metrics URL.
-func startDianaRLS(b *testing.B, cfgDir, redisAddr string) (string, int, string) {
+// buildDianad builds dianad and returns its path.
+func buildDianad(b testing.TB) string {
 	bin := filepath.Join(b.TempDir(), "dianad")
 	build := exec.Command(goTool(), "build", "-o", bin, "../cmd/dianad")
 	if out, err := build.CombinedOutput(); err != nil {
 		b.Fatalf("go build dianad: %v\n%s", err, out)
 	}
+	return bin
+}
+
+// startDianaRLS runs dianad (the binary bin) with an rls section in cluster mode on redisAddr,
+// and returns its gRPC address, its process id and its metrics URL.
+func startDianaRLS(b testing.TB, bin, cfgDir, redisAddr string) (string, int, string) {
 	grpcAddr := "127.0.0.1:" + strconv.Itoa(freePort(b))
 	admin := "127.0.0.1:" + strconv.Itoa(freePort(b))
 	cfg := filepath.Join(b.TempDir(), "diana.yaml")
@@ -229,7 +252,7 @@ rls: {listen: "` + grpcAddr + `", config_dir: "` + cfgDir + `", mode: cluster}
 
 // startEmptyRLS builds and runs bench/rlsempty, the ceiling: a rate limit service that decides
 // nothing.
-func startEmptyRLS(b *testing.B) (string, int) {
+func startEmptyRLS(b testing.TB) (string, int) {
 	bin := filepath.Join(b.TempDir(), "rlsempty")
 	build := exec.Command(goTool(), "build", "-o", bin, "./rlsempty")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -241,7 +264,7 @@ func startEmptyRLS(b *testing.B) (string, int) {
 
 // startProcess starts cmd, stopped when the benchmark ends, waits until the rate limit service
 // at addr answers a request of the benchmark's with a limit, and returns the process id.
-func startProcess(b *testing.B, cmd *exec.Cmd, addr string) int {
+func startProcess(b testing.TB, cmd *exec.Cmd, addr string) int {
 	out := &lockedBuf{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -281,7 +304,7 @@ func startProcess(b *testing.B, cmd *exec.Cmd, addr string) int {
 
 // ratelimitBinary returns envoyproxy/ratelimit's server, built by go install into the user's
 // cache directory the first time (a couple of minutes, through the Go module proxy).
-func ratelimitBinary(b *testing.B) string {
+func ratelimitBinary(b testing.TB) string {
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		b.Fatal(err)
@@ -308,7 +331,7 @@ func ratelimitBinary(b *testing.B) string {
 func goTool() string { return filepath.Join(runtime.GOROOT(), "bin", "go") }
 
 // freePort returns a loopback port that was free a moment ago.
-func freePort(b *testing.B) int {
+func freePort(b testing.TB) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -318,7 +341,7 @@ func freePort(b *testing.B) int {
 }
 
 // scrape returns the value of one series of a Prometheus text page, 0 when absent.
-func scrape(b *testing.B, url, series string) float64 {
+func scrape(b testing.TB, url, series string) float64 {
 	res, err := http.Get(url)
 	if err != nil {
 		b.Fatal(err)
@@ -365,7 +388,7 @@ type rlsLoad struct {
 	failures
 }
 
-func newRLSLoad(b *testing.B, name, addr string, pid int) *rlsLoad {
+func newRLSLoad(b testing.TB, name, addr string, pid int) *rlsLoad {
 	l := &rlsLoad{name: name, pid: pid}
 	for range rlsConns {
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))

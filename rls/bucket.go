@@ -65,7 +65,7 @@ func (n *node) bucket(bucket map[string]string, keys []string, b *BucketLimit) b
 // child is the descriptor of n that the entry key=value matches, and the value the entry
 // counts under: its own, or the wildcard value of a share_threshold descriptor.
 func (n *node) child(key, value string) (*node, string) {
-	c, wild := n.byName(key + "_" + value)
+	c, wild := n.byName([]byte(key + "_" + value))
 	switch {
 	case c == nil:
 		return n.children[key], value

@@ -3,6 +3,10 @@
 // lookup, its answers, with the decisions made by Diana's stores.
 //
 // The design, in the order a request meets it:
+//   - Wire (codec.go): the gRPC server reads ShouldRateLimit's request and writes its answer
+//     with protowire, not protobuf's reflection-driven code, and leaves every other message and
+//     every shape outside its fast path (unknown fields, invalid UTF-8, quotas) to the proto
+//     codec, so that each reads and writes as protobuf's own code would.
 //   - Config (Parse) is envoyproxy/ratelimit's descriptor format as of its main: every field
 //     its loader accepts (quota_mode, metadata, shadow_mode, detailed_metric, value_to_metric,
 //     share_threshold, replaces, unlimited, wildcards anywhere in a value, its seven units) and
@@ -23,6 +27,9 @@
 //     service cannot run are refused naming the field: concurrency (it holds a slot until the
 //     request ends, and the service is never told that) and adaptive (it learns from latencies
 //     the service never sees).
+//   - Memory: a request's working memory (its descriptors on their way, the store's ops) is
+//     reused across requests (scratch), as the stores keep no pointer to an op once Decide
+//     returns; the answer's statuses are allocated with their durations.
 //   - Answer (Service.response): the statuses, the overall code (quota_mode: refused only when
 //     every quota descriptor is over), the RateLimit headers and the dynamic metadata
 //     (Options.DynamicMetadata: the descriptors, and the metadata of those that passed).
@@ -117,12 +124,17 @@ type wildcard struct {
 	parts []string
 }
 
-// byName returns the child of n named name ("key_value"), or else the first wildcard child
-// that matches it, with the wildcard's name; nil if none.
-func (n *node) byName(name string) (c *node, wild string) {
-	if c := n.children[name]; c != nil {
+// byName returns the child of n named kv ("key_value"), or else the first wildcard child that
+// matches it, with the wildcard's name; nil if none. kv is bytes so that a lookup by value
+// makes no string.
+func (n *node) byName(kv []byte) (c *node, wild string) {
+	if c := n.children[string(kv)]; c != nil {
 		return c, ""
 	}
+	if len(n.wildcards) == 0 {
+		return nil, ""
+	}
+	name := string(kv)
 	for _, w := range n.wildcards {
 		if w.match(name) {
 			return n.children[w.name], w.name

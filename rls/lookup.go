@@ -29,9 +29,10 @@ func (c *Config) lookup(domain string, entries []*rlv3.RateLimitDescriptor_Entry
 	var valued strings.Builder
 	valued.Grow(size)
 	valued.WriteString(domain)
+	var buf [128]byte // key_value, looked up without a string of its own
 	for i, e := range entries {
-		name := e.Key + "_" + e.Value
-		next, wild := n.byName(name)
+		kv := append(append(append(buf[:0], e.Key...), '_'), e.Value...)
+		next, wild := n.byName(kv)
 		byValue := next != nil
 		if next == nil {
 			next = n.children[e.Key]

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -107,6 +109,38 @@ type checked struct {
 	st        *pb.RateLimitResponse_DescriptorStatus
 }
 
+// scratch is a request's working memory, reused by later requests: the stores decide the ops
+// before Decide returns and keep no pointer to them (redisstore's coalescer decides a copy of a
+// waiting caller's), and the answer holds none of it.
+type scratch struct {
+	ds  []checked
+	ops []*rules.Op
+}
+
+// maxPooled bounds the descriptors of a scratch kept for reuse: a request of many does not
+// keep its memory.
+const maxPooled = 16
+
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
+
+// getScratch returns a scratch with n zero descriptors and no ops.
+func getScratch(n int) *scratch {
+	sc := scratches.Get().(*scratch)
+	sc.ds = slices.Grow(sc.ds[:0], n)[:n]
+	sc.ops = sc.ops[:0]
+	return sc
+}
+
+// put clears sc, so that it holds no limit or key, and keeps it for reuse.
+func (sc *scratch) put() {
+	if cap(sc.ds) > maxPooled {
+		return
+	}
+	clear(sc.ds)
+	clear(sc.ops[:cap(sc.ops)])
+	scratches.Put(sc)
+}
+
 // ShouldRateLimit decides every descriptor of the request, each on its own as
 // envoyproxy/ratelimit does (a descriptor over its limit does not keep the others from
 // counting), in one call of the store (one round trip to Redis in cluster mode). The overall
@@ -126,7 +160,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	if !known && s.o.Unknown != nil {
 		s.o.Unknown(req.Domain)
 	}
-	ds := make([]checked, len(req.Descriptors))
+	sc := getScratch(len(req.Descriptors))
+	defer sc.put()
+	ds := sc.ds
 	var replaced map[string]bool // the names of the limits another matched limit replaces
 	for i, d := range req.Descriptors {
 		c := &ds[i]
@@ -158,7 +194,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 			}
 		}
 	}
-	var ops []*rules.Op
+	ops := sc.ops
 	for i := range ds {
 		c := &ds[i]
 		l := c.m.limit
@@ -173,6 +209,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 			Req: algos.Request{Cost: c.cost}, OnError: s.o.OnError, Fallback: l.Fallback, Batch: batched}
 		ops = append(ops, &c.op)
 	}
+	sc.ops = ops
 	if len(ops) > 0 {
 		s.o.Store.Decide(ctx, ops)
 	}
@@ -188,11 +225,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 // says which).
 func (s *Service) response(req *pb.RateLimitRequest, ds []checked) *pb.RateLimitResponse {
 	resp := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(ds))}
+	slots := make([]statusSlot, len(ds))
 	var closest *pb.RateLimitResponse_DescriptorStatus
 	quotas, quotasOver := 0, 0
 	for i := range ds {
 		c := &ds[i]
-		st := s.status(c)
+		st := &slots[i].st
+		s.status(c, st, &slots[i].dur)
 		c.st, resp.Statuses[i] = st, st
 		if st.CurrentLimit != nil && (closest == nil || st.LimitRemaining < closest.LimitRemaining) {
 			closest = st
@@ -227,6 +266,12 @@ func (s *Service) response(req *pb.RateLimitRequest, ds []checked) *pb.RateLimit
 		resp.DynamicMetadata = dynamicMetadata(req, ds)
 	}
 	return resp
+}
+
+// statusSlot is a descriptor's status and its duration, allocated together.
+type statusSlot struct {
+	st  pb.RateLimitResponse_DescriptorStatus
+	dur durationpb.Duration
 }
 
 // dynamicMetadata is the dynamic metadata envoyproxy/ratelimit answers with (its
@@ -291,19 +336,21 @@ func mergeMetadata(dst, src *structpb.Struct) {
 	}
 }
 
-// status is one descriptor's answer: OK without a limit when none applies; OK with
-// limit_remaining 2^32-1 when unlimited; else the limit, what remains of it and the time until
-// its window resets, OVER_LIMIT when over it (unless in shadow mode, which answers OK and
-// counts the denial).
-func (s *Service) status(c *checked) *pb.RateLimitResponse_DescriptorStatus {
+// status sets st, the zero status, to one descriptor's answer: OK without a limit when none
+// applies; OK with limit_remaining 2^32-1 when unlimited; else the limit, what remains of it
+// and the time until its window resets (in dur, the zero duration), OVER_LIMIT when over it
+// (unless in shadow mode, which answers OK and counts the denial).
+func (s *Service) status(c *checked, st *pb.RateLimitResponse_DescriptorStatus, dur *durationpb.Duration) {
 	l := c.m.limit
+	st.Code = pb.RateLimitResponse_OK
 	switch {
 	case c.unlimited:
-		return &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+		st.LimitRemaining = math.MaxUint32
+		return
 	case l == nil:
-		return &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+		return
 	}
-	st := &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, CurrentLimit: l.proto}
+	st.CurrentLimit = l.proto
 	var d algos.Decision
 	switch {
 	case l.Alg == nil:
@@ -327,7 +374,8 @@ func (s *Service) status(c *checked) *pb.RateLimitResponse_DescriptorStatus {
 		u := l.Window
 		reset = u - s.o.Now().Unix()%u
 	}
-	st.DurationUntilReset = &durationpb.Duration{Seconds: reset}
+	dur.Seconds = reset
+	st.DurationUntilReset = dur
 	outcome := rules.Allowed
 	if d.Allowed {
 		st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
@@ -344,7 +392,6 @@ func (s *Service) status(c *checked) *pb.RateLimitResponse_DescriptorStatus {
 	if s.o.Observe != nil {
 		s.o.Observe(c.m.metric, outcome, c.op.Err)
 	}
-	return st
 }
 
 // override is the limit a descriptor brings itself (Envoy's limit override): its

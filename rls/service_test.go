@@ -494,3 +494,59 @@ descriptors:
 		t.Fatalf("observed %q", obs.last())
 	}
 }
+
+// TestConcurrentRequests: requests of different sizes (some beyond what a pooled scratch
+// keeps) from many goroutines at once each get their own answers, over real gRPC: the working
+// memory reused across requests carries nothing from one to another.
+func TestConcurrentRequests(t *testing.T) {
+	cfg, err := Parse([]File{{Name: "a.yaml", Data: []byte(`domain: d
+descriptors:
+  - key: client
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+  - key: free
+  - key: unl
+    rate_limit: {unlimited: true}
+`)}}, ParseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, _ := serve(t, cfg, Options{})
+	const goroutines, calls = 8, 30
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			n := 1 + g*3                                     // 1 to 22 descriptors
+			key, other := "free", st{code: "OK", limit: "-"} // no limit, or unlimited for odd g
+			if g%2 == 1 {
+				key, other = "unl", st{code: "OK", limit: "-", remaining: math.MaxUint32}
+			}
+			descs := []*rlv3.RateLimitDescriptor{desc("client", strconv.Itoa(g))}
+			for range n - 1 {
+				descs = append(descs, desc(key, "x"))
+			}
+			for i := range calls {
+				resp, err := client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "d", Descriptors: descs})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(resp.Statuses) != n {
+					t.Errorf("goroutine %d: %d statuses, want %d", g, len(resp.Statuses), n)
+					return
+				}
+				want := st{code: "OK", limit: "HOUR:1000", remaining: uint32(1000 - i - 1), reset: 3590}
+				if got := short(resp.Statuses[0]); got != want {
+					t.Errorf("goroutine %d, call %d: %+v, want %+v", g, i, got, want)
+					return
+				}
+				for j, s := range resp.Statuses[1:] {
+					if got := short(s); got != other {
+						t.Errorf("goroutine %d, call %d, descriptor %d: %+v, want %+v", g, i, j+1, got, other)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
