@@ -460,7 +460,6 @@ func (s *Store) granted(c, a *rules.Op, t0, e0 int64) {
 		p.held = append(p.held, grant{a.Req.Now, g})
 		p.batching = b.Batching
 		p.until, p.grant, p.granted = until, d, t0
-		s.expire(p, now)
 	}
 	if d.Granted < a.Req.Cost && d.RetryAfter != algos.Never {
 		// The limit is scarce: Redis refused the batch or had fewer units than asked for. Asking
@@ -477,10 +476,15 @@ func (s *Store) granted(c, a *rules.Op, t0, e0 int64) {
 		p.denied.Allowed, p.denied.Granted, p.denied.Delay = false, 0, 0
 		p.denied.Limit = c.Alg.Script().Limit
 	}
+	// The request that asked is decided by the grant as exact mode decides it, where Redis's
+	// answer also arrives a round trip later: it takes units just granted even if their batch
+	// life ended in flight (a window that closed meanwhile); the others then expire.
 	if p.units >= n {
 		s.spend(p, c, n, now)
+		s.expire(p, now)
 		return
 	}
+	s.expire(p, now)
 	c.Dec = d
 	c.Dec.Allowed, c.Dec.Granted, c.Dec.Delay = false, 0, 0
 	c.Dec.Limit = c.Alg.Script().Limit
@@ -497,10 +501,10 @@ func (s *Store) spend(p *pool, c *rules.Op, n, now int64) {
 		p.units -= n
 		p.spent += n
 		s.stats.spent.Add(n)
-		for n > 0 { // the oldest grant's units first
-			k := min(n, p.held[0].units)
+		for left := n; left > 0; { // the oldest grant's units first
+			k := min(left, p.held[0].units)
 			p.held[0].units -= k
-			n -= k
+			left -= k
 			if p.held[0].units == 0 {
 				p.held = p.held[:copy(p.held, p.held[1:])]
 			}

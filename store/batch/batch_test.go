@@ -314,3 +314,21 @@ func TestConcurrentNodes(t *testing.T) {
 		t.Fatalf("admitted %d, want at most 300 and most of them", a)
 	}
 }
+
+// TestGrantNearWindowEnd: a batch whose fixed window ends during its round trip is over when
+// it arrives, yet the request that asked for it is admitted from it, as exact mode admits it
+// (Redis counted it in that window); it was refused, with units to spare, and reported no grant.
+func TestGrantNearWindowEnd(t *testing.T) {
+	srv := redistest.Start(t)
+	rs := redisstore.New(srv.Client(), redisstore.Options{CallerClock: true})
+	var clk atomic.Int64
+	const trip = 600 // µs the node's clock moves at each reading: a round trip crosses the window's end
+	s := batch.New(rs, batch.Options{Now: func() int64 { return clk.Add(trip) }})
+	r := rule(t, `{"algorithm":"fixed_window","limit":1000,"window":"1s"}`, `{"max":20}`)
+	for _, at := range []int64{999_900, 1_999_990, 2_999_500} {
+		clk.Store(at)
+		if d := decide(s, r.Alg, "k", at, false); !d.Dec.Allowed || d.Dec.Granted != 1 {
+			t.Errorf("at %d µs, the request that asked for a batch: %+v, want admitted, 1 granted", at, d.Dec)
+		}
+	}
+}
