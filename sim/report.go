@@ -67,6 +67,28 @@ func (d *Data) Markdown() []byte {
 		p("\n")
 	}
 
+	if s.hasPhases() {
+		p("## Failover by phase: over-admission / under-admission, %% of the phase's ideal\n\n")
+		p("Each failover result split by when its requests came: before the first outage, during one, after one. ")
+		p("Over-admission is the admitted requests the contract denies, replayed over the whole trace, counted in the phase they came in: ")
+		p("excess that shows *after* an outage is what Redis did not know of the nodes' admissions during it.\n\n")
+		p("| trace | algorithm | before | during | after | whole trace |\n|---|---|---:|---:|---:|---:|\n")
+		for _, t := range s.Traces {
+			for _, a := range s.Algorithms {
+				res, ok := s.Result(t.Name, a.Name, "failover")
+				if !ok || res.Skipped != "" || len(res.Phases) == 0 {
+					continue
+				}
+				p("| %s | %s |", t.Name, a.Name)
+				for _, ph := range res.Phases {
+					p(" %s |", phaseCell(ph))
+				}
+				p(" %s |\n", cell(res))
+			}
+		}
+		p("\n")
+	}
+
 	if s.hasMode("cluster") && s.hasMode("batched") {
 		p("## Redis calls per admitted request: cluster and batched\n\n")
 		p("| trace | algorithm | cluster | batched | fewer calls | batched under %% |\n|---|---|---:|---:|---:|---:|\n")
@@ -169,6 +191,24 @@ func cell(r Result) string {
 		return "0"
 	}
 	return strings.Join(parts, " / ")
+}
+
+// phaseCell formats a phase as cell formats a result; "–" when the phase had no request.
+func phaseCell(ph Phase) string {
+	if ph.Offered == 0 {
+		return "–"
+	}
+	return cell(Result{Over: ph.Over, Under: ph.Under, Ideal: ph.Ideal})
+}
+
+// hasPhases reports whether a result of s is split by phase (a mode with an outage ran).
+func (s *Section) hasPhases() bool {
+	for _, x := range s.Results {
+		if len(x.Phases) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // ratio formats a/b as "12×", or "–" when b is 0.
