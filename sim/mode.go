@@ -174,7 +174,7 @@ func Failover(c redis.UniversalClient, outage [2]float64) Mode {
 				Manual: true, Now: clock})
 			ss[i] = &sharingNode{
 				Store: failover.New(down, failover.Options{Timeout: time.Minute, Failures: 1 << 30,
-					Local: memstore.New(memstore.Options{Clock: now}), Shares: sh}),
+					Local: memstore.New(memstore.Options{Clock: now}), Shares: sh, WriteBack: down.WriteBack, Clock: now}),
 				shares: sh, down: down}
 		}
 		return ss, nil
@@ -225,7 +225,7 @@ var errOutage = errors.New("sim: Redis unreachable (simulated outage)")
 // unreachable fails every call made in one of its outages, [from, to) of virtual time, without
 // sending it.
 type unreachable struct {
-	next    rules.Store
+	next    *Counted
 	now     func() int64
 	outages [][2]int64
 }
@@ -233,6 +233,17 @@ type unreachable struct {
 // reachable reports whether Redis can be reached at the virtual time now.
 func (u *unreachable) reachable() bool {
 	return phaseOf(u.now(), u.outages) != phaseDuring
+}
+
+// WriteBack writes back as Counted does, unless Redis is unreachable.
+func (u *unreachable) WriteBack(ctx context.Context, backs []redisstore.Back) {
+	if !u.reachable() {
+		for _, b := range backs {
+			b.Op.Err = errOutage
+		}
+		return
+	}
+	u.next.WriteBack(ctx, backs)
 }
 
 func (u *unreachable) Decide(ctx context.Context, ops []*rules.Op) {
@@ -266,6 +277,16 @@ func (c *Counted) Decide(ctx context.Context, ops []*rules.Op) {
 	c.s.Decide(ctx, ops)
 	c.calls.RoundTrips.Add(1)
 	c.calls.Scripts.Add(int64(len(ops)))
+}
+
+// WriteBack writes back in one round trip (redisstore.Store.WriteBack), counting its calls.
+func (c *Counted) WriteBack(ctx context.Context, backs []redisstore.Back) {
+	if len(backs) == 0 {
+		return
+	}
+	c.s.WriteBack(ctx, backs)
+	c.calls.RoundTrips.Add(1)
+	c.calls.Scripts.Add(int64(len(backs)))
 }
 
 // batchNode is a batched node: each virtual second it gives back the units that expired unspent

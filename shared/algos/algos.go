@@ -67,6 +67,15 @@ type Request struct {
 	DryRun bool
 }
 
+// Sliding is implemented by the algorithms that count over a window sliding with time (the
+// sliding log and the sliding windows): what they count drains as its requests age out of the
+// window of SlidingWindow µs, not all at once (fixed window) or at a rate (the buckets). A store
+// that rebuilds such a state from a count alone (store/failover, entering an outage) spreads the
+// count over the window.
+type Sliding interface {
+	SlidingWindow() int64
+}
+
 // MaxWaitCap is the largest MaxWait a request may ask for (about 71 years): larger ones are
 // clamped, so that times pushed ahead by delays stay below 2^53.
 const MaxWaitCap = MaxSafe / 4

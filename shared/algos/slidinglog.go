@@ -70,6 +70,9 @@ func NewSlidingLog(limit, window int64) (*SlidingLog, error) {
 // Script implements Algorithm.
 func (s *SlidingLog) Script() Script { return s.script }
 
+// SlidingWindow implements Sliding.
+func (s *SlidingLog) SlidingWindow() int64 { return s.window }
+
 // Decide implements Algorithm. Only an admission changes st.Log (never a dry run): it drops the
 // old entries by copying the live ones down and appends, so the backing array is reused and a
 // steady load allocates nothing.

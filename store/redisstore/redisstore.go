@@ -14,6 +14,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -58,6 +59,9 @@ type Store struct {
 	cluster bool                     // a Redis Cluster client: calls are not shared (see coalesce.go)
 	co      coalescer
 	dials   dials
+
+	wbMu       sync.Mutex
+	writeBacks map[string]*redis.Script // each algorithm's write-back script, made on first use (writeback.go)
 }
 
 // New returns a Store on c, which may be a standalone, Sentinel (failover) or Cluster client.
