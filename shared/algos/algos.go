@@ -76,6 +76,14 @@ type Sliding interface {
 	SlidingWindow() int64
 }
 
+// Paced is implemented by the algorithms whose Decision.Remaining says whether a request may go
+// now (0 or 1), not how many units the state still holds (the warm-up limiter, whose state is
+// its coldness): a store cannot rebuild their state from a Remaining (store/failover leaves
+// them out of its transitions across an outage).
+type Paced interface {
+	Paced()
+}
+
 // MaxWaitCap is the largest MaxWait a request may ask for (about 71 years): larger ones are
 // clamped, so that times pushed ahead by delays stay below 2^53.
 const MaxWaitCap = MaxSafe / 4

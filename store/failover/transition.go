@@ -30,8 +30,11 @@ import (
 //     limit × (1 − remaining / limit), rounded up. An algorithm whose count drains as requests
 //     age out of a sliding window (algos.Sliding) gets that charge spread evenly over the window
 //     before that time, in seedParts requests, as a steady client's requests lie in its log. A
-//     key whose learned state has since reset, or that was never learned, starts empty. A rule holding leases (concurrency) is not seeded: its leases are
-//     given back as requests end.
+//     key whose learned state has since reset, or that was never learned, starts empty. A
+//     rule holding leases (concurrency) is not carried over: its leases are given back as
+//     requests end; nor is a paced algorithm (algos.Paced: warm_up), whose Remaining does not
+//     tell its state (its coldness): it starts and ends an outage from its local state as
+//     before.
 //   - Out of the outage: the units each node admitted on its own are written back into Redis's
 //     state when Redis returns, before the node decides in Redis again: the first round trip
 //     after an outage is the write-back (Options.WriteBack: one script per key, applied once per
@@ -332,13 +335,24 @@ func (tr *transitions) settle(key string, owed int64, err error, answered bool) 
 }
 
 // transits reports whether op's key carries state across an outage: a FailLocal op that is not
-// a lease's (a concurrency limit gives its leases back as requests end).
+// a lease's (a concurrency limit gives its leases back as requests end), nor of a paced
+// algorithm (algos.Paced: warm_up, whose Remaining does not tell its state).
 func transits(op *rules.Op) bool {
 	if op.OnError != rules.FailLocal || op.Req.Release || op.Req.ID != 0 {
 		return false
 	}
-	r := op.Rule()
-	return r == nil || !r.Leases
+	if r := op.Rule(); r != nil && r.Leases {
+		return false
+	}
+	alg := op.Alg
+	if b, ok := alg.(*rules.Batched); ok {
+		alg = b.Algorithm
+	}
+	if b, ok := alg.(interface{ Inner() algos.Algorithm }); ok {
+		alg = b.Inner()
+	}
+	_, paced := alg.(algos.Paced)
+	return !paced
 }
 
 // seedParts is how many requests spread a sliding algorithm's seed over its window.

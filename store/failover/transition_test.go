@@ -203,3 +203,18 @@ func TestTransitionsGiveUp(t *testing.T) {
 		t.Fatalf("a after the outage: %d of 10 admitted, want 8 (its 2 written back once)", got)
 	}
 }
+
+// A warm-up limiter is not carried across an outage: its Remaining (may a request go now) does
+// not tell its state, so it starts the outage from its local state, as before, and owes nothing.
+func TestTransitionsLeaveWarmUpAlone(t *testing.T) {
+	r := newTransitionRig(t, true)
+	wu := must(algos.NewWarmUp(10, algos.Second, algos.Second))
+	r.admit("k", wu, 1, 0) // Redis: Remaining 0 after it
+	r.redis.down.Store(true)
+	if got := r.admit("k", wu, 1, 0); got != 1 {
+		t.Fatalf("Redis down: %d of 1 admitted, want the local limiter's first", got)
+	}
+	if n := r.s.tr.owing.Load(); n != 0 {
+		t.Fatalf("%d keys owe units", n)
+	}
+}
