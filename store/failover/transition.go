@@ -45,9 +45,13 @@ import (
 //     counts (at most its local limit less what it would still admit, looked up at the
 //     write-back): units that have since drained from the local state (a fixed window that
 //     ended, a bucket that refilled) have drained from the cluster's too. A sliding algorithm's
-//     units go back at the times they were admitted, to an eighth of the window (redisstore.Back's
-//     Ago: Redis places them that long before its own time), those older than a window left out. A key Redis answered with an error for writeBackTries round trips is given up
-//     and reported (Options.OnWriteBack).
+//     units go back at the times they were admitted, to an eighth of the window
+//     (redisstore.Back's Ago: Redis places them that long before its own time), those older
+//     than a window left out. The sliding log records a unit no earlier than its newest entry,
+//     so the units of a node that writes back after another land at the other's latest time
+//     and count longer than they should (under-admission after the outage, docs/accuracy.md).
+//     A key Redis answered with an error for writeBackTries round trips is given up and
+//     reported (Options.OnWriteBack).
 //
 // What a key keeps is bounded (maxTransitionKeys): past it, keys with nothing owed are forgotten
 // (they then start an outage empty, as before this existed).
@@ -76,8 +80,9 @@ func (tr *transitions) marker(epoch int64) string {
 
 const (
 	transitionShards = 16
-	// maxTransitionKeys bounds the keys a node keeps transition state of.
-	maxTransitionKeys = 1 << 17
+	// maxTransitionKeys bounds the keys a node keeps transition state of (about 150 bytes each,
+	// and the key).
+	maxTransitionKeys = 1 << 16
 	// writeBackTries is how many round trips that Redis answered may fail a key's write-back
 	// before it is given up.
 	writeBackTries = 3
@@ -104,7 +109,7 @@ type keyTransition struct {
 	mark  string // the write-back's marker: this node, the outage, and a number of its own
 	// parts are the owed units of a sliding algorithm by when they were admitted: the last
 	// window in eighths, a ring (µs, Clock).
-	parts [seedParts]part
+	parts *[seedParts]part // allocated for a sliding algorithm's first owed units
 }
 
 // part is the units admitted in the eighth of a window from from.
@@ -114,13 +119,13 @@ func (tr *transitions) shard(key string) *transitionShard {
 	return &tr.shards[maphash.String(tr.seed, key)%transitionShards]
 }
 
-// get returns key's entry, making it if make is set (nil when the shard is full of keys that owe).
-func (sh *transitionShard) get(key string, make bool) *keyTransition {
+// get returns key's entry, adding it if add is set (nil when the shard is full of keys that owe).
+func (sh *transitionShard) get(key string, add bool) *keyTransition {
 	if sh.keys == nil {
 		sh.keys = map[string]*keyTransition{}
 	}
 	k := sh.keys[key]
-	if k != nil || !make {
+	if k != nil || !add {
 		return k
 	}
 	if len(sh.keys) >= maxTransitionKeys/transitionShards {
@@ -195,7 +200,7 @@ func (tr *transitions) local(op *rules.Op, alg algos.Algorithm) algos.Decision {
 		if k.owed == 0 {
 			tr.owing.Add(1)
 			k.mark, k.tries = tr.marker(epoch), 0
-			k.parts = [seedParts]part{}
+			k.parts = nil
 		}
 		k.owed += g
 		k.alg, k.local = op.Alg, alg
@@ -205,6 +210,9 @@ func (tr *transitions) local(op *rules.Op, alg algos.Algorithm) algos.Decision {
 		if w := slidingWindow(k.alg); w >= seedParts {
 			// When, to an eighth of the window: the write-back places them there.
 			span := w / seedParts
+			if k.parts == nil {
+				k.parts = new([seedParts]part)
+			}
 			p := &k.parts[now/span%seedParts]
 			if from := now - now%span; p.from != from {
 				*p = part{from: from}
@@ -291,7 +299,10 @@ func (k *keyTransition) backs(backs []redisstore.Back, key string, now int64, lo
 		}
 		return append(backs, redisstore.Back{Op: &rules.Op{Key: key, Alg: k.alg, Req: algos.Request{Now: now, Cost: units}}, Marker: k.mark})
 	}
-	parts := k.parts
+	if k.parts == nil {
+		return backs
+	}
+	parts := *k.parts
 	slices.SortFunc(parts[:], func(a, b part) int { return cmp.Compare(a.from, b.from) })
 	span := w / seedParts
 	for i, p := range parts {
@@ -320,7 +331,7 @@ func (tr *transitions) settle(key string, owed int64, err error, answered bool) 
 	case err == nil:
 		// Units admitted since the call was built stay owed, under a marker of their own.
 		k.owed -= min(k.owed, owed)
-		k.mark, k.tries, k.parts = tr.marker(tr.epoch.Load()), 0, [seedParts]part{}
+		k.mark, k.tries, k.parts = tr.marker(tr.epoch.Load()), 0, nil
 	case answered:
 		if k.tries++; k.tries >= writeBackTries {
 			if tr.onGiveUp != nil {

@@ -218,3 +218,32 @@ func TestTransitionsLeaveWarmUpAlone(t *testing.T) {
 		t.Fatalf("%d keys owe units", n)
 	}
 }
+
+// A sliding log's units go back to Redis at the times they were admitted (to an eighth of the
+// window), not at the write-back's: they leave Redis's log when they would have.
+func TestTransitionsSlidingWriteBack(t *testing.T) {
+	r := newTransitionRig(t, true)
+	sl := must(algos.NewSlidingLog(10, algos.Minute))
+	r.admit("k", sl, 1, algos.Second) // Redis learns the key
+	r.redis.down.Store(true)
+	admittedAt := r.now
+	if got := r.admit("k", sl, 3, 0); got != 3 {
+		t.Fatalf("Redis down: %d of 3 admitted", got)
+	}
+	r.now += 30 * algos.Second
+	r.redis.down.Store(false)
+	r.admit("other", sl, 1, 0) // the write-back goes first
+	st, err := r.redis.r.State(context.Background(), "k", sl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	span := algos.Minute / seedParts
+	if len(st.Log) != 4 {
+		t.Fatalf("Redis's log %v: want the first request and the 3 written back", st.Log)
+	}
+	for _, at := range st.Log[1:] {
+		if at < admittedAt-span || at > admittedAt+span {
+			t.Fatalf("Redis's log %v: the units written back are not near %d, when they were admitted", st.Log, admittedAt)
+		}
+	}
+}
