@@ -365,11 +365,6 @@ func (d *Data) findings() []string {
 		line := fmt.Sprintf("**failover's shortfalls**: during the outage the nodes limit at their learned shares, which on %s's sparse traffic "+
 			"(one client, a few requests a second) the shares' prior draws toward the even split: token_bucket admits %.1f%% less than its contract during the outage "+
 			"(−%.1f%% over the whole trace), whatever the transitions", traceHeavy, tb.UnderPct(), whole.UnderPct())
-		if sl, ok := phase("two-outages", "sliding_log", "after"); ok && sl.Under > 0 {
-			line += fmt.Sprintf(". After an outage the sliding log under-admits (−%.1f%% after the outages of two-outages): a node writes its units back at the times "+
-				"it admitted them, but the log records a unit no earlier than its newest entry, so the units of the nodes that write back after another "+
-				"land at that node's latest time and count longer than they should", sl.UnderPct())
-		}
 		out = append(out, line+". The concurrency limit is not carried across the outage (its leases end with their requests); warm_up, below.")
 	}
 	// The warm-up limiter does not split by node: say by how much, from the figures.

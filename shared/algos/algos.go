@@ -65,6 +65,10 @@ type Request struct {
 	// units taken, no ban started): rules check every limit of a request before committing any.
 	// Every algorithm honours it; a release is never a dry run.
 	DryRun bool
+	// Backdated records the units at Now even when the state holds later ones (the sliding log
+	// otherwise records a unit no earlier than its newest entry): for writing back units admitted
+	// elsewhere at that time (store/failover). Only the sliding log reads it.
+	Backdated bool
 }
 
 // Sliding is implemented by the algorithms that count over a window sliding with time (the

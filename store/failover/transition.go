@@ -47,9 +47,8 @@ import (
 //     ended, a bucket that refilled) have drained from the cluster's too. A sliding algorithm's
 //     units go back at the times they were admitted, to an eighth of the window
 //     (redisstore.Back's Ago: Redis places them that long before its own time), those older
-//     than a window left out. The sliding log records a unit no earlier than its newest entry,
-//     so the units of a node that writes back after another land at the other's latest time
-//     and count longer than they should (under-admission after the outage, docs/accuracy.md).
+//     than a window left out, and backdated (algos.Request.Backdated): the sliding log records
+//     them at that time even when another node's write-back put later entries before them.
 //     A key Redis answered with an error for writeBackTries round trips is given up and
 //     reported (Options.OnWriteBack).
 //
@@ -310,7 +309,7 @@ func (k *keyTransition) backs(backs []redisstore.Back, key string, now int64, lo
 		if p.units == 0 || at+w <= now {
 			continue
 		}
-		backs = append(backs, redisstore.Back{Op: &rules.Op{Key: key, Alg: k.alg, Req: algos.Request{Now: now, Cost: p.units}},
+		backs = append(backs, redisstore.Back{Op: &rules.Op{Key: key, Alg: k.alg, Req: algos.Request{Now: now, Cost: p.units, Backdated: true}},
 			Marker: k.mark + ":" + strconv.Itoa(i), Ago: now - at})
 	}
 	return backs

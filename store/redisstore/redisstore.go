@@ -338,6 +338,9 @@ func (s *Store) eval(key string, alg algos.Algorithm, r algos.Request) (eval, er
 	}
 	e := eval{name: sc.Name, script: script, batch: s.batches[sc.Name], banned: sc.Ban != 0}
 	e.packed = make([]byte, 0, 9*(6+len(sc.Args)))
+	if r.Backdated {
+		flags |= 16
+	}
 	e.packed = appendInts(e.packed, now, r.Cost, r.MaxWait, flags, sc.Ban, sc.Limit)
 	e.packed = appendInts(e.packed, sc.Args...)
 	if r.ID != 0 {

@@ -126,3 +126,45 @@ func TestWriteBackAgo(t *testing.T) {
 		}
 	}
 }
+
+// A backdated write-back goes into a sliding log at its time, before later entries (another
+// node's write-back), as the Go twin puts it; a plain request still records no earlier than
+// the newest entry.
+func TestWriteBackBackdated(t *testing.T) {
+	srv := redistest.Start(t)
+	s := New(srv.Client(), Options{CallerClock: true})
+	ctx := context.Background()
+	sl, err := algos.NewSlidingLog(10, algos.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := int64(1_700_000_000_000_000)
+	var st algos.State
+	for i := range 3 {
+		r := algos.Request{Now: t0 + int64(i)*10*algos.Second, Cost: 1}
+		sl.Decide(&st, r)
+		if _, err := s.DecideOne(ctx, "k", sl, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, back := range []bool{true, false} {
+		now := t0 + 25*algos.Second
+		want := sl.Decide(&st, algos.Request{Now: now - 20*algos.Second, Cost: 2, Partial: true, Backdated: back})
+		want.TTL = 0
+		op := &rules.Op{Key: "k", Alg: sl, Req: algos.Request{Now: now, Cost: 2, Backdated: back}}
+		s.WriteBack(ctx, []Back{{Op: op, Marker: "m" + strconv.Itoa(i), Ago: 20 * algos.Second}})
+		if op.Err != nil || op.Dec != want {
+			t.Fatalf("backdated %v: Redis %+v, %v; Go %+v", back, op.Dec, op.Err, want)
+		}
+		got, err := s.State(ctx, "k", sl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, st) {
+			t.Fatalf("backdated %v: Redis holds %v, Go %v", back, got.Log, st.Log)
+		}
+		if back && (st.Log[1] != t0+5*algos.Second || st.Log[2] != t0+5*algos.Second) {
+			t.Fatalf("backdated: log %v, want the 2 units at +5s, second and third", st.Log)
+		}
+	}
+}
