@@ -23,6 +23,7 @@ type metrics struct {
 	redisDuration prometheus.Histogram
 	breaker       prometheus.Gauge
 	starved       prometheus.Counter
+	writeBackLost prometheus.Counter
 	reloads       *prometheus.CounterVec
 	info          *prometheus.GaugeVec
 	rlsUnknown    prometheus.Counter
@@ -62,6 +63,10 @@ func newMetrics() *metrics {
 		starved: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "diana_redis_timeouts_starved_total",
 			Help: "Redis timeouts not counted against Redis by the breaker: dianad itself was starved of CPU (the requests still got their on_error decision).",
+		}),
+		writeBackLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "diana_redis_write_back_lost_units_total",
+			Help: "Units dianad admitted alone during a Redis outage (on_error local) and could not write back into Redis when it returned: the cluster may admit them again.",
 		}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "diana_config_reloads_total",
@@ -107,7 +112,7 @@ func newMetrics() *metrics {
 		Help: "Responses whose usage could not be read and were charged the rule's fallback, by rule and reason (missing, value, duplicate, syntax, depth, too_large, truncated, other).",
 	}, []string{"rule", "reason"})
 	m.reg.MustRegister(m.addrHeaders, m.usageTokens, m.usageUnread)
-	m.reg.MustRegister(m.decisions, m.backendErrors, m.redisDuration, m.breaker, m.starved, m.reloads, m.info, m.rlsUnknown, m.adaptive, m.authProblems, m.connsReclaimed,
+	m.reg.MustRegister(m.decisions, m.backendErrors, m.redisDuration, m.breaker, m.starved, m.writeBackLost, m.reloads, m.info, m.rlsUnknown, m.adaptive, m.authProblems, m.connsReclaimed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -112,7 +112,8 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 	s.met.localStore(s.mem)
 	if cfg.Redis != nil {
 		st, err := stack.New(*cfg.Redis, stack.Hooks{Log: s.log, Local: s.mem,
-			OnState: s.met.breakerOpen, OnStarved: func(time.Duration) { s.met.starved.Inc() }, Observe: s.met.observeRedis})
+			OnState: s.met.breakerOpen, OnStarved: func(time.Duration) { s.met.starved.Inc() }, Observe: s.met.observeRedis,
+			OnWriteBackLost: func(units int64) { s.met.writeBackLost.Add(float64(units)) }})
 		if err != nil {
 			return nil, fmt.Errorf("server: redis: %w", err)
 		}

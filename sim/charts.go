@@ -80,8 +80,9 @@ func (r *Report) TimelineSVG(ti int) []byte {
 					g.text(ox-4, py(v)+4, "end", 10, "", 0, fmtTick(v))
 				}
 			}
-			if o := r.Modes[mi].Outage; o != nil { // shade the outage
-				g.rectAlpha(ox+o[0]*pw, oy, (o[1]-o[0])*pw, ph, "#f2c4c4", 0.8)
+			for _, o := range r.Modes[mi].outages(t) { // shade the outages
+				from, to := float64(o[0]-t.Start)/float64(t.End-t.Start), float64(o[1]-t.Start)/float64(t.End-t.Start)
+				g.rectAlpha(ox+from*pw, oy, (to-from)*pw, ph, "#f2c4c4", 0.8)
 			}
 			g.frame(ox, oy, pw, ph, "#999999")
 			counts := s.Admitted[ai][mi]

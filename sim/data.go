@@ -95,6 +95,8 @@ type TraceData struct {
 	Clients  int    `json:"clients"`
 	Nodes    int    `json:"nodes"`
 	Micros   int64  `json:"duration_us"`
+	// Outages are the trace's own outages (Trace.Outages), µs from its start.
+	Outages [][2]int64 `json:"outages_us,omitempty"`
 }
 
 // ResultData is a Result with its derived figures, written out so that readers of the JSON need
@@ -119,7 +121,11 @@ func (r *Report) Section() Section {
 		s.Modes = append(s.Modes, ModeData{Name: m.Name, About: m.About, Outage: m.Outage})
 	}
 	info := func(t *Trace) TraceData {
-		return TraceData{Name: t.Name, About: t.About, Requests: int64(len(t.Events)), Clients: t.Keys, Nodes: t.Nodes, Micros: t.End - t.Start}
+		d := TraceData{Name: t.Name, About: t.About, Requests: int64(len(t.Events)), Clients: t.Keys, Nodes: t.Nodes, Micros: t.End - t.Start}
+		for _, o := range t.Outages {
+			d.Outages = append(d.Outages, [2]int64{o[0] - t.Start, o[1] - t.Start})
+		}
+		return d
 	}
 	for _, t := range r.Traces {
 		s.Traces = append(s.Traces, info(t))

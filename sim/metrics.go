@@ -83,6 +83,84 @@ type Result struct {
 	// modes).
 	RedisCalls int64 `json:"redis_calls"`
 	RoundTrips int64 `json:"redis_round_trips"`
+	// Phases split the figures of a mode with an outage by when the requests came: before the
+	// first outage, during one, after one (PhaseNames); the requests of each count in one.
+	Phases []Phase `json:"phases,omitempty"`
+}
+
+// Phase is the part of a Result whose requests came in one phase of an outage. Over counts the
+// admitted requests the contract denies (replayed over the whole trace) that came in the phase;
+// Under sums over clients the contract's admissions in the phase beyond the nodes'.
+type Phase struct {
+	Name     string `json:"name"`
+	Offered  int64  `json:"offered"`
+	Admitted int64  `json:"admitted"`
+	Ideal    int64  `json:"ideal"`
+	Over     int64  `json:"over"`
+	Under    int64  `json:"under"`
+}
+
+// OverPct and UnderPct are Over and Under as a percentage of Ideal.
+func (p Phase) OverPct() float64  { return pct(p.Over, p.Ideal) }
+func (p Phase) UnderPct() float64 { return pct(p.Under, p.Ideal) }
+
+// The phases of an outage, indices into PhaseNames.
+const (
+	phaseBefore = iota
+	phaseDuring
+	phaseAfter
+)
+
+// PhaseNames name the phases of a Result with an outage: before the first outage, during one,
+// and after one (until the next, if any).
+var PhaseNames = [...]string{phaseBefore: "before", phaseDuring: "during", phaseAfter: "after"}
+
+// phaseOf returns the phase of time at among outages ([from, to), sorted).
+func phaseOf(at int64, outages [][2]int64) int {
+	ph := phaseBefore
+	for _, o := range outages {
+		switch {
+		case at < o[0]:
+			return ph
+		case at < o[1]:
+			return phaseDuring
+		}
+		ph = phaseAfter
+	}
+	return ph
+}
+
+// phases splits r's figures by phaseOf: admitted and ideal flag t's events, over lists the
+// admitted events the contract denies.
+func phases(t *Trace, outages [][2]int64, admitted, ideal []bool, over []Event) []Phase {
+	ps := make([]Phase, len(PhaseNames))
+	adm := make([][]int64, len(PhaseNames)) // per phase, per client
+	idl := make([][]int64, len(PhaseNames))
+	for i := range ps {
+		ps[i].Name = PhaseNames[i]
+		adm[i], idl[i] = make([]int64, t.Keys), make([]int64, t.Keys)
+	}
+	for i, ev := range t.Events {
+		ph := phaseOf(ev.At, outages)
+		ps[ph].Offered++
+		if admitted[i] {
+			adm[ph][ev.Key]++
+			ps[ph].Admitted++
+		}
+		if ideal[i] {
+			idl[ph][ev.Key]++
+			ps[ph].Ideal++
+		}
+	}
+	for _, ev := range over {
+		ps[phaseOf(ev.At, outages)].Over++
+	}
+	for i := range ps {
+		for k := range adm[i] {
+			ps[i].Under += max(0, idl[i][k]-adm[i][k])
+		}
+	}
+	return ps
 }
 
 // OverPct and UnderPct are Over and Under as a percentage of Ideal.
@@ -106,7 +184,7 @@ func pct(a, b int64) float64 {
 
 // measure fills the figures of r for trace t and algorithm a from which requests were admitted
 // and which the contract admits of the offered ones (ideal).
-func measure(r *Result, t *Trace, a Algo, admitted, ideal []bool) error {
+func measure(r *Result, t *Trace, a Algo, outages [][2]int64, admitted, ideal []bool) error {
 	contract, err := a.Contract()
 	if err != nil {
 		return fmt.Errorf("sim: %s: contract: %w", a.Name, err)
@@ -150,6 +228,9 @@ func measure(r *Result, t *Trace, a Algo, admitted, ideal []bool) error {
 		}
 	}
 	r.Over = int64(len(over))
+	if outages != nil {
+		r.Phases = phases(t, outages, admitted, ideal, over)
+	}
 	if a.InFlight {
 		r.Peak = maxInFlight(in, hold)
 		r.MaxExcess = max(0, r.Peak-contract.Script().Limit)

@@ -46,6 +46,19 @@ type Mode struct {
 	Stores func(run string, t *Trace, now func() int64, c *Calls) ([]rules.Store, error)
 }
 
+// outages returns when Redis cannot be reached in m for t: t.Outages, else m.Outage's
+// fractions of t's span; nil when m has no outage.
+func (m Mode) outages(t *Trace) [][2]int64 {
+	if m.Outage == nil {
+		return nil
+	}
+	if t.Outages != nil {
+		return t.Outages
+	}
+	span := float64(t.End - t.Start)
+	return [][2]int64{{t.Start + int64(m.Outage[0]*span), t.Start + int64(m.Outage[1]*span)}}
+}
+
 // Ticker is a node's store with work to do as virtual time passes, as a node does in the
 // background. A run calls Tick of every node, in node order, at each whole virtual second from
 // the trace's start (the first one second in) up to its last request, before the requests of
@@ -135,7 +148,8 @@ func Batched(c redis.UniversalClient, o BatchOptions) Mode {
 
 // Failover is cluster mode through an outage: every node decides in the Redis that c reaches
 // through store/failover, as dianad does, with on_error: local (Algo.Rule); Redis cannot be
-// reached from outage[0] to outage[1] (fractions of the trace's span), and meanwhile each node
+// reached from outage[0] to outage[1] (fractions of the trace's span; a trace's own Outages
+// instead, if it has them), and meanwhile each node
 // decides alone with its fallback: the limit at the node's share of the rule's traffic learned
 // while Redis answered, with failover.Headroom (failover.Shares, as store/stack wires it), or
 // the limit divided by the node count without history. Each node exchanges its counts with the
@@ -144,28 +158,28 @@ func Batched(c redis.UniversalClient, o BatchOptions) Mode {
 // round-trip timeout is a minute, so that which requests fall back depends on virtual time
 // only, not on the machine's speed. It runs the algorithms a config can name (Algo.Limit).
 func Failover(c redis.UniversalClient, outage [2]float64) Mode {
-	return Mode{Name: "failover", Redis: true, Fallback: true, Outage: &outage,
-		About: fmt.Sprintf("cluster mode, but Redis is unreachable from %.0f%% to %.0f%% of the trace; meanwhile each node decides alone (on_error: local) "+
+	m := Mode{Name: "failover", Redis: true, Fallback: true, Outage: &outage,
+		About: fmt.Sprintf("cluster mode, but Redis is unreachable from %.0f%% to %.0f%% of the trace (or when the trace says); meanwhile each node decides alone (on_error: local) "+
 			"at its share of the traffic learned while Redis answered, +%.0f%% headroom (limit / nodes without history)",
 			100*outage[0], 100*outage[1], 100*failover.Headroom),
 		Supports: func(a Algo) bool { return a.Limit != "" },
-		Stores: func(run string, t *Trace, now func() int64, calls *Calls) ([]rules.Store, error) {
-			span := float64(t.End - t.Start)
-			prefix := "diana-sim:" + run + ":"
-			down := &unreachable{next: NewCounted(c, prefix, calls), now: now,
-				from: t.Start + int64(outage[0]*span), to: t.Start + int64(outage[1]*span)}
-			clock := func() time.Time { return time.UnixMicro(now()) }
-			ss := make([]rules.Store, t.Nodes)
-			for i := range ss {
-				sh := failover.NewShares(c, failover.ShareOptions{Prefix: prefix, Node: "node-" + strconv.Itoa(i), Every: shareEvery,
-					Manual: true, Now: clock})
-				ss[i] = &sharingNode{
-					Store: failover.New(down, failover.Options{Timeout: time.Minute, Failures: 1 << 30,
-						Local: memstore.New(memstore.Options{Clock: now}), Shares: sh}),
-					shares: sh, down: down}
-			}
-			return ss, nil
-		}}
+	}
+	m.Stores = func(run string, t *Trace, now func() int64, calls *Calls) ([]rules.Store, error) {
+		prefix := "diana-sim:" + run + ":"
+		down := &unreachable{next: NewCounted(c, prefix, calls), now: now, outages: m.outages(t)}
+		clock := func() time.Time { return time.UnixMicro(now()) }
+		ss := make([]rules.Store, t.Nodes)
+		for i := range ss {
+			sh := failover.NewShares(c, failover.ShareOptions{Prefix: prefix, Node: "node-" + strconv.Itoa(i), Every: shareEvery,
+				Manual: true, Now: clock})
+			ss[i] = &sharingNode{
+				Store: failover.New(down, failover.Options{Timeout: time.Minute, Failures: 1 << 30,
+					Local: memstore.New(memstore.Options{Clock: now}), Shares: sh, WriteBack: down.WriteBack, Clock: now}),
+				shares: sh, down: down}
+		}
+		return ss, nil
+	}
+	return m
 }
 
 // shareEvery is the interval of the exchange of shares: the product's (failover.ShareOptions'
@@ -208,17 +222,28 @@ func (a Algo) Rule(nodes int) (*rules.Rule, error) {
 // errOutage is the error of every call made while Redis is unreachable.
 var errOutage = errors.New("sim: Redis unreachable (simulated outage)")
 
-// unreachable fails every call made in [from, to) of virtual time, without sending it.
+// unreachable fails every call made in one of its outages, [from, to) of virtual time, without
+// sending it.
 type unreachable struct {
-	next     rules.Store
-	now      func() int64
-	from, to int64
+	next    *Counted
+	now     func() int64
+	outages [][2]int64
 }
 
 // reachable reports whether Redis can be reached at the virtual time now.
 func (u *unreachable) reachable() bool {
-	n := u.now()
-	return n < u.from || n >= u.to
+	return phaseOf(u.now(), u.outages) != phaseDuring
+}
+
+// WriteBack writes back as Counted does, unless Redis is unreachable.
+func (u *unreachable) WriteBack(ctx context.Context, backs []redisstore.Back) {
+	if !u.reachable() {
+		for _, b := range backs {
+			b.Op.Err = errOutage
+		}
+		return
+	}
+	u.next.WriteBack(ctx, backs)
 }
 
 func (u *unreachable) Decide(ctx context.Context, ops []*rules.Op) {
@@ -252,6 +277,16 @@ func (c *Counted) Decide(ctx context.Context, ops []*rules.Op) {
 	c.s.Decide(ctx, ops)
 	c.calls.RoundTrips.Add(1)
 	c.calls.Scripts.Add(int64(len(ops)))
+}
+
+// WriteBack writes back in one round trip (redisstore.Store.WriteBack), counting its calls.
+func (c *Counted) WriteBack(ctx context.Context, backs []redisstore.Back) {
+	if len(backs) == 0 {
+		return
+	}
+	c.s.WriteBack(ctx, backs)
+	c.calls.RoundTrips.Add(1)
+	c.calls.Scripts.Add(int64(len(backs)))
 }
 
 // batchNode is a batched node: each virtual second it gives back the units that expired unspent

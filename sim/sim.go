@@ -188,7 +188,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			flags, err := runOne(ctx, nonce, t, a, m, o.KeyLife, r)
 			if err == nil {
 				admitted[i] = flags
-				err = measure(r, t, a, flags, ideal[i/(na*nm)][i/nm%na])
+				err = measure(r, t, a, m.outages(t), flags, ideal[i/(na*nm)][i/nm%na])
 			}
 			mu.Lock()
 			defer mu.Unlock()

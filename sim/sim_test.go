@@ -115,6 +115,21 @@ func TestRun(t *testing.T) {
 		}
 	})
 
+	t.Run("failover results split into phases that add up to the whole", func(t *testing.T) {
+		for _, r := range rep.Results {
+			if r.Mode != "failover" || r.Skipped != "" {
+				continue
+			}
+			var sum Phase
+			for _, p := range r.Phases {
+				sum.Offered, sum.Admitted, sum.Ideal, sum.Over = sum.Offered+p.Offered, sum.Admitted+p.Admitted, sum.Ideal+p.Ideal, sum.Over+p.Over
+			}
+			if len(r.Phases) != 3 || sum.Offered != r.Offered || sum.Admitted != r.Admitted || sum.Ideal != r.Ideal || sum.Over != r.Over {
+				t.Errorf("%s, %s: phases %+v do not add up to %+v", r.Trace, r.Algo, r.Phases, r)
+			}
+		}
+	})
+
 	t.Run("failover mode falls back during the outage", func(t *testing.T) {
 		down := map[string]bool{} // traces with requests in the outage
 		for _, tr := range rep.Traces {
@@ -323,22 +338,62 @@ func TestMeasure(t *testing.T) {
 	admitted := []bool{true, true, true, true, true, true, false}
 	ideal := []bool{true, true, false, true, true, true, false}
 	var r Result
-	if err := measure(&r, tr, a, admitted, ideal); err != nil {
+	if err := measure(&r, tr, a, nil, admitted, ideal); err != nil {
 		t.Fatal(err)
 	}
 	want := Result{Offered: 7, Admitted: 6, Ideal: 5, Over: 1, MaxExcess: 1, Under: 0, Peak: 3}
-	if r != want {
+	if !reflect.DeepEqual(r, want) {
 		t.Errorf("got %+v, want %+v", r, want)
 	}
 
 	// Under-admission counts per client: client 1 denied does not offset client 0's excess.
 	admitted[3] = false
 	r = Result{}
-	if err := measure(&r, tr, a, admitted, ideal); err != nil {
+	if err := measure(&r, tr, a, nil, admitted, ideal); err != nil {
 		t.Fatal(err)
 	}
 	if r.Over != 1 || r.Under != 1 {
 		t.Errorf("over %d, under %d: want 1 and 1", r.Over, r.Under)
+	}
+}
+
+// TestPhases checks the split of TestMeasure's run by an outage from 2s to 12s: before it,
+// events at 0s and 1s; during it, 2s, 3s and 11s; after it, 12s and 13s.
+func TestPhases(t *testing.T) {
+	const s = algos.Second
+	tr := &Trace{Name: "hand", Nodes: 1, Keys: 2, Start: start, End: start + 20*s}
+	for _, e := range []struct {
+		key int32
+		sec int64
+	}{{0, 0}, {0, 1}, {0, 2}, {1, 3}, {0, 11}, {0, 12}, {0, 13}} {
+		tr.Events = append(tr.Events, Event{At: start + e.sec*s, Key: e.key})
+	}
+	a := Algorithms(Limit{Units: 2, Window: 10 * s}, s)[0] // fixed_window
+	admitted := []bool{true, true, true, false, true, true, true}
+	ideal := []bool{true, true, false, true, true, true, false}
+	var r Result
+	if err := measure(&r, tr, a, [][2]int64{{start + 2*s, start + 12*s}}, admitted, ideal); err != nil {
+		t.Fatal(err)
+	}
+	// The contract denies the admitted 2s (third in its window) and 13s (third in the next).
+	want := []Phase{
+		{Name: "before", Offered: 2, Admitted: 2, Ideal: 2},
+		{Name: "during", Offered: 3, Admitted: 2, Ideal: 2, Over: 1, Under: 1}, // client 1 lost its request
+		{Name: "after", Offered: 2, Admitted: 2, Ideal: 1, Over: 1},
+	}
+	if !reflect.DeepEqual(r.Phases, want) {
+		t.Errorf("phases %+v, want %+v", r.Phases, want)
+	}
+	for at, ph := range map[int64]int{0: phaseBefore, 2: phaseDuring, 11: phaseDuring, 12: phaseAfter, 13: phaseAfter} {
+		if got := phaseOf(start+at*s, [][2]int64{{start + 2*s, start + 12*s}}); got != ph {
+			t.Errorf("phaseOf(%ds) = %d, want %d", at, got, ph)
+		}
+	}
+	two := [][2]int64{{10, 20}, {30, 40}}
+	for at, ph := range map[int64]int{9: phaseBefore, 10: phaseDuring, 25: phaseAfter, 35: phaseDuring, 40: phaseAfter} {
+		if got := phaseOf(at, two); got != ph {
+			t.Errorf("two outages: phaseOf(%d) = %d, want %d", at, got, ph)
+		}
 	}
 }
 
@@ -373,7 +428,8 @@ func TestTraces(t *testing.T) {
 			}
 		}
 	}
-	for _, n := range []string{"steady-50", "steady-100", "steady-200", "bursty", "boundary", "many-clients", "uneven-60-20-10-10", "uneven-40-30-20-10", "pareto-clients"} {
+	for _, n := range []string{"steady-50", "steady-100", "steady-200", "bursty", "boundary", "many-clients", "uneven-60-20-10-10", "uneven-40-30-20-10",
+		"outage-mid-window", "two-outages", "pareto-clients"} {
 		if !names[n] {
 			t.Errorf("no trace %s", n)
 		}
@@ -548,7 +604,7 @@ func TestSlowMachine(t *testing.T) {
 		fast, _ := rep.Result("hand", a.Name, "cluster")
 		got, _ := rep.Result("hand", a.Name, "slow-cluster")
 		got.Mode = fast.Mode
-		if got != fast {
+		if !reflect.DeepEqual(got, fast) {
 			t.Errorf("%s: slow replay %+v, fast replay %+v", a.Name, got, fast)
 		}
 		if !a.Estimate && (got.Admitted != got.Ideal || got.Over != 0) {

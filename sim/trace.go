@@ -29,6 +29,10 @@ type Trace struct {
 	// lease is released at At + Hold on the node that took it.
 	Hold   int64
 	Events []Event
+	// Outages, if set, are when Redis cannot be reached in a mode with an outage (Mode.Outage),
+	// as [from, to) in µs of virtual time, sorted and disjoint: the trace's own, instead of the
+	// mode's fractions of its span.
+	Outages [][2]int64
 }
 
 // Limit is the limit every algorithm of a run is configured with, stated once as a rate: Units
@@ -108,7 +112,11 @@ const start = algos.Hour
 //     a few heavy clients above the limit, a long tail far below; spread randomly over the nodes;
 //   - uneven-60-20-10-10 and uneven-40-30-20-10 (names for four nodes): one client at 150% of
 //     the limit, whose requests reach the nodes unevenly (heavyWeights, unevenWeights), as
-//     behind a load balancer with sticky connections.
+//     behind a load balancer with sticky connections;
+//   - outage-mid-window: one client at 300% of the limit, round-robin, with its own outage
+//     (Trace.Outages) that starts and ends in the middle of a window;
+//   - two-outages: one client at 200% of the limit, round-robin, with two outages of a
+//     sixth of the trace each.
 //
 // EstimateTraces adds a larger one, for the estimates only.
 func Traces(o TraceOptions) ([]*Trace, error) {
@@ -193,6 +201,33 @@ func Traces(o TraceOptions) ([]*Trace, error) {
 				node++
 			}
 			t.Events = append(t.Events, Event{At: at, Node: int32(node)})
+		}
+		ts = append(ts, t)
+	}
+
+	// The failover transitions: outages of the trace's own, mid-window and twice.
+	length := o.Length * w
+	for i, x := range []struct {
+		name, about string
+		pct         int64
+		outages     [][2]int64
+	}{
+		{"outage-mid-window", "one client, Poisson arrivals at 300% of the limit, round-robin over %d nodes; Redis unreachable %s", 300,
+			[][2]int64{{start + (o.Length/3)*w + w/2, start + (2*o.Length/3)*w + w/2}}},
+		{"two-outages", "one client, Poisson arrivals at 200% of the limit, round-robin over %d nodes; Redis unreachable %s", 200,
+			[][2]int64{{start + length/4, start + 2*length/5}, {start + 3*length/5, start + 3*length/4}}},
+	} {
+		r := rng(uint64(10 + i))
+		var when []string
+		for _, out := range x.outages {
+			when = append(when, fmt.Sprintf("from %s to %s", duration(out[0]-start), duration(out[1]-start)))
+		}
+		t := &Trace{Name: x.name, Nodes: o.Nodes, Keys: 1, Start: start, End: end, Outages: x.outages,
+			About: fmt.Sprintf(x.about, o.Nodes, strings.Join(when, " and "))}
+		n := 0
+		for at := range poisson(r, start, end, rate*float64(x.pct)/100) {
+			t.Events = append(t.Events, Event{At: at, Node: int32(n % o.Nodes)})
+			n++
 		}
 		ts = append(ts, t)
 	}

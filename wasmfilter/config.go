@@ -158,12 +158,23 @@ func needsLatency(name string) bool {
 	return ok && k.Latency
 }
 
+// holds reports whether alg admits requests with a delay to hold them (a leaky bucket without
+// nodelay). The filter refuses those rather than forward them at once, which would make the
+// same rule mean one thing in dianad and another here. Holding for real needs a resume from
+// OnTick, which the SDK's emulator cannot run (its continue_stream ignores the effective
+// context), so it could not be tested on the compiled module.
+func holds(alg algos.Algorithm) bool {
+	h, ok := alg.(interface{ Holds() bool })
+	return ok && h.Holds()
+}
+
 // bounded tells whether a "by" entry takes its values from configuration, never from clients:
 // global, or route (Envoy's route names come from the route table).
 func bounded(by string) bool { return by == "global" || by == "route" }
 
 // decodeRules reads o's "rules" and rejects what the filter cannot do: cluster-mode rules
-// (cluster mode goes through dianad), delays (the filter does not hold requests), the algorithms
+// (cluster mode goes through dianad), delays and leaky buckets without nodelay (the filter does
+// not hold requests), the algorithms
 // whose state is a list per client, which does not fit a fixed-size slot entry, and counting by
 // consumer without consumer_header (the filter would never see one). Adaptive rules keep their
 // state under a shared-data key per identity (slotstore.States), which can never be deleted: they
@@ -177,6 +188,9 @@ func decodeRules(o *conf.Obj, consumer string, fallback bool) []*rules.Rule {
 			o.Fail(p+".mode", "must be local: the filter's cluster mode asks dianad (set cluster), which holds the cluster rules")
 		case r.Action == rules.Delay:
 			o.Fail(p+".action", "delay is not supported by the Envoy filter, which does not hold requests; use reject or shadow")
+		case holds(r.Alg):
+			o.Fail(p+".limit.nodelay", r.Algorithm+" without nodelay holds the requests beyond delay (0 unless set, as nginx's limit_req) until they conform, "+
+				"which the Envoy filter cannot do: set \"nodelay\": true (or \"delay\" at least burst) to forward the burst at once, or use dianad, which holds them")
 		case needsLatency(r.Algorithm) && fallback:
 			o.Fail(p+".limit.algorithm", r.Algorithm+" is not supported in cluster.rules, the fallback while dianad cannot decide: put it in the top-level rules, which decide before the callout")
 		case needsLatency(r.Algorithm):

@@ -70,6 +70,27 @@ type Request struct {
 	// units taken, no ban started): rules check every limit of a request before committing any.
 	// Every algorithm honours it; a release is never a dry run.
 	DryRun bool
+	// Backdated records the units at Now even when the state holds later ones (the sliding log
+	// otherwise records a unit no earlier than its newest entry): for writing back units admitted
+	// elsewhere at that time (store/failover). Only the sliding log reads it.
+	Backdated bool
+}
+
+// Sliding is implemented by the algorithms that count over a window sliding with time (the
+// sliding log and the sliding windows): what they count drains as its requests age out of the
+// window of SlidingWindow µs, not all at once (fixed window) or at a rate (the buckets). A store
+// that rebuilds such a state from a count alone (store/failover, entering an outage) spreads the
+// count over the window.
+type Sliding interface {
+	SlidingWindow() int64
+}
+
+// Paced is implemented by the algorithms whose Decision.Remaining says whether a request may go
+// now (0 or 1), not how many units the state still holds (the warm-up limiter, whose state is
+// its coldness): a store cannot rebuild their state from a Remaining (store/failover leaves
+// them out of its transitions across an outage).
+type Paced interface {
+	Paced()
 }
 
 // MaxWaitCap is the largest MaxWait a request may ask for (about 71 years): larger ones are

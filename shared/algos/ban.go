@@ -34,6 +34,9 @@ func NewBan(inner Algorithm, dur int64) (*Ban, error) {
 // Script implements Algorithm: the inner algorithm's script, told to ban.
 func (b *Ban) Script() Script { return b.script }
 
+// Inner returns the algorithm the ban wraps, which decides on the same state without the ban.
+func (b *Ban) Inner() Algorithm { return b.inner }
+
 // Decide implements Algorithm.
 func (b *Ban) Decide(st *State, r Request) Decision {
 	if st.Ban > r.Now && !r.Release { // a ban never keeps a lease from being given back

@@ -100,6 +100,11 @@ func NewLeakyBucket(rate, period, burst, delay int64) (*LeakyBucket, error) {
 // Script implements Algorithm.
 func (l *LeakyBucket) Script() Script { return l.script }
 
+// Holds reports whether the bucket admits some request with a delay to be held (Delay < Burst):
+// nginx's limit_req without nodelay. A caller that cannot hold requests must refuse such a
+// bucket rather than forward what it was told to hold.
+func (l *LeakyBucket) Holds() bool { return l.delay < l.burst }
+
 // Decide implements Algorithm.
 func (l *LeakyBucket) Decide(st *State, r Request) Decision {
 	now, n := r.Now, r.Cost

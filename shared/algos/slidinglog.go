@@ -70,6 +70,9 @@ func NewSlidingLog(limit, window int64) (*SlidingLog, error) {
 // Script implements Algorithm.
 func (s *SlidingLog) Script() Script { return s.script }
 
+// SlidingWindow implements Sliding.
+func (s *SlidingLog) SlidingWindow() int64 { return s.window }
+
 // Decide implements Algorithm. Only an admission changes st.Log (never a dry run): it drops the
 // old entries by copying the live ones down and appends, so the backing array is reused and a
 // steady load allocates nothing.
@@ -117,11 +120,15 @@ func (s *SlidingLog) Decide(st *State, r Request) Decision {
 		return d
 	}
 	t := now + d.Delay
+	last := t // the newest entry once these are in
 	if len(log) > 0 {
-		t = max(t, log[len(log)-1])
+		last = max(t, log[len(log)-1])
+		if !r.Backdated {
+			t = last
+		}
 	}
 	d.Remaining = max(0, s.limit-live-n)
-	d.ResetAfter = t + s.window - now
+	d.ResetAfter = last + s.window - now
 	d.TTL = d.ResetAfter
 	if r.DryRun {
 		return d
@@ -129,8 +136,18 @@ func (s *SlidingLog) Decide(st *State, r Request) Decision {
 	if old > 0 {
 		log = log[:copy(log, log[old:])]
 	}
+	at := len(log) // where the units go: the end, unless backdated before later entries
+	for at > 0 && log[at-1] > t {
+		at--
+	}
 	for range n {
 		log = append(log, t)
+	}
+	if moved := len(log) - int(n) - at; moved > 0 { // keep the log sorted: later entries after the new ones
+		copy(log[at+int(n):], log[at:at+moved])
+		for i := range int(n) {
+			log[at+i] = t
+		}
 	}
 	st.Log = log
 	return d

@@ -64,6 +64,9 @@ func NewSlidingWindow(limit, window int64) (*SlidingWindow, error) {
 // Script implements Algorithm.
 func (s *SlidingWindow) Script() Script { return s.script }
 
+// SlidingWindow implements Sliding.
+func (s *SlidingWindow) SlidingWindow() int64 { return s.window }
+
 // Decide implements Algorithm.
 func (s *SlidingWindow) Decide(st *State, r Request) Decision {
 	now, n, w := r.Now, r.Cost, s.window

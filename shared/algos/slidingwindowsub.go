@@ -86,6 +86,9 @@ func NewSlidingWindowSub(limit, window, subwindows int64) (*SlidingWindowSub, er
 // Script implements Algorithm.
 func (s *SlidingWindowSub) Script() Script { return s.script }
 
+// SlidingWindow implements Sliding.
+func (s *SlidingWindowSub) SlidingWindow() int64 { return s.window }
+
 // subState is a state: the current sub-window's index and the counts, newest first.
 type subState struct {
 	k int64

@@ -85,6 +85,10 @@ func NewWarmUp(rate, period, warmup int64) (*WarmUp, error) {
 // Script implements Algorithm.
 func (u *WarmUp) Script() Script { return u.script }
 
+// Paced implements Paced: Remaining says whether a request may go now, its state is its
+// coldness.
+func (u *WarmUp) Paced() {}
+
 // Decide implements Algorithm.
 func (u *WarmUp) Decide(st *State, r Request) Decision {
 	now, n := r.Now, r.Cost

@@ -5,19 +5,30 @@
 // in a while one caller probes Redis, and the first answer closes the breaker again. Everything
 // happens inside Decide, but for the exchange of Options.Shares, which Decide starts in a
 // goroutine of its own once an interval.
+//
+// With on_error local, the limit holds across an outage as a whole, not only in its middle: a
+// node starts deciding a key alone from what it last learned from Redis for it, and writes back
+// what it admitted alone when Redis returns, before it decides there again (transitions, in
+// transition.go).
 package failover
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"net"
 	"time"
 
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/memstore"
+	"github.com/diana-gw/diana/store/redisstore"
 )
+
+// errWriteBack is the Err of the ops decided by their fail policy because the write-back that
+// goes before them after an outage found Redis still unreachable.
+var errWriteBack = errors.New("failover: Redis did not answer the write-back of the units admitted during the outage")
 
 // ErrOpen is the Err of the ops decided by their fail policy while the breaker is open: Redis
 // was not called.
@@ -59,6 +70,20 @@ type Options struct {
 	// because the process itself was starved of CPU (see starvation), with the longest
 	// scheduling wait seen.
 	OnStarved func(wait time.Duration)
+	// WriteBack, if set, writes back into Redis the units this node admitted on its own during an
+	// outage (FailLocal), each once per its marker (redisstore.Store.WriteBack); nil: they are
+	// not written back.
+	WriteBack func(ctx context.Context, backs []redisstore.Back)
+	// OnWriteBack, if set, is told of units admitted during an outage that this node gave up
+	// writing back (Redis refused their write-back writeBackTries times, or too many keys owed
+	// units), with the key and the last error.
+	OnWriteBack func(key string, units int64, err error)
+	// Node names this node in the write-back markers; default Shares' node name, or a name of its
+	// own (host, process, random).
+	Node string
+	// Clock is the time in µs at which the learned states are kept and seeded; default
+	// Local's clock, which it must be.
+	Clock func() int64
 }
 
 // Store decides ops in Redis, falling back to their fail policies; it implements rules.Store
@@ -69,6 +94,7 @@ type Store struct {
 	o    Options
 	b    breaker
 	st   starvation
+	tr   transitions
 }
 
 // holder is a store that answers some ops from what it holds, without a round trip to Redis, and
@@ -92,7 +118,18 @@ func New(r rules.Store, o Options) *Store {
 	if o.Local == nil {
 		o.Local = memstore.New(memstore.Options{})
 	}
+	if o.Node == "" {
+		if o.Shares != nil {
+			o.Node = o.Shares.o.Node
+		} else {
+			o.Node = nodeName()
+		}
+	}
+	if o.Clock == nil {
+		o.Clock = o.Local.Now // the local states' clock: seeds are made at learned times
+	}
 	s := &Store{r: r, o: o}
+	s.tr = transitions{store: o.Local, node: o.Node, clock: o.Clock, write: o.WriteBack, onGiveUp: o.OnWriteBack, seed: maphash.MakeSeed()}
 	s.held, _ = r.(holder)
 	s.b.failures = int32(min(o.Failures, 1<<30))
 	s.b.openFor = o.OpenFor
@@ -154,6 +191,30 @@ func (s *Store) Decide(ctx context.Context, ops []*rules.Op) {
 		go sh.background()
 	}
 
+	// After an outage, what this node admitted alone goes back into Redis first: no decision
+	// is made there before it.
+	if s.tr.owing.Load() > 0 {
+		wctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+		answered, err := s.tr.writeBack(wctx)
+		cancel()
+		if !answered {
+			err = fmt.Errorf("%w: %w", errWriteBack, err)
+			if cerr := ctx.Err(); cerr != nil {
+				s.b.cancel(t)
+				for _, op := range ops {
+					op.Dec, op.Err = algos.Decision{}, cerr
+				}
+				return
+			}
+			s.tr.failed()
+			retry = s.b.failure(t)
+			for _, op := range ops {
+				s.fallback(op, err, retry)
+			}
+			return
+		}
+	}
+
 	tctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	start := time.Now()
 	s.st.tick(start)
@@ -181,6 +242,17 @@ func (s *Store) Decide(ctx context.Context, ops []*rules.Op) {
 	}
 
 	cerr := ctx.Err()
+	switch {
+	case decided > 0:
+		s.tr.answered()
+		for _, op := range ops {
+			if op.Err == nil {
+				s.tr.learn(op)
+			}
+		}
+	case sent > 0 && cerr == nil:
+		s.tr.failed()
+	}
 	switch {
 	case sent == 0:
 		s.b.cancel(t) // every call was answered from batched units: nothing learnt about Redis
@@ -244,7 +316,7 @@ func (s *Store) fallback(op *rules.Op, err error, retry time.Duration) {
 		if alg == nil {
 			alg = op.Alg
 		}
-		op.Dec = s.o.Local.Decide(op.Key, alg, op.Req)
+		op.Dec = s.tr.local(op, alg)
 	default:
 		limit := op.Alg.Script().Limit
 		op.Dec = algos.Decision{Allowed: true, Limit: limit, Remaining: limit, Granted: op.Req.Bounded().Cost}

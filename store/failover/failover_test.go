@@ -538,26 +538,26 @@ func TestCallerGone(t *testing.T) {
 // timeouts are the process's own, so they get the fail policy's decision but do not open the
 // breaker. Without the starvation check, two of them in a row opened it. The process runs in a
 // child with one P and no asynchronous preemption, so that busy goroutines hold the CPU for
-// 20 ms at a time whatever else runs on the machine, and each call yields to them first.
+// 10 ms at a time whatever else runs on the machine, and each call yields to them first.
+//
+// The runtime records the scheduling wait of one in gTrackingPeriod (8) of a goroutine's
+// switches out of running, so a timeout alone may find none recorded in its window. Before each
+// call the test yields until the runtime has recorded a wait of at least the timeout since the
+// store's newer snapshot (recordedSince): a snapshot renewed by that call then still leaves it
+// inside the window the call asserts on. A wait that is never recorded fails the test as a
+// process that did not starve.
 func TestStarvedProcess(t *testing.T) {
 	if os.Getenv("DIANA_STARVED_CHILD") != "1" {
-		// The runtime records only a sample of the scheduling waits, so now and then one of the
-		// child's timeouts finds none recorded in its window (the check's doc comment says so):
-		// the child runs up to three times, and the test fails if none of them passes.
-		var outs []string
-		for range 3 {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestStarvedProcess$", "-test.count=1")
-			cmd.Env = append(os.Environ(), "DIANA_STARVED_CHILD=1", "GODEBUG=asyncpreemptoff=1", "GOMAXPROCS=1")
-			out, err := cmd.CombinedOutput()
-			if err == nil {
-				return
-			}
-			outs = append(outs, fmt.Sprintf("%v\n%s", err, out))
+		cmd := exec.Command(os.Args[0], "-test.run=^TestStarvedProcess$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "DIANA_STARVED_CHILD=1", "GODEBUG=asyncpreemptoff=1", "GOMAXPROCS=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("starved child: %v\n%s", err, out)
 		}
-		t.Fatalf("starved child failed three times:\n%s", strings.Join(outs, "\n"))
+		return
 	}
+	const timeout = 2 * time.Millisecond
 	var starved atomic.Int64
-	r := newRig(t, Options{Timeout: 2 * time.Millisecond, Failures: 2, OpenFor: time.Minute,
+	r := newRig(t, Options{Timeout: timeout, Failures: 2, OpenFor: time.Minute,
 		OnStarved: func(time.Duration) { starved.Add(1) }}, redisstore.Options{})
 	g := must(algos.NewGCRA(1000, algos.Second, 1000))
 	// Connect and load the script first, through redisstore: a 2ms timeout is short for a
@@ -568,24 +568,29 @@ func TestStarvedProcess(t *testing.T) {
 
 	var stop atomic.Bool
 	var wg sync.WaitGroup
-	for range 4 {
+	for range 2 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for !stop.Load() {
-				busy(20 * time.Millisecond)
+				busy(10 * time.Millisecond)
 				runtime.Gosched()
 			}
 		}()
 	}
-	// The runtime records a sample of the scheduling waits: let the spinners' own waits show
-	// first, as they do on a process that has been busy for a while. Then each round trip gives
-	// its turn to the spinners before it is sent, and comes back to the CPU past its deadline:
-	// the timeout is the process's doing, not Redis's.
-	time.Sleep(200 * time.Millisecond)
+	// Each round trip gives its turn to the spinners before it is sent, and comes back to the
+	// CPU past its deadline: the timeout is the process's doing, not Redis's.
 	r.sent.yield.Store(true)
 	timeouts := 0
 	for deadline := time.Now().Add(wait); timeouts < 5 && !r.s.Open() && time.Now().Before(deadline); {
+		for !r.s.st.recordedSince(timeout) {
+			if time.Now().After(deadline) {
+				stop.Store(true)
+				wg.Wait()
+				t.Fatalf("no scheduling wait of %v recorded in %v: the test did not starve the process", timeout, wait)
+			}
+			runtime.Gosched()
+		}
 		ops := r.decide(context.Background(), "k", g, nil, algos.Request{Cost: 1}, rules.FailOpen)
 		if isTimeout(ops[0].Err) {
 			timeouts++

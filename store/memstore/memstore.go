@@ -129,6 +129,37 @@ func (s *Store) Decide(key string, alg algos.Algorithm, r algos.Request) algos.D
 	return d
 }
 
+// DecideAt applies r to key as Decide does, but at r.Now instead of the store's clock: for
+// rebuilding a state from what another store held at past times (store/failover, entering an
+// outage). Times must not go back for a key; a request at the store's clock follows as usual.
+// It is never a dry run: rebuilding a state writes it.
+func (s *Store) DecideAt(key string, alg algos.Algorithm, r algos.Request) algos.Decision {
+	r = r.Bounded()
+	r.DryRun = false
+	sh := &s.shards[maphash.String(s.seed, key)&(shardCount-1)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[key]
+	if e == nil {
+		var fresh entry
+		d := alg.Decide(&fresh.st, r)
+		if d.TTL > 0 {
+			fresh.expires = r.Now + d.TTL
+			sh.insert(key, &fresh, r.Now)
+		}
+		return d
+	}
+	if e.expires <= r.Now {
+		e.st = algos.State{Log: e.st.Log[:0]}
+	}
+	d := alg.Decide(&e.st, r)
+	e.expires = r.Now + d.TTL
+	return d
+}
+
+// Now returns the store's clock, µs.
+func (s *Store) Now() int64 { return s.now() }
+
 // now returns the time in µs. The default clock is read directly, not through a function value:
 // the clock is a quarter of a decision's time.
 func (s *Store) now() int64 {

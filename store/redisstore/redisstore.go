@@ -14,6 +14,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -58,6 +59,9 @@ type Store struct {
 	cluster bool                     // a Redis Cluster client: calls are not shared (see coalesce.go)
 	co      coalescer
 	dials   dials
+
+	wbMu       sync.Mutex
+	writeBacks map[string]*redis.Script // each algorithm's write-back script, made on first use (writeback.go)
 }
 
 // New returns a Store on c, which may be a standalone, Sentinel (failover) or Cluster client.
@@ -334,6 +338,9 @@ func (s *Store) eval(key string, alg algos.Algorithm, r algos.Request) (eval, er
 	}
 	e := eval{name: sc.Name, script: script, batch: s.batches[sc.Name], banned: sc.Ban != 0}
 	e.packed = make([]byte, 0, 9*(6+len(sc.Args)))
+	if r.Backdated {
+		flags |= 16
+	}
 	e.packed = appendInts(e.packed, now, r.Cost, r.MaxWait, flags, sc.Ban, sc.Limit)
 	e.packed = appendInts(e.packed, sc.Args...)
 	if r.ID != 0 {

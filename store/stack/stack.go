@@ -1,7 +1,8 @@
 // Package stack builds the cluster-mode store of a front end, the same for dianad and the Kong
 // plugin, so that the two cannot drift: a Redis client (TLS, ACL user, Sentinel or Cluster),
 // redisstore (the scripts, WAIT for replicas), batch (batched rules) and failover (the timeout,
-// the breaker and the fail policies, with the learned shares of on_error local), in that order.
+// the breaker and the fail policies, with the learned shares of on_error local and the
+// write-back of what a node admitted alone during an outage), in that order.
 //
 // It holds what the front ends share around that stack, each stated once:
 //   - Redis, cluster mode's settings: one type, with its defaults, bounds, conflicts and the
@@ -10,8 +11,9 @@
 //     conflict is refused or ignored with a warning). It lives here, not in redisstore, because it
 //     spans every layer of the stack: the connection (redisstore.Conn, embedded), the keys'
 //     prefix and WAIT (redisstore), the timeout and the breaker (failover).
-//   - The glue: the breaker's state changes, the Redis timeouts of a starved process and the
-//     failed exchanges of the learned shares are logged here (rate-limited), the batched units
+//   - The glue: the breaker's state changes, the Redis timeouts of a starved process, the
+//     failed exchanges of the learned shares and the units given up writing back after an
+//     outage are logged here (rate-limited), the batched units
 //     are given back every second (Run) and at shutdown (Shutdown). A front end passes only what
 //     differs: its logger and its metrics hooks (Hooks).
 package stack
@@ -39,6 +41,9 @@ type Hooks struct {
 	OnState   func(open bool)
 	OnStarved func(wait time.Duration)
 	Observe   func(d time.Duration, err error)
+	// OnWriteBackLost is told of units a node admitted alone during an outage and could not
+	// write back into Redis (failover.Options.OnWriteBack).
+	OnWriteBackLost func(units int64)
 }
 
 // Stack is a cluster-mode store and its parts, which some front ends use on their own (the
@@ -53,6 +58,7 @@ type Stack struct {
 	h         Hooks
 	starveLog lograte.Limiter // Redis timeouts of a starved process: a line a second at most
 	shareLog  lograte.Limiter // failed exchanges of the learned shares: likewise
+	lostLog   lograte.Limiter // units not written back after an outage: likewise
 }
 
 // New opens the client and builds the store; it fails if the connection's settings are
@@ -74,7 +80,8 @@ func New(r Redis, h Hooks) (*Stack, error) {
 	s.Batch = batch.New(s.Redis, batch.Options{})
 	s.Shares = failover.NewShares(c, failover.ShareOptions{Prefix: r.Prefix, OnError: s.shareError})
 	s.Store = failover.New(s.Batch, failover.Options{Timeout: timeout, Failures: r.Failures, OpenFor: r.OpenFor,
-		Local: h.Local, Shares: s.Shares, OnState: s.state, OnStarved: s.starved, Observe: h.Observe})
+		Local: h.Local, Shares: s.Shares, OnState: s.state, OnStarved: s.starved, Observe: h.Observe,
+		WriteBack: s.Redis.WriteBack, OnWriteBack: s.writeBackLost})
 	return s, nil
 }
 
@@ -107,6 +114,18 @@ func (s *Stack) shareError(err error) {
 	if ok, skipped := s.shareLog.Allow(); ok {
 		s.h.Log.Warn("cannot exchange this node's traffic shares with Redis: on_error local keeps the shares learned before, or the limit divided by nodes",
 			"err", err, "suppressed", skipped)
+	}
+}
+
+// writeBackLost is told of units admitted during an outage that this node gave up writing back:
+// Redis's state does not know of them, so the cluster may admit them again.
+func (s *Stack) writeBackLost(key string, units int64, err error) {
+	if s.h.OnWriteBackLost != nil {
+		s.h.OnWriteBackLost(units)
+	}
+	if ok, skipped := s.lostLog.Allow(); ok {
+		s.h.Log.Warn("could not write back into Redis the units this node admitted alone during the Redis outage (on_error local): the cluster may admit them again",
+			"key", key, "units", units, "err", err, "suppressed", skipped)
 	}
 }
 

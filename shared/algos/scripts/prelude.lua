@@ -1,7 +1,7 @@
 -- Diana: the start every algorithm script shares (see Script in shared/algos/algos.go).
 -- KEYS[1] the identity's state, KEYS[2] its ban (only when ban > 0; both under one hash tag).
 -- ARGV[1]: MessagePack integers now (µs; -1: Redis TIME), cost, max_wait, flags (1 partial,
--- 2 release, 4 the state is a sorted set, 8 dry run), ban (µs), limit, then the algorithm's
+-- 2 release, 4 the state is a sorted set, 8 dry run, 16 backdated), ban (µs), limit, then the algorithm's
 -- parameters p1..p4. One unpack costs Redis far less CPU than a tonumber (strtod) per argument.
 -- ARGV[2]: the lease id (concurrency), when there is one.
 -- A dry run replies what the same request would get and writes nothing: finish stores no state
@@ -12,7 +12,7 @@
 -- All numbers stay below 2^53, where Lua's doubles are exact integers.
 local now, cost, max_wait, flags, ban, limit, p1, p2, p3, p4 = cmsgpack.unpack(ARGV[1])
 local id = ARGV[2] or '0'
-local partial, release, dry = flags % 2 == 1, flags % 4 >= 2, flags >= 8
+local partial, release, dry, backdated = flags % 2 == 1, flags % 4 >= 2, flags % 16 >= 8, flags >= 16
 local pad = 0
 if now < 0 then
   if not clock then -- Redis's clock, read once per script call (a batch's decisions share it)

@@ -81,3 +81,32 @@ func Names() []string {
 	}
 	return names
 }
+
+// WriteBack returns the script that applies a decision of the algorithm name once per marker:
+// the write-back of the units a node admitted on its own while Redis could not be reached
+// (store/failover), which a retry must not charge twice. KEYS[1] and KEYS[2] are Source's (the
+// ban key, or the state key again), KEYS[3] the marker, under the same hash tag; ARGV[1] and
+// ARGV[2] are Source's (the lease id "0" for none), ARGV[3] the marker's life in ms, ARGV[4]
+// how many µs before Redis's TIME the decision is made (0: at TIME; a caller-given time in
+// ARGV[1] is used as it is): the units a node admitted some time ago count from then. It replies
+// the decision, or false when the marker was there (the units were written back before). The
+// decision runs before the marker is set: a decision that fails leaves no marker, so the retry
+// applies it. The decision is the algorithm's own (a partial request, as the caller sends it):
+// its Go twin is the transition, and the golden vectors already hold the two equal.
+func WriteBack(name string) (string, error) {
+	body, err := decision(name)
+	if err != nil {
+		return "", err
+	}
+	return "local clock\nlocal function one(KEYS, ARGV)\n" + body + `end
+if redis.call('EXISTS', KEYS[3]) == 1 then return false end
+local ago = tonumber(ARGV[4]) or 0
+if ago > 0 then
+  local t = redis.call('TIME')
+  clock = tonumber(t[1]) * 1000000 + tonumber(t[2]) - ago
+end
+local r = one({KEYS[1], KEYS[2]}, {ARGV[1], ARGV[2]})
+redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+return r
+`, nil
+}

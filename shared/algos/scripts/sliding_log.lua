@@ -29,9 +29,9 @@ if k > 0 then
 end
 if n == 0 then return finish({1, size, remaining, reset, 0, wait, 0, reset}) end
 local t = now + wait
-if newest then t = math.max(t, newest) end
+if newest and not backdated then t = math.max(t, newest) end
 stamp = t
-reset = t + window - now
+reset = math.max(t, newest or t) + window - now
 local r = {1, size, math.max(0, size - live - n), reset, 0, wait, n, reset}
 if dry then return finish(r) end -- the admission's reply, nothing recorded nor dropped
 if old > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cut) end
