@@ -277,7 +277,7 @@ func (lf limitFields) field(sp *rules.Spec, path string) string {
 	switch {
 	case path == "ban", path == "name":
 		return path
-	case path == "nodes":
+	case path == "nodes", path == "on_error":
 		return "fallback_nodes"
 	case path == "reply.status":
 		return "error_code"
@@ -322,6 +322,9 @@ func (s *settings) add(sp rules.Spec, lf limitFields, errs *conf.Errors) {
 	for {
 		r, err := sp.Rule()
 		if err == nil {
+			for _, w := range r.Warnings("") {
+				s.warn(lf.field(&sp, w.Path), fmt.Sprintf("for the rule %s: %s", sp.Name, w.Reason))
+			}
 			s.Rules = append(s.Rules, r)
 			return
 		}

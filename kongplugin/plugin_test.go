@@ -73,6 +73,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"bucket refilling for ever", map[string]any{"algorithm": "token_bucket", "limit": 1, "window": "1d", "burst": 10000}, "", "burst: is lowered to 3650 for the rule diana.main.token_bucket"},
 		{"warm-up storing too much", map[string]any{"algorithm": "warm_up", "limit": 1000000000000000, "window": "1s", "warmup": "9y"}, "", "warmup: is lowered to 1s for the rule"},
 		{"fallback share too long", map[string]any{"policy": "redis", "algorithm": "token_bucket", "limit": 1, "window": "9y", "fallback_nodes": 2}, "", "fallback_nodes: is ignored for the rule"},
+		{"warm_up split by fallback_nodes", map[string]any{"policy": "redis", "algorithm": "warm_up", "fallback_nodes": 3}, "", "fallback_nodes: for the rule diana.main.warm_up: warm_up does not split across nodes"},
 		{"sentinel and cluster", map[string]any{"policy": "redis", "redis_addrs": []string{"s1:26379"}, "redis_sentinel_master": "m", "redis_cluster": true}, "", "redis_cluster: is ignored"},
 		{"redis fields with policy local", map[string]any{"redis_host": "redis.example"}, "", "redis_host: is ignored: it applies only when policy is redis"},
 		{"address without a port", map[string]any{"policy": "redis", "redis_addrs": []string{"redis.example", "[::1]"}}, "", ""},

@@ -751,3 +751,31 @@ func TestRedisStartCheck(t *testing.T) {
 		}
 	}
 }
+
+// TestUnsplitWarning: a warm_up rule that would be split among nodes while Redis is down
+// (on_error local) starts, with a warning naming its field.
+func TestUnsplitWarning(t *testing.T) {
+	rs := redistest.Start(t)
+	cfg, err := Parse([]byte(clusterConfig(exactTimeout, "1s", `  - name: warm
+    mode: cluster
+    on_error: local
+    nodes: 3
+    limit: {algorithm: warm_up, rate: 10, period: 1s, warmup: 10s}
+`, rs.Addr)), "c.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	s, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), ShutdownTimeout: waitFor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if out := logs.String(); !strings.Contains(out, `level=WARN msg="config: warm_up does not split across nodes`) ||
+		!strings.Contains(out, `field=rules[0].on_error rule=warm`) {
+		t.Errorf("no warning naming rules[0].on_error:\n%s", out)
+	}
+}

@@ -210,6 +210,11 @@ func (s *Server) setLive(c *Config) error {
 	if err != nil {
 		return err
 	}
+	for i, r := range c.Rules {
+		for _, w := range r.Warnings("rules[" + strconv.Itoa(i) + "]") {
+			s.log.Warn("config: "+w.Reason, "field", w.Path, "rule", r.Name)
+		}
+	}
 	ups := make([]*upstream, len(c.Upstreams))
 	for i, u := range c.Upstreams {
 		ups[i] = s.newUpstream(u)

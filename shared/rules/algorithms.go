@@ -40,6 +40,8 @@ func init() {
 	})
 	RegisterAlgorithm("warm_up", AlgorithmKind{
 		Doc: "token bucket that starts cold and reaches rate after warmup (Guava SmoothWarmingUp)",
+		Unsplit: "warm_up does not split across nodes: while Redis is down each node's limiter warms up on its own " +
+			"share and admits more than one limiter would (docs/accuracy.md); prefer token_bucket, or no local limiting while Redis is down",
 		Params: []Param{rate, period,
 			{Name: "warmup", Type: Duration, Role: Warmup, Required: true, Min: 1, Max: algos.MaxSpan, Example: 10 * algos.Second,
 				Doc:     "how long a cold limiter takes to reach rate (cold factor 3); warmup × rate / period, the units a cold limiter stores, at most 10^15",

@@ -40,7 +40,10 @@ type AlgorithmKind struct {
 	// Waits is true when the algorithm can hold a request instead of denying it (Request.MaxWait),
 	// which the delay action needs.
 	Waits bool
-	Doc   string // one line for docs and errors
+	// Unsplit, when set, says why the algorithm does not hold its limit when each node limits on
+	// its own share (on_error local while Redis is down): Rule.Warnings names it.
+	Unsplit string
+	Doc     string // one line for docs and errors
 	// What the rate-limit headers say for it (docs): RateLimit-Limit, and RateLimit-Reset's bound.
 	LimitDoc, ResetDoc string
 }

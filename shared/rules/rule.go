@@ -191,6 +191,21 @@ func ReadSpec(o *conf.Obj) Spec {
 	return s
 }
 
+// Warnings returns what a front end should log of r, accepted as it is, each at its field's
+// path under at (the rule's own, such as "rules[2]"): an algorithm that does not hold its limit
+// when split among nodes with on_error local (AlgorithmKind.Unsplit).
+func (r *Rule) Warnings(at string) []conf.FieldError {
+	k, _ := Algorithm(r.Algorithm)
+	if r.Mode != Cluster || r.OnError != FailLocal || k.Unsplit == "" {
+		return nil
+	}
+	path := "on_error"
+	if at != "" {
+		path = at + ".on_error"
+	}
+	return []conf.FieldError{{Path: path, Reason: k.Unsplit}}
+}
+
 // ConsumerFields returns the fields of r that read the request's consumer (a "by" entry,
 // match.consumers, an exception's consumers), for a front end that may have no consumer to give.
 func (r *Rule) ConsumerFields() []string {

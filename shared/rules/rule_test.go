@@ -645,3 +645,28 @@ func contains(l []string, s string) bool {
 	}
 	return false
 }
+
+// TestWarnings: a rule whose algorithm does not split across nodes (warm_up) warns, at its
+// on_error, when Redis's outage would split it (cluster, on_error local); not otherwise.
+func TestWarnings(t *testing.T) {
+	const warm = `"limit": {"algorithm": "warm_up", "rate": 10, "period": "1s", "warmup": "10s"}`
+	cases := []struct {
+		doc  string
+		want string // the warned path; "" none
+	}{
+		{`{"name": "w", "mode": "cluster", "on_error": "local", "nodes": 3, ` + warm + `}`, "rules[0].on_error"},
+		{`{"name": "w", "mode": "cluster", "on_error": "open", ` + warm + `}`, ""},
+		{`{"name": "w", ` + warm + `}`, ""},
+		{`{"name": "t", "mode": "cluster", "on_error": "local", "nodes": 3, "limit": {"algorithm": "token_bucket", "rate": 10, "period": "1s"}}`, ""},
+	}
+	for _, c := range cases {
+		r := mustRule(t, c.doc)
+		ws := r.Warnings("rules[0]")
+		switch {
+		case c.want == "" && len(ws) != 0:
+			t.Errorf("%s: warnings %v, want none", c.doc, ws)
+		case c.want != "" && (len(ws) != 1 || ws[0].Path != c.want || !strings.Contains(ws[0].Reason, "does not split")):
+			t.Errorf("%s: warnings %v, want one at %s", c.doc, ws, c.want)
+		}
+	}
+}
