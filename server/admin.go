@@ -77,7 +77,7 @@ const (
 // servePeek is POST /v1/admin/peek with a /v1/check body: each applying rule's answer as a dry
 // run. Nothing is taken, no ban starts, no metric counts it.
 func (s *Server) servePeek(w http.ResponseWriter, r *http.Request) {
-	l, in, ok := s.checkInput(w, r, true)
+	l, _, in, ok := s.checkInput(w, r, true)
 	if !ok {
 		return
 	}

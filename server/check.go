@@ -28,6 +28,7 @@ func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/check", s.serveCheck)
 	mux.HandleFunc("/v1/auth", s.serveAuth)
+	mux.HandleFunc("POST /v1/settle", s.serveSettle)
 	mux.HandleFunc("POST /v1/admin/peek", s.servePeek)
 	mux.HandleFunc("POST /v1/admin/reset", s.serveReset)
 	mux.HandleFunc("POST /v1/admin/unban", s.serveUnban)
@@ -59,45 +60,54 @@ func (s *Server) adminHandler() http.Handler {
 // Concurrency rules release their lease as soon as the check is decided: the API cannot tell
 // when the gateway's request ends, so they limit only concurrent checks. Use them in the proxy.
 // Likewise a rule whose cost comes from the response (usage) never sees it here: each request
-// is charged the rule's fallback at once, counted and logged as unread.
+// is charged the rule's fallback at once, counted and logged as unread, unless the request says
+// "settle": true: then the answer's "usage" gives a ticket per reservation, which the caller
+// settles with POST /v1/settle once the response has ended (settle.go).
 func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		writeJSON(w, http.StatusMethodNotAllowed, errorBody{"method " + r.Method + " not allowed: use POST"})
 		return
 	}
-	l, in, ok := s.checkInput(w, r, false)
+	l, req, in, ok := s.checkInput(w, r, false)
 	if !ok {
 		return
 	}
 	res := l.engine.Check(r.Context(), &in)
 	l.engine.Release(context.WithoutCancel(r.Context()), &res)
-	l.engine.Settle(context.WithoutCancel(r.Context()), &res, unseen)
+	var settle []check.Usage
+	if req.Settle {
+		settle = s.tickets(l, &res) // settled by POST /v1/settle (settle.go)
+	} else {
+		l.engine.Settle(context.WithoutCancel(r.Context()), &res, unseen)
+	}
 	if !res.Allowed {
 		s.logDenial(&in, &res)
 	}
+	out := checkResponse(&res)
+	out.Usage = settle
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.Write(append(checkResponse(&res).AppendJSON(make([]byte, 0, 512)), '\n'))
+	w.Write(append(out.AppendJSON(make([]byte, 0, 512)), '\n'))
 }
 
 // checkInput reads the check.Request of a /v1/check or /v1/admin/peek call (admin: an admin
 // operation) into the engine's input, answering the call itself when it cannot (401, 403, 400).
-func (s *Server) checkInput(w http.ResponseWriter, r *http.Request, admin bool) (*live, rules.Input, bool) {
+func (s *Server) checkInput(w http.ResponseWriter, r *http.Request, admin bool) (*live, check.Request, rules.Input, bool) {
 	if !s.authorized(w, r, admin) {
-		return nil, rules.Input{}, false
+		return nil, check.Request{}, rules.Input{}, false
 	}
 	body, ok := readBody(w, r)
 	if !ok {
-		return nil, rules.Input{}, false
+		return nil, check.Request{}, rules.Input{}, false
 	}
 	req, err := check.ParseRequest(body)
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, errorBody{err.Error()})
-		return nil, rules.Input{}, false
+		return nil, req, rules.Input{}, false
 	}
 	l := s.live.Load()
 	in, ok := l.input(w, &req)
-	return l, in, ok
+	return l, req, in, ok
 }
 
 // authorized checks the bearer token of an admin request, answering 401 itself when it is

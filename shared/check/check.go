@@ -26,6 +26,10 @@ type Request struct {
 	// Headers are the request headers that rules may match or count by, in order; dianad
 	// matches their names without regard to case.
 	Headers [][2]string
+	// Settle: the caller reads the response's usage and settles it with POST /v1/settle, so
+	// dianad reserves a usage rule's estimate and answers with Response.Usage rather than charge
+	// the rule's fallback at once.
+	Settle bool
 }
 
 // field is one of Request's string fields on the wire.
@@ -49,7 +53,7 @@ var requestFields = func() string {
 	for _, f := range new(Request).fields() {
 		names = append(names, f.name)
 	}
-	return strings.Join(append(names, "headers"), ", ")
+	return strings.Join(append(names, "headers", "settle"), ", ")
 }()
 
 // AppendJSON appends r as JSON. Headers that would take b past max bytes are left out (dianad
@@ -60,6 +64,9 @@ func (r *Request) AppendJSON(b []byte, max int) []byte {
 		if f.always || *f.v != "" {
 			b, sep = appendField(b, sep, f.name, *f.v), ','
 		}
+	}
+	if r.Settle {
+		b = append(b, `,"settle":true`...)
 	}
 	b = append(b, `,"headers":{`...)
 	first := true
@@ -87,6 +94,7 @@ func ParseRequest(body []byte) (Request, error) {
 		for _, f := range r.fields() {
 			*f.v = o.String(f.name, "")
 		}
+		r.Settle = o.Bool("settle", false)
 		names, vals := o.StringMap("headers")
 		if len(names) > 0 {
 			r.Headers = make([][2]string, len(names))
@@ -118,6 +126,17 @@ type Response struct {
 	// Unlimited names the unlimited rule that exempted the request from every rule, if one did
 	// (left out of the JSON when "").
 	Unlimited string
+	// Usage lists the usage rules that reserved an estimate for the request, when it asked to
+	// settle (Request.Settle): where each reads its cost from the response, and the ticket to
+	// settle it with.
+	Usage []Usage
+}
+
+// Usage is a usage rule a request must settle: its cost is read from the response's Header
+// (names, "a+b") or Body (JSON paths, "usage.input_tokens+usage.output_tokens"), and sent back
+// with Ticket in POST /v1/settle.
+type Usage struct {
+	Rule, Header, Body, Ticket string
 }
 
 // AppendJSON appends r as JSON.
@@ -148,6 +167,20 @@ func (r *Response) AppendJSON(b []byte) []byte {
 	b = appendField(b, ',', "body", r.Body)
 	if r.Unlimited != "" {
 		b = appendField(b, ',', "unlimited", r.Unlimited)
+	}
+	if len(r.Usage) > 0 {
+		b = append(b, `,"usage":[`...)
+		for i, u := range r.Usage {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendField(b, '{', "rule", u.Rule)
+			b = appendField(b, ',', "header", u.Header)
+			b = appendField(b, ',', "body", u.Body)
+			b = appendField(b, ',', "ticket", u.Ticket)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
 	}
 	return append(b, '}')
 }
@@ -180,6 +213,10 @@ func ParseResponse(body []byte) (Response, error) {
 	}
 	r.Body = o.String("body", "")
 	r.Unlimited = o.String("unlimited", "")
+	for _, u := range o.List("usage") {
+		r.Usage = append(r.Usage, Usage{Rule: u.String("rule", ""), Header: u.String("header", ""),
+			Body: u.String("body", ""), Ticket: u.String("ticket", "")})
+	}
 	if err := errs.Err(); err != nil {
 		return r, err
 	}
@@ -190,6 +227,56 @@ func ParseResponse(body []byte) (Response, error) {
 }
 
 const maxInt = 1<<63 - 1
+
+// Settlement is one entry of POST /v1/settle's body {"settle": [...]}: a Ticket of
+// Response.Usage with the Cost the response told, or, when it told nothing usable, the Unread
+// reason (the rule's fallback is then charged).
+type Settlement struct {
+	Ticket string
+	Cost   int64
+	Unread string
+}
+
+// MaxCost bounds a settled cost, as shared/usage bounds a cost read from a response.
+const MaxCost = 1_000_000_000_000_000
+
+// AppendSettle appends the body of POST /v1/settle.
+func AppendSettle(b []byte, s []Settlement) []byte {
+	b = append(b, `{"settle":[`...)
+	for i, x := range s {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendField(b, '{', "ticket", x.Ticket)
+		if x.Unread != "" {
+			b = appendField(b, ',', "unread", x.Unread)
+		} else {
+			b = appendInt(b, "cost", x.Cost)
+		}
+		b = append(b, '}')
+	}
+	return append(b, "]}"...)
+}
+
+// ParseSettle reads the body of POST /v1/settle: each entry has a ticket and either a cost (0 to
+// MaxCost) or an unread reason; an error names the field.
+func ParseSettle(body []byte) ([]Settlement, error) {
+	var out []Settlement
+	err := conf.DecodeObject(body, "settle", func(o *conf.Obj) {
+		o.Require("settle")
+		for _, e := range o.List("settle") {
+			e.Require("ticket")
+			x := Settlement{Ticket: e.String("ticket", ""), Cost: e.Int("cost", 0, 0, MaxCost), Unread: e.String("unread", "")}
+			switch {
+			case e.Has("cost") == e.Has("unread"):
+				e.Fail("cost", "give either cost (the response's usage) or unread (why it has none)")
+			}
+			e.Done()
+			out = append(out, x)
+		}
+	})
+	return out, err
+}
 
 func appendField(b []byte, sep byte, name, v string) []byte {
 	b = append(b, sep, '"')

@@ -18,6 +18,7 @@ type wireRequest struct {
 	Consumer string            `json:"consumer"`
 	Route    string            `json:"route"`
 	Headers  map[string]string `json:"headers"`
+	Settle   bool              `json:"settle"`
 }
 
 type wireResponse struct {
@@ -126,8 +127,8 @@ func TestRequestBound(t *testing.T) {
 
 func TestParseRequestErrors(t *testing.T) {
 	for _, tc := range []struct{ body, want string }{
-		{``, "the body must be a JSON object of the fields method, host, path, client_ip, consumer, route, headers, got nothing"},
-		{`null`, "the body must be a JSON object of the fields method, host, path, client_ip, consumer, route, headers, got null"},
+		{``, "the body must be a JSON object of the fields method, host, path, client_ip, consumer, route, headers, settle, got nothing"},
+		{`null`, "the body must be a JSON object of the fields method, host, path, client_ip, consumer, route, headers, settle, got null"},
 		{`[1]`, "must be a JSON object"},
 		{`{"method":`, "the body is not valid JSON"},
 		{`{"path": "/", "clientip": "192.0.2.1"}`, "clientip: unknown field; the fields are method, host, path"},

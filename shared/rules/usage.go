@@ -388,3 +388,34 @@ type noResponse struct{}
 
 func (*noResponse) Error() string { return usage.ErrMissing.Error() + ": no response" }
 func (*noResponse) Unwrap() error { return usage.ErrMissing }
+
+// Reservation is an estimate a result reserved under a usage rule, for a front end that settles
+// it through another process than the one that admitted it (the Envoy filter through dianad's
+// POST /v1/settle): Reserved carries it out, Resume brings it back as a result to Settle.
+type Reservation struct {
+	Rule     *Rule
+	Key      string
+	Estimate int64 // 0 when a fail policy admitted the request
+	Age      int64 // µs since admission, as Reserved saw it
+}
+
+// Reserved returns the reservations of res, to settle later with Resume and Settle.
+func (e *Engine) Reserved(res *Result) []Reservation {
+	now := e.clock()
+	out := make([]Reservation, len(res.reserved))
+	for i, rv := range res.reserved {
+		out[i] = Reservation{Rule: rv.rule, Key: rv.key, Estimate: rv.estimate, Age: now - rv.at}
+	}
+	return out
+}
+
+// Resume returns a result holding the reservations rv, which Settle settles, as if admitted rv's
+// Age ago.
+func (e *Engine) Resume(rv []Reservation) Result {
+	now := e.clock()
+	var res Result
+	for _, x := range rv {
+		res.reserved = append(res.reserved, reservation{rule: x.Rule, key: x.Key, estimate: x.Estimate, at: now - x.Age})
+	}
+	return res
+}

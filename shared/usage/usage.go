@@ -376,3 +376,14 @@ var classes = [...]struct {
 	{ErrMissing, "missing"}, {ErrValue, "value"}, {ErrDuplicate, "duplicate"}, {ErrSyntax, "syntax"},
 	{ErrDepth, "depth"}, {ErrTooLarge, "too_large"}, {ErrTruncated, "truncated"},
 }
+
+// ClassOf returns the error class that text, an error's Error() sent by another process (the
+// Envoy filter to dianad's /v1/settle), begins with; nil for none.
+func ClassOf(text string) error {
+	for _, c := range classes {
+		if strings.HasPrefix(text, c.err.Error()) {
+			return c.err
+		}
+	}
+	return nil
+}

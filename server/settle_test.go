@@ -1,0 +1,156 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/diana-gw/diana/internal/redistest"
+)
+
+// settleConfig is two nodes' config: a cluster usage rule per client IP, with admin.token.
+func settleConfig(addr string) string {
+	return strings.Replace(clusterConfig(exactTimeout, "1s", `  - name: tokens
+    mode: cluster
+    by: [ip]
+    usage: {body: usage.total_tokens, estimate: 10, fallback: 300}
+    limit: {algorithm: fixed_window, limit: 1000, window: 1h}
+`, addr), "admin:\n", "admin:\n  token: s3cret\n", 1)
+}
+
+// checkSettle posts a /v1/check with "settle": true from ip and returns its usage entries.
+func checkSettle(t *testing.T, ts *testServer, ip string) (*CheckResponse, []settleUsage) {
+	t.Helper()
+	r, res := postCheck(t, ts, `{"client_ip":"`+ip+`","path":"/","settle":true}`, "s3cret")
+	if res == nil || !res.Allowed {
+		t.Fatalf("check: %d %s", r.status, r.body)
+	}
+	var u struct {
+		Usage []settleUsage `json:"usage"`
+	}
+	if err := json.Unmarshal([]byte(r.body), &u); err != nil {
+		t.Fatal(err)
+	}
+	return res, u.Usage
+}
+
+type settleUsage struct {
+	Rule, Header, Body, Ticket string
+}
+
+func postSettle(t *testing.T, ts *testServer, body, token string) reply {
+	t.Helper()
+	r, err := do(http.MethodPost, ts.admin+"/v1/settle", "", strings.NewReader(body), token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestSettle: a /v1/check with "settle": true reserves the estimate and hands out a ticket,
+// and POST /v1/settle charges the actual cost (a debit beyond the estimate, a credit below it,
+// the fallback for an unread usage) exactly in Redis, on any node sharing admin.token.
+func TestSettle(t *testing.T) {
+	rs := redistest.Start(t)
+	rc := rs.Client()
+	a, b := startFile(t, settleConfig(rs.Addr)), startFile(t, settleConfig(rs.Addr))
+	const ip = "192.0.2.7"
+	id := "tokens|" + ip
+
+	res, us := checkSettle(t, a, ip)
+	if len(us) != 1 || us[0].Rule != "tokens" || us[0].Body != "usage.total_tokens" || us[0].Header != "" || us[0].Ticket == "" {
+		t.Fatalf("usage %+v", us)
+	}
+	if res.Remaining != 990 || stored(t, a, rc, "tokens", id) != 10 {
+		t.Fatalf("after the check: remaining %d, Redis %d; want the estimate 10 reserved", res.Remaining, stored(t, a, rc, "tokens", id))
+	}
+	if got := metric(t, a, `diana_usage_unread_total{reason="missing",rule="tokens"}`); got != 0 {
+		t.Fatalf("a check that settles later counted %v unread", got)
+	}
+	steps := []struct {
+		name   string
+		node   *testServer
+		settle string // the entry, %T the ticket
+		want   int64  // Redis's count after it
+		tokens float64
+		unread float64
+	}{
+		{"debit beyond the estimate", b, `{"ticket":"%T","cost":50}`, 50, 50, 0},
+		{"credit below the estimate", a, `{"ticket":"%T","cost":4}`, 54, 54, 0},
+		{"unread: the fallback", b, `{"ticket":"%T","unread":"usage missing: the stream was cut"}`, 354, 354, 1},
+	}
+	ticket := us[0].Ticket
+	for i, st := range steps {
+		if i > 0 {
+			_, us = checkSettle(t, a, ip)
+			ticket = us[0].Ticket
+		}
+		r := postSettle(t, st.node, `{"settle":[`+strings.Replace(st.settle, "%T", ticket, 1)+`]}`, "s3cret")
+		if r.status != 204 {
+			t.Fatalf("%s: %d %s", st.name, r.status, r.body)
+		}
+		if n := stored(t, a, rc, "tokens", id); n != st.want {
+			t.Errorf("%s: Redis counts %d, want %d", st.name, n, st.want)
+		}
+		if got := metric(t, st.node, `diana_usage_tokens_total{rule="tokens"}`) + metric(t, otherNode(st.node, a, b), `diana_usage_tokens_total{rule="tokens"}`); got != st.tokens {
+			t.Errorf("%s: diana_usage_tokens_total %v, want %v", st.name, got, st.tokens)
+		}
+		if got := metric(t, b, `diana_usage_unread_total{reason="missing",rule="tokens"}`); got != st.unread {
+			t.Errorf("%s: unread %v, want %v", st.name, got, st.unread)
+		}
+	}
+}
+
+func otherNode(ts, a, b *testServer) *testServer {
+	if ts == a {
+		return b
+	}
+	return a
+}
+
+// TestSettleBadRequests: /v1/settle takes the token as /v1/check does, and refuses a bad body
+// with a 400 naming the field, settling nothing.
+func TestSettleBadRequests(t *testing.T) {
+	rs := redistest.Start(t)
+	rc := rs.Client()
+	ts := startFile(t, settleConfig(rs.Addr))
+	_, us := checkSettle(t, ts, "192.0.2.8")
+	tk := us[0].Ticket
+	payload, mac, _ := strings.Cut(tk, ".")
+	forged := payload[:len(payload)-2] + "AA." + mac
+	for _, tc := range []struct {
+		name, body, token string
+		status            int
+		want              string
+	}{
+		{"no token", `{"settle":[]}`, "", 401, "bearer token"},
+		{"wrong token", `{"settle":[]}`, "s3cre", 401, "bearer token"},
+		{"empty", ``, "s3cret", 400, "JSON object of the fields settle"},
+		{"no settle", `{}`, "s3cret", 400, "settle: "},
+		{"unknown field", `{"settle":[],"x":1}`, "s3cret", 400, "x: unknown field"},
+		{"no ticket", `{"settle":[{"cost":1}]}`, "s3cret", 400, "settle[0].ticket: "},
+		{"negative cost", `{"settle":[{"ticket":"` + tk + `","cost":-1}]}`, "s3cret", 400, "settle[0].cost: "},
+		{"huge cost", `{"settle":[{"ticket":"` + tk + `","cost":1000000000000001}]}`, "s3cret", 400, "settle[0].cost: "},
+		{"fractional cost", `{"settle":[{"ticket":"` + tk + `","cost":1.5}]}`, "s3cret", 400, "settle[0].cost: "},
+		{"cost and unread", `{"settle":[{"ticket":"` + tk + `","cost":1,"unread":"x"}]}`, "s3cret", 400, "settle[0].cost: give either"},
+		{"neither", `{"settle":[{"ticket":"` + tk + `"}]}`, "s3cret", 400, "settle[0].cost: give either"},
+		{"not a ticket", `{"settle":[{"ticket":"abc","cost":1}]}`, "s3cret", 400, "settle[0].ticket: not a ticket"},
+		{"forged", `{"settle":[{"ticket":"` + forged + `","cost":0}]}`, "s3cret", 400, "settle[0].ticket: signature does not match"},
+		{"second forged", `{"settle":[{"ticket":"` + tk + `","cost":0},{"ticket":"` + forged + `","cost":0}]}`, "s3cret", 400, "settle[1].ticket: signature"},
+		{"too large", `{"settle":[{"ticket":"` + strings.Repeat("a", 70<<10) + `","cost":0}]}`, "s3cret", 400, "larger than 64 KiB"},
+	} {
+		r := postSettle(t, ts, tc.body, tc.token)
+		if r.status != tc.status || !strings.Contains(r.body, tc.want) {
+			t.Errorf("%s: %d %s, want %d with %q", tc.name, r.status, r.body, tc.status, tc.want)
+		}
+	}
+	if n := stored(t, ts, rc, "tokens", "tokens|192.0.2.8"); n != 10 {
+		t.Errorf("Redis counts %d after refused settlements, want the estimate 10", n)
+	}
+	// A ticket from a dianad with another token does not settle here.
+	other := startFile(t, strings.Replace(settleConfig(rs.Addr), "s3cret", "other", 1))
+	if r := postSettle(t, other, `{"settle":[{"ticket":"`+tk+`","cost":0}]}`, "other"); r.status != 400 || !strings.Contains(r.body, "signature") {
+		t.Errorf("another token's node: %d %s", r.status, r.body)
+	}
+}
