@@ -41,7 +41,7 @@ func (h *httpContext) callout(in *rules.Input) types.Action {
 // checkBody is the body of dianad's POST /v1/check (shared/check, docs/api.md).
 func (h *httpContext) checkBody(in *rules.Input, c *clusterConfig) []byte {
 	req := check.Request{Method: in.Method, Host: in.Host, Path: in.Path, ClientIP: h.addr,
-		Consumer: in.Consumer, Route: in.Route}
+		Consumer: in.Consumer, Route: in.Route, Settle: true}
 	if c.headers != nil {
 		for _, k := range c.headers {
 			if v, err := proxywasm.GetHttpRequestHeader(k); err == nil {
@@ -102,6 +102,7 @@ func (h *httpContext) onCheck(numHeaders, bodySize, _ int) {
 	if len(ans.Headers) > 0 {
 		h.hdrs = ans.Headers
 	}
+	h.meterRemote(ans.Usage)
 	h.resume()
 }
 

@@ -40,6 +40,7 @@ type clusterConfig struct {
 	name      string           // the Envoy cluster of dianad's admin listener
 	authority string           // :authority of the callout (Envoy hashes on it); default name
 	path      string           // default /v1/check
+	settle    string           // settle_path, default /v1/settle: where a usage rule's cost is settled
 	timeoutMS uint32           // callout timeout
 	token     string           // dianad's admin.token, sent as a bearer token
 	headers   []string         // request headers to send (lower case); nil: all but the sensitive ones
@@ -127,6 +128,10 @@ func decodeCluster(o *conf.Obj, consumer string) *clusterConfig {
 	c.path = o.String("path", "/v1/check")
 	if len(c.path) == 0 || c.path[0] != '/' {
 		o.Fail("path", "must start with /, got "+strconv.Quote(c.path))
+	}
+	c.settle = o.String("settle_path", "/v1/settle")
+	if len(c.settle) == 0 || c.settle[0] != '/' {
+		o.Fail("settle_path", "must start with /, got "+strconv.Quote(c.settle))
 	}
 	c.timeoutMS = uint32(o.Duration("timeout", 200*algos.Millisecond, algos.Millisecond, maxTimeout) / algos.Millisecond)
 	c.token = o.String("token", "")

@@ -38,8 +38,8 @@ type vmContext struct {
 	status func() string  // the response's :status; nil: the host's
 }
 
-func (vm *vmContext) NewPluginContext(uint32) types.PluginContext {
-	p := &pluginContext{data: vm.data, now: vm.now, status: vm.status}
+func (vm *vmContext) NewPluginContext(id uint32) types.PluginContext {
+	p := &pluginContext{id: id, data: vm.data, now: vm.now, status: vm.status}
 	if p.data == nil {
 		p.data = hostData{}
 	}
@@ -72,6 +72,7 @@ const (
 	metricNotEnabled   = "diana.not_enabled"           // requests filter_enabled left out: let through undecided (counted in allowed too)
 	metricNotEnforced  = "diana.not_enforced"          // denials filter_enforced did not answer (counted in shadow_denied too)
 	metricUsageUnread  = "diana.usage_unread"          // responses whose usage could not be read: charged the rule's fallback
+	metricSettleFailed = "diana.settle_failed"         // settlements of dianad's usage rules that dianad did not take: the estimate stays charged
 )
 
 // tickMS is how often each VM updates its heap gauge and rereads the hash key.
@@ -79,13 +80,14 @@ const tickMS = 10_000
 
 type metrics struct {
 	allowed, denied, shadowDenied, unlimited, backendErrors, casExhausted, overflow, dataErrors proxywasm.MetricCounter
-	notEnabled, notEnforced, usageUnread                                                        proxywasm.MetricCounter
+	notEnabled, notEnforced, usageUnread, settleFailed                                          proxywasm.MetricCounter
 	heap                                                                                        proxywasm.MetricGauge
 }
 
 // pluginContext is one filter configuration.
 type pluginContext struct {
 	types.DefaultPluginContext
+	id     uint32 // the plugin (root) context's id: settlements are sent from it (usage.go)
 	data   slotstore.Data
 	now    func() int64
 	status func() string
@@ -99,8 +101,8 @@ type pluginContext struct {
 
 	// Logs of events that a flood could repeat: failed callouts, local replies the host
 	// refused, shadow denials, shared-data failures, requests filter_enabled left out.
-	callouts, replies, shadows, dataLog, notEnabled, usageLog summary
-	sample                                                    sampler // filter_enabled and filter_enforced
+	callouts, replies, shadows, dataLog, notEnabled, usageLog, settleLog summary
+	sample                                                               sampler // filter_enabled and filter_enforced
 }
 
 // OnPluginStart parses and validates the configuration; a bad one fails the start (Envoy then
@@ -135,6 +137,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		notEnabled:    proxywasm.DefineCounterMetric(metricNotEnabled),
 		notEnforced:   proxywasm.DefineCounterMetric(metricNotEnforced),
 		usageUnread:   proxywasm.DefineCounterMetric(metricUsageUnread),
+		settleFailed:  proxywasm.DefineCounterMetric(metricSettleFailed),
 	}
 	if err := proxywasm.SetTickPeriodMilliSeconds(tickMS); err != nil {
 		proxywasm.LogWarn("diana.wasm: no ticks, the heap gauge stays 0: " + err.Error())
@@ -153,6 +156,7 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	p.shadows.what = "shadow rule would have denied"
 	p.dataLog.what = "shared data failed, the rule let the request through"
 	p.usageLog.what = "a response's usage was unread, the rule's fallback charged"
+	p.settleLog.what = "cluster mode: dianad did not take a usage settlement (the estimate stays charged)"
 	p.notEnabled.what = "filter_enabled is " + percent(cfg.enabled) + ": a request was let through undecided"
 	var seed [8]byte
 	if err := readRandom(seed[:]); err != nil {
@@ -195,6 +199,7 @@ func (p *pluginContext) OnTick() {
 	p.dataLog.tick(tickMS)
 	p.notEnabled.tick(tickMS)
 	p.usageLog.tick(tickMS)
+	p.settleLog.tick(tickMS)
 	if key, err := slotstore.LoadKey(p.data, readRandom); err == nil {
 		p.store.Key = key
 	}
@@ -204,12 +209,15 @@ func (p *pluginContext) OnTick() {
 	p.heap = int64(ms.Sys)
 }
 
-func (p *pluginContext) NewHttpContext(uint32) types.HttpContext { return &httpContext{p: p} }
+func (p *pluginContext) NewHttpContext(id uint32) types.HttpContext {
+	return &httpContext{p: p, id: id}
+}
 
 // httpContext is one request.
 type httpContext struct {
 	types.DefaultHttpContext
 	p       *pluginContext
+	id      uint32      // the context's id
 	addr    string      // the client address sent to dianad
 	hdrs    [][2]string // rate-limit headers to add to the response
 	replied bool        // a local reply was sent: its headers are already set
@@ -219,6 +227,7 @@ type httpContext struct {
 
 	held    *holding  // while the request holds leases (adaptive slots); nil otherwise
 	metered *metering // while the request's response is metered for usage rules; nil otherwise
+	remote  *remote   // likewise for dianad's usage rules (cluster mode)
 }
 
 // reqHeaders reads request headers from the host, only those the rules ask for.

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+
+	"github.com/diana-gw/diana/shared/check"
 	"strconv"
 	"strings"
 
@@ -17,6 +19,13 @@ import (
 // each chunk, then continues); when the stream is done (OnHttpStreamDone: the response ended, or
 // the stream was reset), the actual cost, or the rule's fallback, is settled in shared data.
 // The filter does not read request bodies: usage.estimate_body is refused, usage.estimate applies.
+//
+// A cluster rule with usage is decided by dianad: the filter's /v1/check says "settle": true, and
+// dianad answers with each usage rule's fields to read and a ticket (check.Response.Usage). The
+// response is read the same way (a rules.Meter over rules holding only those fields), and when the
+// stream is done the costs, or why each is unread, go back with the tickets to dianad's POST
+// /v1/settle (cluster.settle_path), which settles them in Redis. A settle call that fails is
+// counted (diana.settle_failed) and logged: dianad then keeps the estimate only.
 
 // metering is what an admitted request holds for its usage rules until its stream is done.
 type metering struct {
@@ -31,35 +40,82 @@ func (h *httpContext) meter(res *rules.Result) {
 	}
 }
 
-// meterHeaders hands the response's headers to the meter.
-func (h *httpContext) meterHeaders() {
-	if h.metered == nil {
+// remote is what an admitted request holds for dianad's usage rules until its stream is done.
+type remote struct {
+	m       *rules.Meter
+	rules   []*rules.Rule
+	tickets []string
+	bad     []error // by rule: dianad's fields could not be parsed (a newer dianad), unread
+}
+
+// meterRemote starts metering the response for the usage rules dianad reserved under.
+func (h *httpContext) meterRemote(us []check.Usage) {
+	if len(us) == 0 {
 		return
 	}
-	h.metered.m.Header(func(name string) []string {
+	rm := &remote{rules: make([]*rules.Rule, len(us)), tickets: make([]string, len(us)), bad: make([]error, len(us))}
+	for i, u := range us {
+		ru := &rules.Usage{}
+		var err error
+		if u.Header != "" {
+			ru.Header, err = usage.ParseHeaders(u.Header)
+		} else {
+			ru.Body, err = usage.ParsePaths(u.Body)
+		}
+		if err != nil {
+			rm.bad[i] = err
+			ru = &rules.Usage{Header: noHeader}
+		}
+		rm.rules[i], rm.tickets[i] = &rules.Rule{Name: u.Rule, Usage: ru}, u.Ticket
+	}
+	rm.m = rules.NewMeter(rm.rules, usage.Limits{})
+	h.remote = rm
+}
+
+// noHeader stands for fields dianad sent that the filter cannot read.
+var noHeader, _ = usage.ParseHeaders("x-diana-unreadable")
+
+// meterHeaders hands the response's headers to the meters.
+func (h *httpContext) meterHeaders() {
+	get := func(name string) []string {
 		v, err := proxywasm.GetHttpResponseHeader(strings.ToLower(name))
 		if err != nil {
 			return nil
 		}
 		return []string{v}
-	})
+	}
+	if h.metered != nil {
+		h.metered.m.Header(get)
+	}
+	if h.remote != nil {
+		h.remote.m.Header(get)
+	}
 }
 
 // OnHttpResponseBody shows each chunk of the body to the meter of a request whose usage rules
 // read it, and passes it on.
 func (h *httpContext) OnHttpResponseBody(size int, endOfStream bool) types.Action {
-	if h.metered == nil || size == 0 || !h.metered.m.ReadsBody() {
+	local := h.metered != nil && h.metered.m.ReadsBody()
+	remote := h.remote != nil && h.remote.m.ReadsBody()
+	if size == 0 || !local && !remote {
 		return types.ActionContinue
 	}
 	chunk, err := proxywasm.GetHttpResponseBody(0, size)
-	if err == nil {
+	if err != nil {
+		return types.ActionContinue
+	}
+	if local {
 		h.metered.m.Write(chunk)
+	}
+	if remote {
+		h.remote.m.Write(chunk)
 	}
 	return types.ActionContinue
 }
 
 // settle charges the usage rules once the stream is done.
 func (h *httpContext) settle() {
+	h.settleRemote()
 	if h.metered == nil {
 		return
 	}
@@ -87,4 +143,74 @@ func (p *pluginContext) settled(s rules.Settled) {
 	}
 	p.m.usageUnread.Increment(1)
 	p.usageLog.add("rule " + strconv.Quote(s.Rule.Name) + " charged " + strconv.FormatInt(s.Cost, 10) + ": " + s.Err.Error())
+}
+
+// settleRemote sends dianad the costs of its usage rules (POST /v1/settle), once the stream is
+// done.
+func (h *httpContext) settleRemote() {
+	rm := h.remote
+	if rm == nil {
+		return
+	}
+	h.remote = nil
+	p := h.p
+	c := p.cfg.cluster
+	list := make([]check.Settlement, len(rm.rules))
+	for i, r := range rm.rules {
+		n, err := rm.m.Cost(r)
+		if rm.bad[i] != nil {
+			err = rm.bad[i]
+		}
+		list[i] = check.Settlement{Ticket: rm.tickets[i], Cost: n}
+		if err != nil {
+			list[i].Unread = err.Error()
+		}
+	}
+	hdrs := [][2]string{
+		{":method", "POST"}, {":path", c.settle}, {":authority", c.authority},
+		{"content-type", "application/json"},
+	}
+	if c.token != "" {
+		hdrs = append(hdrs, [2]string{"authorization", "Bearer " + c.token})
+	}
+	body := check.AppendSettle(make([]byte, 0, 256), list)
+	// The call is made from the plugin's context: Envoy cancels the calls a stream's context has
+	// in flight when it deletes that context, right after this callback.
+	if err := proxywasm.SetEffectiveContext(p.id); err != nil {
+		p.settleFailed("switching to the plugin's context: " + err.Error())
+		return
+	}
+	if _, err := proxywasm.DispatchHttpCall(c.name, hdrs, body, nil, c.timeoutMS, p.onSettle); err != nil {
+		p.settleFailed("dispatching to cluster " + c.name + ": " + err.Error())
+	}
+	proxywasm.SetEffectiveContext(h.id)
+}
+
+// onSettle checks dianad's answer to a settlement: 204.
+func (p *pluginContext) onSettle(numHeaders, bodySize, _ int) {
+	if numHeaders == 0 {
+		p.settleFailed("no answer from cluster " + p.cfg.cluster.name + " (connection failed or reset)")
+		return
+	}
+	hdrs, err := proxywasm.GetHttpCallResponseHeaders()
+	if err != nil {
+		p.settleFailed("reading dianad's answer: " + err.Error())
+		return
+	}
+	for _, kv := range hdrs {
+		if kv[0] == ":status" && kv[1] != "204" {
+			msg := ""
+			if b, err := proxywasm.GetHttpCallResponseBody(0, min(bodySize, 512)); bodySize > 0 && err == nil {
+				msg = ": " + string(b)
+			}
+			p.settleFailed("dianad answered with status " + kv[1] + msg)
+		}
+	}
+}
+
+// settleFailed counts and logs (summarised at each tick) a settlement dianad did not take: the
+// request stays charged its estimate.
+func (p *pluginContext) settleFailed(reason string) {
+	p.m.settleFailed.Increment(1)
+	p.settleLog.add(reason)
 }

@@ -281,10 +281,17 @@ func (r *Result) Meter(lim usage.Limits) *Meter {
 	if len(r.reserved) == 0 {
 		return nil
 	}
-	m := &Meter{lim: lim}
-	for _, rv := range r.reserved {
-		m.rules = append(m.rules, rv.rule)
+	rs := make([]*Rule, len(r.reserved))
+	for i, rv := range r.reserved {
+		rs[i] = rv.rule
 	}
+	return NewMeter(rs, lim)
+}
+
+// NewMeter returns a meter for rules' usage (each rule needs only its Name and Usage): for a
+// front end whose rules another process decided (the Envoy filter settling through dianad).
+func NewMeter(rs []*Rule, lim usage.Limits) *Meter {
+	m := &Meter{lim: lim, rules: rs}
 	m.costs, m.errs, m.readers = make([]int64, len(m.rules)), make([]error, len(m.rules)), make([]*usage.Reader, len(m.rules))
 	return m
 }
