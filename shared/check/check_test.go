@@ -291,3 +291,36 @@ func FuzzParseRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestUsageAndSettleRoundTrip: a response's usage entries and a settle body read back as
+// written, and ParseSettle names the field of a bad entry.
+func TestUsageAndSettleRoundTrip(t *testing.T) {
+	in := Response{Allowed: true, Status: 200, RetryAfter: 0, Usage: []Usage{
+		{Rule: "tokens", Body: "usage.input_tokens+usage.output_tokens", Ticket: "a.b"},
+		{Rule: "h\"x", Header: "x-usage", Ticket: "c.d"}}}
+	out, err := ParseResponse(in.AppendJSON(nil))
+	if err != nil || !reflect.DeepEqual(out.Usage, in.Usage) {
+		t.Fatalf("usage %+v (%v), want %+v", out.Usage, err, in.Usage)
+	}
+	req, err := ParseRequest((&Request{Path: "/", Settle: true}).AppendJSON(nil, 1<<10))
+	if err != nil || !req.Settle {
+		t.Fatalf("settle lost: %+v %v", req, err)
+	}
+	s := []Settlement{{Ticket: "a.b", Cost: 42}, {Ticket: "c.d", Unread: "usage missing: x"}, {Ticket: "e", Cost: MaxCost}}
+	got, err := ParseSettle(AppendSettle(nil, s))
+	if err != nil || !reflect.DeepEqual(got, s) {
+		t.Fatalf("settle %+v (%v), want %+v", got, err, s)
+	}
+	for _, tc := range []struct{ body, want string }{
+		{`{}`, "settle: "},
+		{`{"settle":{}}`, "settle: must be a list"},
+		{`{"settle":[{"ticket":"t","cost":-1}]}`, "settle[0].cost: "},
+		{`{"settle":[{"ticket":"t"}]}`, "settle[0].cost: give either"},
+		{`{"settle":[{"ticket":"t","cost":1},{"cost":1}]}`, "settle[1].ticket: "},
+		{`{"settle":[{"ticket":"t","cost":1,"x":1}]}`, "settle[0].x: unknown field"},
+	} {
+		if _, err := ParseSettle([]byte(tc.body)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.body, err, tc.want)
+		}
+	}
+}
