@@ -154,3 +154,33 @@ func TestSettleBadRequests(t *testing.T) {
 		t.Errorf("another token's node: %d %s", r.status, r.body)
 	}
 }
+
+// TestSettleWithoutToken: without admin.token, tickets are signed with a key drawn at start and
+// settle on the node; an unread reason names the metric's class; a denied check hands out no
+// ticket.
+func TestSettleWithoutToken(t *testing.T) {
+	ts := startFile(t, header+`rules:
+  - name: tokens
+    by: [ip]
+    usage: {header: x-usage, estimate: 600, fallback: 700}
+    limit: {algorithm: fixed_window, limit: 1000, window: 1h}
+`)
+	r, res := postCheck(t, ts, `{"client_ip":"192.0.2.9","settle":true}`, "")
+	var u struct{ Usage []settleUsage }
+	if res == nil || json.Unmarshal([]byte(r.body), &u) != nil || len(u.Usage) != 1 || u.Usage[0].Header != "x-usage" {
+		t.Fatalf("check: %d %s", r.status, r.body)
+	}
+	if r := postSettle(t, ts, `{"settle":[{"ticket":"`+u.Usage[0].Ticket+`","unread":"usage value invalid: -5"}]}`, ""); r.status != 204 {
+		t.Fatalf("settle: %d %s", r.status, r.body)
+	}
+	if got := metric(t, ts, `diana_usage_unread_total{reason="value",rule="tokens"}`); got != 1 {
+		t.Errorf("unread{reason=value} %v, want 1", got)
+	}
+	if got := metric(t, ts, `diana_usage_tokens_total{rule="tokens"}`); got != 700 {
+		t.Errorf("tokens %v, want the fallback 700", got)
+	}
+	r, res = postCheck(t, ts, `{"client_ip":"192.0.2.9","settle":true}`, "")
+	if res == nil || res.Allowed || strings.Contains(r.body, `"usage"`) {
+		t.Errorf("a denied check: %d %s, want no usage", r.status, r.body)
+	}
+}
