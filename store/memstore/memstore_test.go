@@ -189,8 +189,9 @@ func TestDryRun(t *testing.T) {
 		t.Run(l.name, func(t *testing.T) {
 			s, c := newStore(0)
 			snapshot := func() (entry, bool) {
-				e, ok := s.shards[maphash.String(s.seed, "k")&(shardCount-1)].m["k"]
-				if !ok {
+				h := maphash.String(s.seed, "k")
+				e := s.shards[h&(shardCount-1)].find(h, "k")
+				if e == nil {
 					return entry{}, false
 				}
 				cp := *e
