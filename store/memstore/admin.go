@@ -9,23 +9,28 @@ import "hash/maphash"
 // the store held a live state for key.
 func (s *Store) Reset(key string) bool {
 	now := s.now()
-	sh := &s.shards[maphash.String(s.seed, key)&(shardCount-1)]
+	h := maphash.String(s.seed, key)
+	sh := &s.shards[h&(shardCount-1)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := sh.m[key]
-	delete(sh.m, key)
-	return ok && e.expires > now
+	e := sh.find(h, key)
+	if e == nil {
+		return false
+	}
+	sh.remove(h, e)
+	return e.expires > now
 }
 
 // Unban lifts the ban of key and keeps the rest of its state: the algorithm carries on as it
 // was. It reports whether a ban held.
 func (s *Store) Unban(key string) bool {
 	now := s.now()
-	sh := &s.shards[maphash.String(s.seed, key)&(shardCount-1)]
+	h := maphash.String(s.seed, key)
+	sh := &s.shards[h&(shardCount-1)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := sh.m[key]
-	if !ok || e.expires <= now || e.st.Ban <= now {
+	e := sh.find(h, key)
+	if e == nil || e.expires <= now || e.st.Ban <= now {
 		return false
 	}
 	e.st.Ban = 0
@@ -46,15 +51,18 @@ func (s *Store) Bans(match func(key string) bool, max int) (bans []Banned, more 
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, e := range sh.m {
-			if e.expires <= now || e.st.Ban <= now || !match(k) {
-				continue
+	scan:
+		for _, head := range sh.m {
+			for e := head; e != nil; e = e.next {
+				if e.expires <= now || e.st.Ban <= now || !match(e.key) {
+					continue
+				}
+				if len(bans) == max {
+					more = true
+					break scan
+				}
+				bans = append(bans, Banned{Key: e.key, Left: e.st.Ban - now})
 			}
-			if len(bans) == max {
-				more = true
-				break
-			}
-			bans = append(bans, Banned{Key: k, Left: e.st.Ban - now})
 		}
 		sh.mu.Unlock()
 		if more {

@@ -5,12 +5,18 @@
 //
 // A decision on a known key takes one shard lock and allocates nothing; so does a dry run
 // (Request.DryRun), which the algorithms decide without changing the state.
+//
+// A key is hashed once (maphash, seeded per store): the hash picks the shard, and the shard's
+// map is keyed by the same 64-bit hash, not by the key, so that the map does not hash the key a
+// second time. The entry keeps its key, which a lookup compares; keys whose hashes collide (rare
+// at 64 bits, but possible) chain through entry.next, so a lookup is exact for any keys.
 package memstore
 
 import (
 	"hash/maphash"
 	"sync"
 	"time"
+	_ "unsafe" // go:linkname, for the monotonic clock
 
 	"github.com/diana-gw/diana/shared/algos"
 )
@@ -45,14 +51,15 @@ type Options struct {
 type Store struct {
 	seed   maphash.Seed
 	clock  func() int64 // Options.Clock; nil: the monotonic clock below
-	start  time.Time    // the monotonic clock: base + time since start
+	start  int64        // the monotonic clock: base + (nanotime() − start)/1000
 	base   int64
 	shards [shardCount]shard
 }
 
 type shard struct {
 	mu  sync.Mutex
-	m   map[string]*entry
+	m   map[uint64]*entry // by the key's hash; the entries of colliding keys chain
+	n   int               // entries held, chained ones included
 	max int
 	// empty is the state a dry run on a key not held decides on: the algorithms leave a dry
 	// run's state as it was, so it stays empty, and a pointer to it allocates nothing.
@@ -64,6 +71,8 @@ type shard struct {
 type entry struct {
 	st      algos.State
 	expires int64 // µs; from then on the state decides as an empty one would
+	key     string
+	next    *entry // another key of the same hash
 }
 
 // New returns an empty Store.
@@ -71,12 +80,11 @@ func New(o Options) *Store {
 	if o.MaxEntries <= 0 {
 		o.MaxEntries = DefaultMaxEntries
 	}
-	start := time.Now()
-	s := &Store{seed: maphash.MakeSeed(), clock: o.Clock, start: start, base: start.UnixMicro()}
+	s := &Store{seed: maphash.MakeSeed(), clock: o.Clock, start: nanotime(), base: time.Now().UnixMicro()}
 	// The shares add up to MaxEntries exactly: the remainder goes one apiece to the first shards.
 	per, rest := o.MaxEntries/shardCount, o.MaxEntries%shardCount
 	for i := range s.shards {
-		s.shards[i].m = make(map[string]*entry)
+		s.shards[i].m = make(map[uint64]*entry)
 		n := per
 		if i < rest {
 			n++
@@ -98,9 +106,10 @@ func (s *Store) Decide(key string, alg algos.Algorithm, r algos.Request) algos.D
 	// lock behind a later one decides with an earlier time: the algorithms treat that as a clock
 	// going back, which never adds capacity.
 	r.Now = s.now()
-	sh := &s.shards[maphash.String(s.seed, key)&(shardCount-1)]
+	h := maphash.String(s.seed, key)
+	sh := &s.shards[h&(shardCount-1)]
 	sh.mu.Lock()
-	e := sh.m[key]
+	e := sh.find(h, key)
 	if r.DryRun {
 		st := &sh.empty
 		if e != nil && e.expires > r.Now { // else it decides as an empty state
@@ -111,11 +120,11 @@ func (s *Store) Decide(key string, alg algos.Algorithm, r algos.Request) algos.D
 		return d
 	}
 	if e == nil {
-		var fresh entry
+		fresh := entry{key: key}
 		d := alg.Decide(&fresh.st, r)
 		if d.TTL > 0 {
 			fresh.expires = r.Now + d.TTL
-			sh.insert(key, &fresh, r.Now)
+			sh.insert(h, &fresh, r.Now)
 		}
 		sh.mu.Unlock()
 		return d
@@ -136,16 +145,17 @@ func (s *Store) Decide(key string, alg algos.Algorithm, r algos.Request) algos.D
 func (s *Store) DecideAt(key string, alg algos.Algorithm, r algos.Request) algos.Decision {
 	r = r.Bounded()
 	r.DryRun = false
-	sh := &s.shards[maphash.String(s.seed, key)&(shardCount-1)]
+	h := maphash.String(s.seed, key)
+	sh := &s.shards[h&(shardCount-1)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.m[key]
+	e := sh.find(h, key)
 	if e == nil {
-		var fresh entry
+		fresh := entry{key: key}
 		d := alg.Decide(&fresh.st, r)
 		if d.TTL > 0 {
 			fresh.expires = r.Now + d.TTL
-			sh.insert(key, &fresh, r.Now)
+			sh.insert(h, &fresh, r.Now)
 		}
 		return d
 	}
@@ -160,14 +170,21 @@ func (s *Store) DecideAt(key string, alg algos.Algorithm, r algos.Request) algos
 // Now returns the store's clock, µs.
 func (s *Store) Now() int64 { return s.now() }
 
-// now returns the time in µs. The default clock is read directly, not through a function value:
-// the clock is a quarter of a decision's time.
+// now returns the time in µs. The default clock is read directly, not through a function value,
+// and from the runtime's monotonic clock, the one time.Since reads, without time.Since's work
+// around it: the clock is the largest part of a decision's time.
 func (s *Store) now() int64 {
 	if s.clock != nil {
 		return s.clock()
 	}
-	return s.base + time.Since(s.start).Microseconds()
+	return s.base + (nanotime()-s.start)/1000
 }
+
+// nanotime is the runtime's monotonic clock in ns (what time.Now's monotonic reading and
+// time.Since read), pulled by go:linkname as the runtime allows it to be for this use.
+//
+//go:linkname nanotime runtime.nanotime
+func nanotime() int64
 
 // Len returns the number of entries held, expired ones included until they are dropped.
 func (s *Store) Len() int {
@@ -175,7 +192,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.m)
+		n += sh.n
 		sh.mu.Unlock()
 	}
 	return n
@@ -194,7 +211,7 @@ func (s *Store) Stats() Stats {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		st.Entries += len(sh.m)
+		st.Entries += sh.n
 		st.MaxEntries += sh.max
 		st.Evicted += sh.evicted
 		sh.mu.Unlock()
@@ -211,10 +228,13 @@ func (s *Store) Sweep() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, e := range sh.m {
-			if e.expires <= now {
-				delete(sh.m, k)
-				dropped++
+		for h, head := range sh.m {
+			for e, next := head, (*entry)(nil); e != nil; e = next {
+				next = e.next
+				if e.expires <= now {
+					sh.remove(h, e)
+					dropped++
+				}
 			}
 		}
 		sh.mu.Unlock()
@@ -222,35 +242,73 @@ func (s *Store) Sweep() int {
 	return dropped
 }
 
-// insert adds e, first making room if the shard is full: expired entries go first; else the
-// live entry closest to expiry among a sample, unbanned before banned (a ban ends only at its
-// time, unless every entry looked at, up to maxScan, is banned).
-func (sh *shard) insert(key string, e *entry, now int64) {
-	if len(sh.m) >= sh.max {
-		var victim string
-		var oldest int64
+// find returns the entry of key, whose hash is h; nil if the shard holds none.
+func (sh *shard) find(h uint64, key string) *entry {
+	e := sh.m[h]
+	for e != nil && e.key != key {
+		e = e.next
+	}
+	return e
+}
+
+// add adds e, of hash h, which the shard does not hold.
+func (sh *shard) add(h uint64, e *entry) {
+	e.next = sh.m[h]
+	sh.m[h] = e
+	sh.n++
+}
+
+// remove drops e, of hash h, which the shard holds.
+func (sh *shard) remove(h uint64, e *entry) {
+	head := sh.m[h]
+	switch {
+	case head != e:
+		for head.next != e {
+			head = head.next
+		}
+		head.next = e.next
+	case e.next != nil:
+		sh.m[h] = e.next
+	default:
+		delete(sh.m, h)
+	}
+	e.next = nil
+	sh.n--
+}
+
+// insert adds e, of hash h, first making room if the shard is full: expired entries go first;
+// else the live entry closest to expiry among a sample, unbanned before banned (a ban ends only
+// at its time, unless every entry looked at, up to maxScan, is banned).
+func (sh *shard) insert(h uint64, e *entry, now int64) {
+	if sh.n >= sh.max {
+		var victim *entry
+		var victimHash uint64
 		victimBanned := false
 		seen := 0
-		for k, v := range sh.m { // map order is random: a sample
-			if v.expires <= now {
-				delete(sh.m, k)
-				if len(sh.m) < sh.max {
-					break
+	scan:
+		for vh, head := range sh.m { // map order is random: a sample
+			for v, next := head, (*entry)(nil); v != nil; v = next {
+				next = v.next
+				if v.expires <= now {
+					sh.remove(vh, v)
+					if sh.n < sh.max {
+						break scan
+					}
+					continue
 				}
-				continue
-			}
-			banned := v.st.Ban > now
-			if victim == "" || victimBanned && !banned || victimBanned == banned && v.expires < oldest {
-				victim, oldest, victimBanned = k, v.expires, banned
-			}
-			if seen++; seen >= sampleSize && !victimBanned || seen >= maxScan {
-				break
+				banned := v.st.Ban > now
+				if victim == nil || victimBanned && !banned || victimBanned == banned && v.expires < victim.expires {
+					victim, victimHash, victimBanned = v, vh, banned
+				}
+				if seen++; seen >= sampleSize && !victimBanned || seen >= maxScan {
+					break scan
+				}
 			}
 		}
-		if len(sh.m) >= sh.max && victim != "" {
-			delete(sh.m, victim)
+		if sh.n >= sh.max && victim != nil {
+			sh.remove(victimHash, victim)
 			sh.evicted++
 		}
 	}
-	sh.m[key] = e
+	sh.add(h, e)
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/diana-gw/diana/internal/algotest"
 	"github.com/diana-gw/diana/shared/algos"
@@ -189,8 +190,9 @@ func TestDryRun(t *testing.T) {
 		t.Run(l.name, func(t *testing.T) {
 			s, c := newStore(0)
 			snapshot := func() (entry, bool) {
-				e, ok := s.shards[maphash.String(s.seed, "k")&(shardCount-1)].m["k"]
-				if !ok {
+				h := maphash.String(s.seed, "k")
+				e := s.shards[h&(shardCount-1)].find(h, "k")
+				if e == nil {
 					return entry{}, false
 				}
 				cp := *e
@@ -296,5 +298,21 @@ func TestFloodKeepsBans(t *testing.T) {
 	}
 	if ev := s.Stats().Evicted; ev < 64*8*19 {
 		t.Errorf("Stats().Evicted = %d, want at least %d (the flood's live entries made room for each other)", ev, 64*8*19)
+	}
+}
+
+// TestDefaultClock: without Options.Clock, the store's clock is in µs, starts at the wall
+// clock's time and follows the time that passes.
+func TestDefaultClock(t *testing.T) {
+	before := time.Now()
+	s := New(Options{})
+	start := s.Now()
+	if wall := before.UnixMicro(); start < wall || start > wall+int64(time.Second/time.Microsecond) {
+		t.Fatalf("the clock starts at %d µs, the wall clock was at %d µs", start, wall)
+	}
+	time.Sleep(20 * time.Millisecond)
+	passed := time.Duration(s.Now()-start) * time.Microsecond
+	if took := time.Since(before); passed < 20*time.Millisecond || passed > took {
+		t.Fatalf("the clock moved %v over a sleep of 20ms that took %v in all", passed, time.Since(before))
 	}
 }
