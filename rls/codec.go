@@ -241,31 +241,26 @@ func readEntry(b []byte, s string, e *rlv3.RateLimitDescriptor_Entry) bool {
 
 // readOverride reads a descriptor's limit override into o.
 func readOverride(b []byte, o *rlv3.RateLimitDescriptor_RateLimitOverride) bool {
-	for off := 0; off < len(b); {
-		num, typ, n := protowire.ConsumeTag(b[off:])
-		if n < 0 || typ != protowire.VarintType || num != 1 && num != 2 {
-			return false
-		}
-		off += n
-		v, n := protowire.ConsumeVarint(b[off:])
-		if n < 0 {
-			return false
-		}
-		off += n
+	return readVarints(b, 2, func(num protowire.Number, v uint64) {
 		if num == 1 {
 			o.RequestsPerUnit = uint32(v)
 		} else {
 			o.Unit = typev3.RateLimitUnit(int32(v))
 		}
-	}
-	return true
+	})
 }
 
 // readUInt64Value reads a google.protobuf.UInt64Value into w.
 func readUInt64Value(b []byte, w *wrapperspb.UInt64Value) bool {
+	return readVarints(b, 1, func(_ protowire.Number, v uint64) { w.Value = v })
+}
+
+// readVarints reads a message whose fields are all varints numbered 1 to last, passing each
+// to set; false for anything else, which the full codec then reads.
+func readVarints(b []byte, last protowire.Number, set func(num protowire.Number, v uint64)) bool {
 	for off := 0; off < len(b); {
 		num, typ, n := protowire.ConsumeTag(b[off:])
-		if n < 0 || typ != protowire.VarintType || num != 1 {
+		if n < 0 || typ != protowire.VarintType || num < 1 || num > last {
 			return false
 		}
 		off += n
@@ -274,7 +269,7 @@ func readUInt64Value(b []byte, w *wrapperspb.UInt64Value) bool {
 			return false
 		}
 		off += n
-		w.Value = v
+		set(num, v)
 	}
 	return true
 }
