@@ -158,23 +158,45 @@ func (s *pluginServer) access(id int32, r *kongReq) kongResult { return s.event(
 // event runs one event (access, log) of instance id for r.
 func (s *pluginServer) event(id int32, name string, r *kongReq) kongResult {
 	s.t.Helper()
+	res, err := s.tryEvent(id, name, r)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return res
+}
+
+// tryEvent is event for a goroutine other than the test's, which must not call t.Fatal.
+func (s *pluginServer) tryEvent(id int32, name string, r *kongReq) (kongResult, error) {
 	s.seq++
 	b, _ := proto.Marshal(&kpp.RpcCall{Sequence: s.seq, Call: &kpp.RpcCall_CmdHandleEvent{CmdHandleEvent: &kpp.CmdHandleEvent{InstanceId: id, EventName: name}}})
 	s.conn.SetDeadline(time.Now().Add(30 * time.Second))
 	if err := writeFrame(s.conn, b); err != nil {
-		s.t.Fatal(err)
+		return kongResult{}, fmt.Errorf("%s event: %w", name, err)
 	}
 	res, closed, err := answer(s.conn, r, true)
 	if err != nil {
-		s.t.Fatal(err)
+		return res, fmt.Errorf("%s event: %w", name, err)
 	}
 	if closed { // after kong.response.exit go-pdk closes the connection; Kong opens another
 		s.conn.Close()
 		if s.conn, err = net.Dial("unix", s.socket); err != nil {
-			s.t.Fatal(err)
+			return res, fmt.Errorf("reconnecting after an exit: %w", err)
 		}
 	}
-	return res
+	return res, nil
+}
+
+// worker opens another connection to the plugin server, as each nginx worker of a Kong node
+// has its own; events on it may run beside the others'.
+func (s *pluginServer) worker() *pluginServer {
+	s.t.Helper()
+	c, err := net.Dial("unix", s.socket)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	w := &pluginServer{t: s.t, socket: s.socket, conn: c}
+	s.t.Cleanup(func() { w.conn.Close() })
+	return w
 }
 
 func TestE2E(t *testing.T) {
