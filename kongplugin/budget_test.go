@@ -224,3 +224,68 @@ func response(c, i int, minUsage, maxUsage, fallback int64) (h map[string][]stri
 	}
 	return h, usage, false
 }
+
+// TestLogAfterRestart: Kong restarts a plugin server that died, and the requests the dead one
+// admitted still reach their log phase, carrying the id that kong.ctx.shared keeps for their
+// reservation or lease. The new process must not take such an id for one of its own requests:
+// it would settle its own request with the other's response, or give back the lease of a request
+// still running.
+func TestLogAfterRestart(t *testing.T) {
+	bin := build(t, "github.com/diana-gw/diana/kongplugin", "diana")
+	remaining := func(res kongResult) string {
+		if v := res.Headers["Ratelimit-Remaining"]; len(v) == 1 {
+			return v[0]
+		}
+		return ""
+	}
+	for _, c := range []struct {
+		name string
+		cfg  map[string]any
+		// check runs a third request while the new process's own request is in flight,
+		// after the dead process's request and its own have had their log phase (settled,
+		// when settle is set) or the dead one's alone (not).
+		settle bool
+		check  func(kongResult) string
+	}{
+		{"usage", map[string]any{"algorithm": "fixed_window", "limit": 10000, "window": "3650d",
+			"usage_header": "x-usage-total-tokens", "usage_estimate": 50}, true,
+			func(res kongResult) string {
+				if got := remaining(res); res.Exit || got != "9940" { // 10000 − 10 − 50
+					return fmt.Sprintf("remaining %q, want 9940: the new request charged 10 tokens", got)
+				}
+				return ""
+			}},
+		{"concurrency", map[string]any{"algorithm": "concurrency", "limit": 1}, false,
+			func(res kongResult) string {
+				if !res.Exit || res.Status != 429 {
+					return fmt.Sprintf("%+v, want refused: the one slot is the running request's", res)
+				}
+				return ""
+			}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			prefix := t.TempDir()
+			s := startServerIn(t, prefix, bin)
+			old := &kongReq{IP: "192.0.2.80"}
+			if res := s.access(s.start(c.cfg, "restart-"+c.name), old); res.Exit {
+				t.Fatalf("first request: %+v", res)
+			}
+			s.kill()
+			s = startServerIn(t, prefix, bin)
+			id := s.start(c.cfg, "restart-"+c.name)
+			r := &kongReq{IP: "192.0.2.80"}
+			if res := s.access(id, r); res.Exit {
+				t.Fatalf("the new process's first request: %+v", res)
+			}
+			old.Upstream = map[string][]string{"X-Usage-Total-Tokens": {"5000"}}
+			s.event(id, "log", old) // the dead process's: nothing of it is here
+			if c.settle {
+				r.Upstream = map[string][]string{"X-Usage-Total-Tokens": {"10"}}
+				s.event(id, "log", r)
+			}
+			if msg := c.check(s.access(id, &kongReq{IP: "192.0.2.80"})); msg != "" {
+				t.Error(msg)
+			}
+		})
+	}
+}

@@ -74,11 +74,17 @@ type pluginServer struct {
 	seq    int64
 	inst   int      // the last __seq__: Kong numbers instances across all plugins, and go-pdk uses it as the instance id
 	conn   net.Conn // reopened after each exit, which closes it (go-pdk's Response.Exit)
+	cmd    *exec.Cmd
 }
 
 func startServer(t testing.TB, bin string, args ...string) *pluginServer {
 	t.Helper()
-	prefix := t.TempDir()
+	return startServerIn(t, t.TempDir(), bin, args...)
+}
+
+// startServerIn starts the plugin server with -kong-prefix prefix, where its socket is.
+func startServerIn(t testing.TB, prefix, bin string, args ...string) *pluginServer {
+	t.Helper()
 	cmd := exec.Command(bin, append([]string{"-kong-prefix", prefix}, args...)...)
 	var logs bytes.Buffer
 	cmd.Stderr = &logs
@@ -92,7 +98,7 @@ func startServer(t testing.TB, bin string, args ...string) *pluginServer {
 			t.Logf("plugin server log:\n%s", logs.String())
 		}
 	})
-	s := &pluginServer{t: t, socket: filepath.Join(prefix, filepath.Base(bin)+".socket")}
+	s := &pluginServer{t: t, socket: filepath.Join(prefix, filepath.Base(bin)+".socket"), cmd: cmd}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		c, err := net.Dial("unix", s.socket)
@@ -107,6 +113,12 @@ func startServer(t testing.TB, bin string, args ...string) *pluginServer {
 	}
 	t.Cleanup(func() { s.conn.Close() })
 	return s
+}
+
+// kill kills the plugin server, as a crash would.
+func (s *pluginServer) kill() {
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
 }
 
 func (s *pluginServer) call(c *kpp.RpcCall) *kpp.RpcReturn {

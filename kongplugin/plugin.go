@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"math/rand/v2"
 	"net/http"
 	"net/netip"
 	"runtime/debug"
@@ -287,6 +288,12 @@ var (
 	leaseSeq atomic.Uint64
 	leases   sync.Map // id → held
 )
+
+// The ids start at a random number: when Kong restarts a plugin server that died, the requests
+// the dead one admitted still reach their log phase with its ids, and one of them must not find
+// a request of this process (settling it with the other's response, or giving back the lease of
+// a request still running).
+func init() { leaseSeq.Store(rand.Uint64()) }
 
 const leaseKey = "diana_lease"
 
