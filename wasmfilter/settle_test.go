@@ -2,15 +2,11 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/diana-gw/diana/server"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
@@ -22,7 +18,7 @@ const bodyUsage = `{body: usage.total_tokens, estimate: 100, fallback: 300}`
 // cost read from the response as usage says (bodyUsage...).
 func usageDianad(t *testing.T, usage string) string {
 	t.Helper()
-	cfg, err := server.Parse([]byte(`version: 1
+	return runDianad(t, `version: 1
 listen: "127.0.0.1:0"
 admin:
   listen: "127.0.0.1:0"
@@ -35,24 +31,7 @@ rules:
     by: [ip]
     usage: `+usage+`
     limit: {algorithm: token_bucket, rate: 1000, period: 1h}
-`), "dianad.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := server.New(cfg, server.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ShutdownTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("dianad: %v", err)
-		}
-	})
-	return "http://" + s.AdminAddr()
+`)
 }
 
 // relay plays Envoy's part for one callout: it sends it to dianad and hands the answer back,
