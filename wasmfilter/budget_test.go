@@ -49,13 +49,13 @@ const (
 	budgetBound = budgetLimit + budgetFlight*(max(budgetMaxUsage, budgetFallback)-budgetEstimate)
 )
 
-// budgetRule is the token budget, in JSON for the filter and as YAML flow for dianad.
-const budgetRule = `{"name": "tokens", "by": ["header:x-api-key"],
-	"usage": {"body": "usage.total_tokens", "estimate": 100, "fallback": 300},
-	"limit": {"algorithm": "fixed_window", "limit": 20000, "window": "24h"}}`
-
-// budgetWindow is budgetRule's window.
+// budgetWindow is the budget's window.
 const budgetWindow = 24 * time.Hour
+
+// budgetRule is the token budget, in JSON for the filter and as YAML flow for dianad.
+var budgetRule = `{"name": "tokens", "by": ["header:x-api-key"], "usage": {"body": "usage.total_tokens", ` +
+	`"estimate": ` + strconv.Itoa(budgetEstimate) + `, "fallback": ` + strconv.Itoa(budgetFallback) + `}, ` +
+	`"limit": {"algorithm": "fixed_window", "limit": ` + strconv.Itoa(budgetLimit) + `, "window": "` + strconv.Itoa(int(budgetWindow.Hours())) + `h"}}`
 
 // budgetAlg is budgetRule's algorithm, to read its state.
 func budgetAlg(t *testing.T) algos.Algorithm {
@@ -239,7 +239,7 @@ redis:
   addrs: ["`+rs.Addr+`"]
   timeout: 5s
 rules:
-  - `+strings.Replace(strings.ReplaceAll(budgetRule, "\n", " "), `{"name": "tokens",`, `{"name": "tokens", "mode": "cluster",`, 1)+`
+  - `+strings.Replace(budgetRule, `{"name": "tokens",`, `{"name": "tokens", "mode": "cluster",`, 1)+`
 `))
 	}
 	client := relayClient(t)
