@@ -21,7 +21,7 @@ import (
 // and returns its admin URL.
 func dianad(t *testing.T) string {
 	t.Helper()
-	cfg, err := server.Parse([]byte(`version: 1
+	return runDianad(t, `version: 1
 listen: "127.0.0.1:0"
 admin:
   listen: "127.0.0.1:0"
@@ -33,7 +33,14 @@ rules:
   - name: per-ip
     by: [ip]
     limit: {algorithm: fixed_window, limit: 2, window: 1h}
-`), "dianad.yaml")
+`)
+}
+
+// runDianad starts a real dianad with the config yaml until the test ends, and returns its
+// admin URL.
+func runDianad(t *testing.T, yaml string) string {
+	t.Helper()
+	cfg, err := server.Parse([]byte(yaml), "dianad.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

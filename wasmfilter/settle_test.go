@@ -2,24 +2,23 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/diana-gw/diana/server"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
+// bodyUsage reads the cost from the response's usage.total_tokens (estimate 100, fallback 300).
+const bodyUsage = `{body: usage.total_tokens, estimate: 100, fallback: 300}`
+
 // usageDianad starts a real dianad with a token budget per client IP, 1000 tokens an hour, the
-// cost read from the response's usage.total_tokens (estimate 100, fallback 300).
-func usageDianad(t *testing.T) string {
+// cost read from the response as usage says (bodyUsage...).
+func usageDianad(t *testing.T, usage string) string {
 	t.Helper()
-	cfg, err := server.Parse([]byte(`version: 1
+	return runDianad(t, `version: 1
 listen: "127.0.0.1:0"
 admin:
   listen: "127.0.0.1:0"
@@ -30,26 +29,9 @@ upstreams:
 rules:
   - name: tokens
     by: [ip]
-    usage: {body: usage.total_tokens, estimate: 100, fallback: 300}
+    usage: `+usage+`
     limit: {algorithm: token_bucket, rate: 1000, period: 1h}
-`), "dianad.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := server.New(cfg, server.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ShutdownTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("dianad: %v", err)
-		}
-	})
-	return "http://" + s.AdminAddr()
+`)
 }
 
 // relay plays Envoy's part for one callout: it sends it to dianad and hands the answer back,
@@ -81,8 +63,17 @@ func (e *emu) relay(c proxytest.HttpCalloutAttribute, admin string) string {
 // settlement the filter sends when the stream is done.
 func (e *emu) llmExchange(admin string, chunks ...string) (string, proxytest.HttpCalloutAttribute) {
 	e.t.Helper()
-	before := len(e.GetCalloutAttributesFromContext(proxytest.PluginContextID))
-	id := e.InitializeHttpContext()
+	id, before := e.llmAdmit(admin)
+	remaining := e.respond(id, [][2]string{{"content-type", "application/json"}}, nil, chunks...)
+	return remaining, e.llmDone(id, before)
+}
+
+// llmAdmit sends a request through the filter in cluster mode and relays its check to dianad,
+// which admits it; before is the count of settlements sent so far, for llmDone.
+func (e *emu) llmAdmit(admin string) (id uint32, before int) {
+	e.t.Helper()
+	before = len(e.GetCalloutAttributesFromContext(proxytest.PluginContextID))
+	id = e.InitializeHttpContext()
 	if a := e.CallOnRequestHeaders(id, [][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "llm"}}, false); a != types.ActionPause {
 		e.t.Fatalf("request not paused for the callout: %v", a)
 	}
@@ -93,17 +84,18 @@ func (e *emu) llmExchange(admin string, chunks ...string) (string, proxytest.Htt
 	if st := e.relay(calls[0], admin); st != "200" {
 		e.t.Fatalf("check: %s", st)
 	}
-	e.CallOnResponseHeaders(id, [][2]string{{":status", "200"}, {"content-type", "application/json"}}, len(chunks) == 0)
-	remaining := toMap(e.GetCurrentResponseHeaders(id))["ratelimit-remaining"]
-	for i, c := range chunks {
-		e.CallOnResponseBody(id, []byte(c), i == len(chunks)-1)
-	}
+	return id, before
+}
+
+// llmDone ends the stream of request id and returns the one settlement it sent.
+func (e *emu) llmDone(id uint32, before int) proxytest.HttpCalloutAttribute {
+	e.t.Helper()
 	e.CompleteHttpContext(id)
 	settles := e.GetCalloutAttributesFromContext(proxytest.PluginContextID)
 	if len(settles) != before+1 {
 		e.t.Fatalf("%d settlements sent from the plugin context, want 1", len(settles)-before)
 	}
-	return remaining, settles[before]
+	return settles[before]
 }
 
 // TestSettleCluster: in cluster mode the filter reads the usage of dianad's token budget from
@@ -111,7 +103,7 @@ func (e *emu) llmExchange(admin string, chunks ...string) (string, proxytest.Htt
 // next request's budget shows the actual cost (a response without usage: the fallback); a
 // settlement dianad refuses is counted, and nothing panics.
 func TestSettleCluster(t *testing.T) {
-	admin := usageDianad(t)
+	admin := usageDianad(t, bodyUsage)
 	for _, rn := range runners {
 		t.Run(rn.name, func(t *testing.T) {
 			e := start(t, rn.vm(t), `{"cluster": {"name": "dianad", "token": "s3cret"}}`)
@@ -148,6 +140,53 @@ func TestSettleCluster(t *testing.T) {
 			}
 			if rem, _ := e.llmExchange(admin); rem != "458" { // the last request kept its estimate of 100
 				t.Fatalf("after a refused settlement: remaining %s, want 458", rem)
+			}
+		})
+	}
+}
+
+// TestSettleClusterTrailers: in cluster mode a usage header of dianad's rule is read from the
+// response's trailers too, and settled only when the stream is done (after the trailers, not at
+// the body's end); given in both the headers and the trailers, or in neither, it is sent unread
+// and dianad charges the fallback.
+func TestSettleClusterTrailers(t *testing.T) {
+	const name = "x-usage-total-tokens"
+	admin := usageDianad(t, `{header: `+name+`, estimate: 100, fallback: 300}`)
+	json := [][2]string{{"content-type", "application/json"}}
+	for _, rn := range runners {
+		t.Run(rn.name, func(t *testing.T) {
+			e := start(t, rn.vm(t), `{"cluster": {"name": "dianad", "token": "s3cret"}}`)
+			e.from(map[string]string{"go": "198.51.100.21:1", "wasm": "198.51.100.22:1"}[rn.name])
+			steps := []struct {
+				what              string
+				headers, trailers [][2]string
+				want              string // RateLimit-Remaining of the request
+				body              string // in the settlement
+			}{
+				{"in the trailers only", json, [][2]string{{"grpc-status", "0"}, {name, "42"}}, "900", `"cost":42`},
+				{"in both", append(json, [2]string{name, "10"}), [][2]string{{name, "10"}}, "858", // 1000 − 42 − 100
+					`"unread":"usage given twice: header ` + name + `: in the response's headers and in its trailers"`},
+				{"in neither", json, [][2]string{{"grpc-status", "0"}}, "558", `"unread":"usage missing`}, // − 300 (the fallback)
+				{"in the headers, trailers without it", append(json, [2]string{name, "7"}), [][2]string{{"grpc-status", "0"}}, "258", `"cost":7`},
+			}
+			for _, st := range steps {
+				id, before := e.llmAdmit(admin)
+				if rem := e.respond(id, st.headers, st.trailers, `{"choices":[]}`); rem != st.want {
+					t.Fatalf("%s: remaining %s, want %s", st.what, rem, st.want)
+				}
+				if n := len(e.GetCalloutAttributesFromContext(proxytest.PluginContextID)); n != before {
+					t.Fatalf("%s: settled before the stream was done", st.what)
+				}
+				settle := e.llmDone(id, before)
+				if !bytes.Contains(settle.Body, []byte(st.body)) {
+					t.Fatalf("%s: settlement %s, want %s in it", st.what, settle.Body, st.body)
+				}
+				if got := e.relay(settle, admin); got != "204" {
+					t.Fatalf("%s: settlement answered %s", st.what, got)
+				}
+			}
+			if rem, _ := e.llmExchange(admin); rem != "251" { // 1000 − 42 − 300 − 300 − 7 − 100
+				t.Fatalf("after the settlements: remaining %s, want 251", rem)
 			}
 		})
 	}

@@ -14,10 +14,13 @@ import (
 )
 
 // A local rule whose cost comes from the response (usage, an LLM's tokens): the request reserves
-// its estimate in shared data when admitted; the response's headers and each chunk of its body go
-// to a rules.Meter on their way (the body is passed on at once, never buffered: the filter reads
-// each chunk, then continues); when the stream is done (OnHttpStreamDone: the response ended, or
-// the stream was reset), the actual cost, or the rule's fallback, is settled in shared data.
+// its estimate in shared data when admitted; the response's headers, each chunk of its body and
+// its trailers go to a rules.Meter on their way (the body is passed on at once, never buffered:
+// the filter reads each chunk, then continues); when the stream is done (OnHttpStreamDone, after
+// the trailers and the body's end: the response ended, or the stream was reset), the actual
+// cost, or the rule's fallback, is settled in shared data. A usage.header is looked for in the
+// headers and the trailers (gRPC and HTTP/2 upstreams send what they know only at the end as
+// trailers); given in both, it is given twice and the fallback is charged (rules.Meter.Trailer).
 // The filter does not read request bodies: usage.estimate_body is refused, usage.estimate applies.
 //
 // A cluster rule with usage is decided by dianad: the filter's /v1/check says "settle": true, and
@@ -90,6 +93,36 @@ func (h *httpContext) meterHeaders() {
 	if h.remote != nil {
 		h.remote.m.Header(get)
 	}
+}
+
+// OnHttpResponseTrailers hands the response's trailers to the meters of a request whose usage
+// rules read headers: all of them in one host call, at the first field a rule asks for.
+func (h *httpContext) OnHttpResponseTrailers(int) types.Action {
+	if h.metered == nil && h.remote == nil {
+		return types.ActionContinue
+	}
+	var all [][2]string
+	read := false
+	get := func(name string) []string {
+		if !read {
+			read = true
+			all, _ = proxywasm.GetHttpResponseTrailers()
+		}
+		var vs []string
+		for _, kv := range all {
+			if strings.EqualFold(kv[0], name) {
+				vs = append(vs, kv[1])
+			}
+		}
+		return vs
+	}
+	if h.metered != nil {
+		h.metered.m.Trailer(get)
+	}
+	if h.remote != nil {
+		h.remote.m.Trailer(get)
+	}
+	return types.ActionContinue
 }
 
 // OnHttpResponseBody shows each chunk of the body to the meter of a request whose usage rules

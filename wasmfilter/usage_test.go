@@ -15,20 +15,40 @@ const tokenRule = `{"rules": [{"name": "tokens", "usage": {"%s": "%s", "estimate
 // and a body in chunks; it returns the request's RateLimit-Remaining.
 func (e *emu) exchange(hdrs [][2]string, chunks ...string) string {
 	e.t.Helper()
+	return e.exchangeTrailers(hdrs, nil, chunks...)
+}
+
+// exchangeTrailers is exchange with a response that ends with trailers (none if nil).
+func (e *emu) exchangeTrailers(hdrs, trailers [][2]string, chunks ...string) string {
+	e.t.Helper()
 	id := e.InitializeHttpContext()
 	e.CallOnRequestHeaders(id, [][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "llm"}}, false)
 	if lr := e.GetSentLocalResponse(id); lr != nil {
 		e.CompleteHttpContext(id)
 		return "denied"
 	}
-	e.CallOnResponseHeaders(id, append([][2]string{{":status", "200"}}, hdrs...), len(chunks) == 0)
+	remaining := e.respond(id, hdrs, trailers, chunks...)
+	e.CompleteHttpContext(id)
+	return remaining
+}
+
+// respond sends an admitted request id its response: headers hdrs, the body in chunks, then the
+// trailers (when not nil: the body's last chunk does not end the stream, the trailers do). It
+// returns the request's RateLimit-Remaining.
+func (e *emu) respond(id uint32, hdrs, trailers [][2]string, chunks ...string) string {
+	e.t.Helper()
+	e.CallOnResponseHeaders(id, append([][2]string{{":status", "200"}}, hdrs...), len(chunks) == 0 && trailers == nil)
 	remaining := toMap(e.GetCurrentResponseHeaders(id))["ratelimit-remaining"]
 	for i, c := range chunks {
-		if a := e.CallOnResponseBody(id, []byte(c), i == len(chunks)-1); a != types.ActionContinue {
+		if a := e.CallOnResponseBody(id, []byte(c), i == len(chunks)-1 && trailers == nil); a != types.ActionContinue {
 			e.t.Fatalf("body chunk %d held back: %v", i, a)
 		}
 	}
-	e.CompleteHttpContext(id)
+	if trailers != nil {
+		if a := e.CallOnResponseTrailers(id, trailers); a != types.ActionContinue {
+			e.t.Fatalf("trailers held back: %v", a)
+		}
+	}
 	return remaining
 }
 
@@ -67,6 +87,40 @@ func TestUsageHeaderInFilter(t *testing.T) {
 			e.exchange([][2]string{{"x-usage-total-tokens", "950"}})
 			if r := e.exchange(nil); r != "denied" { // 950 of 1000 spent: no room for 100
 				t.Fatalf("after 950 tokens: %s, want a denial", r)
+			}
+		})
+	}
+}
+
+// TestUsageTrailers: a usage.header is read from the response's trailers when the headers do not
+// have it (a gRPC or HTTP/2 upstream's stream); given in both, or in neither, the fallback is
+// charged and counted. In Go and compiled.
+func TestUsageTrailers(t *testing.T) {
+	const name = "x-usage-total-tokens"
+	json := [][2]string{{"content-type", "application/json"}}
+	for _, rn := range runners {
+		t.Run(rn.name, func(t *testing.T) {
+			e := start(t, rn.vm(t), strings.Replace(tokenRule, `"%s": "%s"`, `"header": "`+name+`"`, 1))
+			steps := []struct {
+				what              string
+				headers, trailers [][2]string
+				want              string // RateLimit-Remaining of the request
+				unread            uint64 // diana.usage_unread after it
+			}{
+				{"in the trailers only", json, [][2]string{{"grpc-status", "0"}, {name, "42"}}, "900", 0},
+				{"in the headers, trailers without it", append(json, [2]string{name, "58"}), [][2]string{{"grpc-status", "0"}}, "858", 0}, // 1000 − 42 − 100
+				{"in both: given twice", append(json, [2]string{name, "10"}), [][2]string{{name, "10"}}, "800", 1},                        // 1000 − 42 − 58 − 100
+				{"in neither", json, [][2]string{{"grpc-status", "0"}}, "500", 2},                                                         // − 300 (the fallback)
+				{"a bad trailer", json, [][2]string{{name, "-1"}}, "200", 3},                                                              // − 300
+				{"a probe, no trailers", nil, nil, "denied", 3},                                                                           // 1000 − 42 − 58 − 3 × 300 = 0 left
+			}
+			for _, st := range steps {
+				if got := e.exchangeTrailers(st.headers, st.trailers, `{"choices":[]}`); got != st.want {
+					t.Fatalf("%s: remaining %s, want %s", st.what, got, st.want)
+				}
+				if n := e.counter(metricUsageUnread); n != st.unread {
+					t.Fatalf("%s: usage_unread %d, want %d", st.what, n, st.unread)
+				}
 			}
 		})
 	}

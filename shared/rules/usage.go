@@ -2,6 +2,7 @@ package rules
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	"github.com/diana-gw/diana/shared/algos"
@@ -15,8 +16,8 @@ import (
 // field Usage.EstimateBody of the request's JSON body, read from the bounded prefix in
 // Input.Body), at most the rule's limit, so that a request is admitted while the budget has room
 // for it (the default estimate 1: while the budget is above zero). The front end then reads the
-// usage from the response (Meter: a header, a JSON body or the event of a stream that carries
-// it) and, once the response has ended, Engine.Settle charges each rule the actual cost in one
+// usage from the response (Meter: a header or a trailer, a JSON body or the event of a stream
+// that carries it) and, once the response has ended, Engine.Settle charges each rule the actual cost in one
 // store call per rule (algos.Settle: one Redis script in cluster mode): the difference is debited
 // or credited, without a check, so a budget may go below zero, and later requests are then
 // denied with the Retry-After of the debt. A response without a usable usage (an upstream error,
@@ -261,9 +262,10 @@ func (e *Engine) Settle(ctx context.Context, res *Result, cost func(r *Rule) (in
 }
 
 // Meter reads a response's usage for the rules a result reserved under, as the response passes:
-// Header once its headers are known, Write with each chunk of its body, then Cost for each rule,
-// which Engine.Settle takes. Rules that read the same fields share one reader; nothing of the
-// body is kept. A Meter is for one response and is not safe for concurrent use.
+// Header once its headers are known, Write with each chunk of its body, Trailer with its
+// trailers if it has any, then Cost for each rule, which Engine.Settle takes. Rules that read the
+// same fields share one reader; nothing of the body is kept. A Meter is for one response and is
+// not safe for concurrent use.
 type Meter struct {
 	rules    []*Rule
 	costs    []int64
@@ -271,7 +273,9 @@ type Meter struct {
 	readers  []*usage.Reader // by rule; nil for a header rule or a body the meter does not read
 	distinct []*usage.Reader
 	lim      usage.Limits
-	headers  bool // Header was called
+	seen     map[string][]string // the header rules' fields as the headers gave them, for Trailer
+	headers  bool                // Header was called
+	trailers bool                // Trailer was called
 	ended    bool
 }
 
@@ -326,7 +330,14 @@ func (m *Meter) Header(get func(name string) []string) {
 	for i, r := range m.rules {
 		u := r.Usage
 		if u.Header != nil {
-			m.costs[i], m.errs[i] = u.Header.Header(get)
+			m.costs[i], m.errs[i] = u.Header.Header(func(name string) []string {
+				v := get(name)
+				if m.seen == nil {
+					m.seen = map[string][]string{}
+				}
+				m.seen[name] = v
+				return v
+			})
 			continue
 		}
 		if enc != "" && enc != "identity" {
@@ -356,6 +367,46 @@ func (e *encodedError) Error() string {
 	return usage.ErrSyntax.Error() + ": the body has Content-Encoding " + e.enc
 }
 func (e *encodedError) Unwrap() error { return usage.ErrSyntax }
+
+// Trailer reads the response's trailers, which get returns by name (every value), once the body
+// has ended: a header rule's fields are looked for in the headers and the trailers together, so
+// that an upstream that knows the usage only after the body (a gRPC or HTTP/2 stream) sends it
+// as a trailer. A field in both is given twice (usage.ErrDuplicate), charged the fallback as a
+// repeated header is: neither value wins, the upstream's intent being a guess.
+func (m *Meter) Trailer(get func(name string) []string) {
+	if !m.headers || m.trailers || m.ended {
+		return
+	}
+	m.trailers = true
+	for i, r := range m.rules {
+		if r.Usage.Header == nil {
+			continue
+		}
+		both := ""
+		m.costs[i], m.errs[i] = r.Usage.Header.Header(func(name string) []string {
+			h, t := m.seen[name], get(name)
+			switch {
+			case len(t) == 0:
+				return h
+			case len(h) == 0:
+				return t
+			}
+			both = name
+			return append(append([]string(nil), h...), t...)
+		})
+		if both != "" && errors.Is(m.errs[i], usage.ErrDuplicate) {
+			m.errs[i] = &trailedError{both}
+		}
+	}
+}
+
+// trailedError is the error of a usage header given in both the headers and the trailers.
+type trailedError struct{ name string }
+
+func (e *trailedError) Error() string {
+	return usage.ErrDuplicate.Error() + ": header " + e.name + ": in the response's headers and in its trailers"
+}
+func (e *trailedError) Unwrap() error { return usage.ErrDuplicate }
 
 // Write reads the next chunk of the body. It never fails (see usage.Reader.Write).
 func (m *Meter) Write(p []byte) (int, error) {

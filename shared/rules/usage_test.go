@@ -272,3 +272,60 @@ func TestBodyDimension(t *testing.T) {
 		}
 	}
 }
+
+// TestMeterTrailer: a header rule's usage is read from the headers and the trailers together: in
+// either, summed across them, and given twice when in both (the fallback, neither value wins).
+func TestMeterTrailer(t *testing.T) {
+	one, err := usage.ParseHeaders("x-tokens")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := usage.ParseHeaders("x-in+x-out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := func(kv ...string) func(string) []string {
+		return func(name string) []string {
+			var vs []string
+			for i := 0; i+1 < len(kv); i += 2 {
+				if kv[i] == name {
+					vs = append(vs, kv[i+1])
+				}
+			}
+			return vs
+		}
+	}
+	for _, tc := range []struct {
+		name              string
+		f                 *usage.Fields
+		headers, trailers []string // nil trailers: Trailer is not called
+		want              int64
+		err               error
+	}{
+		{"header only", one, []string{"x-tokens", "7"}, nil, 7, nil},
+		{"header, trailers without it", one, []string{"x-tokens", "7"}, []string{"grpc-status", "0"}, 7, nil},
+		{"trailer only", one, nil, []string{"x-tokens", "9"}, 9, nil},
+		{"sum across both", sum, []string{"x-in", "3"}, []string{"x-out", "4"}, 7, nil},
+		{"in both", one, []string{"x-tokens", "7"}, []string{"x-tokens", "7"}, 0, usage.ErrDuplicate},
+		{"twice in the trailers", one, nil, []string{"x-tokens", "1", "x-tokens", "2"}, 0, usage.ErrDuplicate},
+		{"bad trailer", one, nil, []string{"x-tokens", "-3"}, 0, usage.ErrValue},
+		{"in neither", one, []string{"content-type", "text/plain"}, []string{"grpc-status", "0"}, 0, usage.ErrMissing},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &rules.Rule{Name: "t", Usage: &rules.Usage{Header: tc.f}}
+			m := rules.NewMeter([]*rules.Rule{r}, usage.Limits{})
+			m.Header(fields(tc.headers...))
+			if tc.trailers != nil {
+				m.Trailer(fields(tc.trailers...))
+				m.Trailer(fields("x-tokens", "1000", "x-in", "1000", "x-out", "1000")) // a second call is ignored
+			}
+			n, err := m.Cost(r)
+			if n != tc.want || !errors.Is(err, tc.err) || (err == nil) != (tc.err == nil) {
+				t.Fatalf("cost %d, %v; want %d, %v", n, err, tc.want, tc.err)
+			}
+			if tc.name == "in both" && !strings.Contains(err.Error(), "in the response's headers and in its trailers") {
+				t.Fatalf("error %q does not say where", err)
+			}
+		})
+	}
+}
