@@ -279,7 +279,9 @@ func TestSettleReplayLocal(t *testing.T) {
 		}
 		return p.Rules[0].Remaining + 1 // peek's remaining is after a request of cost 1
 	}
-	settle := func(tk string) reply { return postSettle(t, ts, `{"settle":[{"ticket":"`+tk+`","cost":100}]}`, "s3cret") }
+	settle := func(tk string) reply {
+		return postSettle(t, ts, `{"settle":[{"ticket":"`+tk+`","cost":100}]}`, "s3cret")
+	}
 	for i, st := range []struct {
 		ticket    int
 		status    int
