@@ -127,7 +127,7 @@ func (s *Server) tickets(l *live, res *rules.Result) []check.Usage {
 // opened is a ticket checked: its reservation, its id (for the record) and when it expires (Unix µs).
 type opened struct {
 	rules.Reservation
-	id      string
+	id      [16]byte
 	expires int64
 }
 
@@ -157,7 +157,7 @@ func (s *Server) openTicket(l *live, t string, now int64) (opened, error) {
 		return opened{}, errors.New("its rule " + tk.Rule + " is no longer a running usage rule")
 	}
 	return opened{Reservation: rules.Reservation{Rule: r, Key: tk.Key, Estimate: tk.Estimate, Age: max(age, 0)},
-		id: b64.EncodeToString(mac[:16]), expires: tk.At + maxTicketAge.Microseconds()}, nil
+		id: [16]byte(mac[:16]), expires: tk.At + maxTicketAge.Microseconds()}, nil
 }
 
 // serveSettle is POST /v1/settle {"settle": [{"ticket", "cost"} or {"ticket", "unread"}]}: it
@@ -279,7 +279,7 @@ func (s *Server) recordRedis(ctx context.Context, tk []opened, now int64, out []
 	cmds := make([]*redis.BoolCmd, len(tk))
 	for i, t := range tk {
 		life := max(time.Duration(t.expires-now)*time.Microsecond, time.Millisecond)
-		cmds[i] = p.SetNX(ctx, prefix+"settled:"+t.id, 1, life)
+		cmds[i] = p.SetNX(ctx, prefix+"settled:"+b64.EncodeToString(t.id[:]), 1, life)
 	}
 	if _, err := p.Exec(ctx); err != nil {
 		return fmt.Errorf("recording settled tickets: %w", err)
@@ -298,19 +298,19 @@ func (s *Server) recordRedis(ctx context.Context, tk []opened, now int64, out []
 type ticketRecord struct {
 	mu        sync.Mutex
 	max       int
-	until     map[string]int64 // id: when its ticket expires (Unix µs)
-	nextSweep int64            // the earliest expiry in until as of the last sweep
+	until     map[[16]byte]int64 // id: when its ticket expires (Unix µs)
+	nextSweep int64              // the earliest expiry in until as of the last sweep
 }
 
 // add records id until exp, unless it is recorded already (errReplay) or the record is full.
-func (r *ticketRecord) add(id string, exp, now int64) error {
+func (r *ticketRecord) add(id [16]byte, exp, now int64) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e, ok := r.until[id]; ok && e > now {
 		return errReplay
 	}
 	if r.until == nil {
-		r.until = map[string]int64{}
+		r.until = map[[16]byte]int64{}
 	}
 	if len(r.until) >= r.max && now >= r.nextSweep {
 		r.nextSweep = math.MaxInt64

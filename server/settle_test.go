@@ -2,9 +2,11 @@ package server
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -314,24 +316,24 @@ func TestSettleReplayLocal(t *testing.T) {
 func TestTicketRecord(t *testing.T) {
 	r := ticketRecord{max: 2}
 	for i, st := range []struct {
-		id       string
+		id       byte
 		exp, now int64
 		want     error
 	}{
-		{"a", 100, 0, nil},
-		{"a", 100, 50, errReplay},
-		{"b", 300, 60, nil},
-		{"c", 400, 70, errRecordFull}, // full, nothing expired
-		{"c", 400, 99, errRecordFull},
-		{"c", 400, 100, nil}, // a expired: its room is taken
-		{"b", 300, 150, errReplay},
-		{"d", 500, 200, errRecordFull},
-		{"a", 600, 250, errRecordFull}, // a's record is gone, and no room: refused, not settled
-		{"d", 500, 300, nil},
-		{"c", 400, 300, errReplay},
+		{'a', 100, 0, nil},
+		{'a', 100, 50, errReplay},
+		{'b', 300, 60, nil},
+		{'c', 400, 70, errRecordFull}, // full, nothing expired
+		{'c', 400, 99, errRecordFull},
+		{'c', 400, 100, nil}, // a expired: its room is taken
+		{'b', 300, 150, errReplay},
+		{'d', 500, 200, errRecordFull},
+		{'a', 600, 250, errRecordFull}, // a's record is gone, and no room: refused, not settled
+		{'d', 500, 300, nil},
+		{'c', 400, 300, errReplay},
 	} {
-		if got := r.add(st.id, st.exp, st.now); got != st.want {
-			t.Errorf("step %d: add(%s, %d, %d) = %v, want %v", i, st.id, st.exp, st.now, got, st.want)
+		if got := r.add([16]byte{st.id}, st.exp, st.now); got != st.want {
+			t.Errorf("step %d: add(%c, %d, %d) = %v, want %v", i, st.id, st.exp, st.now, got, st.want)
 		}
 		if len(r.until) > r.max {
 			t.Fatalf("step %d: %d recorded, over the bound %d", i, len(r.until), r.max)
@@ -363,4 +365,29 @@ func TestSettleReplayRedisDown(t *testing.T) {
 	if got := metric(t, ts, `diana_settle_refused_total{reason="replay"}`); got != 1 {
 		t.Errorf("diana_settle_refused_total{reason=replay} %v, want 1", got)
 	}
+}
+
+// TestTicketRecordMemory: a full local record of settled tickets holds about 55 MB of heap, 51–53
+// bytes a ticket, as docs/api.md states.
+func TestTicketRecordMemory(t *testing.T) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	r := ticketRecord{max: maxRecorded}
+	for i := range maxRecorded {
+		var id [16]byte
+		binary.LittleEndian.PutUint64(id[:], uint64(i)*0x9E3779B97F4A7C15)
+		binary.LittleEndian.PutUint64(id[8:], uint64(i))
+		if err := r.add(id, 1<<40, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := float64(after.HeapAlloc-before.HeapAlloc) / maxRecorded
+	t.Logf("%d tickets: %.1f MB, %.1f bytes each", len(r.until), float64(after.HeapAlloc-before.HeapAlloc)/1e6, per)
+	if per > 64 {
+		t.Errorf("%.1f bytes a ticket, more than docs/api.md's bound allows", per)
+	}
+	runtime.KeepAlive(&r)
 }
