@@ -119,6 +119,9 @@ func (s *Server) tickets(l *live, res *rules.Result) []check.Usage {
 		if f := rv.Rule.Usage.Body; f != nil {
 			u.Body = f.String()
 		}
+		if e := rv.Rule.Usage.StreamUsage; e != usage.OneEvent {
+			u.StreamUsage = e.String()
+		}
 		out = append(out, u)
 	}
 	return out
