@@ -252,7 +252,7 @@ func validDocs() map[string]doc {
 		{"name": "t", "by": ["header:X-Api-Key"], "usage": {"body": "usage.input_tokens+usage.output_tokens", "estimate": 0, "estimate_body": "max_tokens", "fallback": 4096},
 			"limit": {"algorithm": "token_bucket", "rate": 100000, "period": "1m"}},
 		{"name": "h", "usage": {"header": "x-usage-total-tokens"}, "action": "shadow", "limit": {"algorithm": "fixed_window", "limit": 1000, "window": "1h"}},
-		{"name": "s", "usage": {"body": "usage.total_tokens"}, "limit": {"algorithm": "sliding_window", "limit": 1000, "window": "1h", "subwindows": 1}}]}`
+		{"name": "s", "usage": {"body": "usage.total_tokens", "stream_usage": "last"}, "limit": {"algorithm": "sliding_window", "limit": 1000, "window": "1h", "subwindows": 1}}]}`
 	docs["usage"] = doc{json: `{"version": 1,` + usage}
 	docs["remote usage"] = doc{json: `{"version": 1,` + usage, remote: true}
 	docs["minimal"] = doc{json: `{"version": 1}`}
@@ -351,6 +351,7 @@ func TestInvalidDocuments(t *testing.T) {
 		{"usage of sliding_log", lim(`{"algorithm": "sliding_log", "limit": 5, "window": "1s"}, "usage": {"body": "u.t"}`), false, "rules[0].limit.algorithm"},
 		{"usage with subwindows", lim(`{"algorithm": "sliding_window", "limit": 5, "window": "1s", "subwindows": 4}, "usage": {"body": "u.t"}`), false, "rules[0].limit.subwindows"},
 		{"usage with delay", lim(`{"algorithm": "token_bucket", "rate": 5}, "usage": {"body": "u.t"}, "action": "delay", "max_delay": "1s"`), false, "rules[0].action"},
+		{"usage stream_usage unknown", lim(`{"algorithm": "token_bucket", "rate": 5}, "usage": {"body": "u.t", "stream_usage": "first"}`), false, "rules[0].usage.stream_usage"},
 		{"usage negative fallback", lim(`{"algorithm": "token_bucket", "rate": 5}, "usage": {"body": "u.t", "fallback": -1}`), false, "rules[0].usage.fallback"},
 		// Batched mode.
 		{"batch in local mode", `{"version": 1, "rules": [{"name": "a", "limit": {"algorithm": "fixed_window", "limit": 5, "window": "1s"}, "batch": {"max": 5}}]}`, true, "rules[0].batch"},

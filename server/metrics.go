@@ -38,6 +38,8 @@ type metrics struct {
 	// whose usage could not be read (charged the fallback), by rule and reason.
 	usageTokens *prometheus.CounterVec
 	usageUnread *prometheus.CounterVec
+	// settleRefused counts the settle tickets refused, by reason (settle.go).
+	settleRefused *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -111,7 +113,14 @@ func newMetrics() *metrics {
 		Name: "diana_usage_unread_total",
 		Help: "Responses whose usage could not be read and were charged the rule's fallback, by rule and reason (missing, value, duplicate, syntax, depth, too_large, truncated, other).",
 	}, []string{"rule", "reason"})
-	m.reg.MustRegister(m.addrHeaders, m.usageTokens, m.usageUnread)
+	m.settleRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "diana_settle_refused_total",
+		Help: "Tickets POST /v1/settle refused and did not settle, by reason: replay (settled before), record_full (this node's record of settled tickets is full).",
+	}, []string{"reason"})
+	for _, r := range []string{"replay", "record_full"} {
+		m.settleRefused.WithLabelValues(r) // shown as 0 from the start, for alerts
+	}
+	m.reg.MustRegister(m.addrHeaders, m.usageTokens, m.usageUnread, m.settleRefused)
 	m.reg.MustRegister(m.decisions, m.backendErrors, m.redisDuration, m.breaker, m.starved, m.writeBackLost, m.reloads, m.info, m.rlsUnknown, m.adaptive, m.authProblems, m.connsReclaimed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

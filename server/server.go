@@ -75,6 +75,9 @@ type Server struct {
 	rlqsLog  lograte.Limiter // rate limit quota buckets assigned ALLOW_ALL, streams refused: likewise
 	usageLog lograte.Limiter // responses whose usage could not be read (charged the fallback): likewise
 
+	settleLog    lograte.Limiter // settle tickets refused (replays, a full record): likewise
+	settledLocal ticketRecord    // the settle tickets settled, when Redis does not record them (settle.go)
+
 	rls *rlsState // nil without an rls section
 }
 
@@ -101,7 +104,7 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = 30 * time.Second
 	}
-	s = &Server{cfg: cfg, opts: o, log: o.Logger, met: newMetrics()}
+	s = &Server{cfg: cfg, opts: o, log: o.Logger, met: newMetrics(), settledLocal: ticketRecord{max: maxRecorded}}
 	srv := s // s is nil by the time a failed New returns
 	defer func() {
 		if err != nil {

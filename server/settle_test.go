@@ -1,10 +1,15 @@
 package server
 
 import (
+	"context"
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/diana-gw/diana/internal/redistest"
 )
@@ -183,4 +188,206 @@ func TestSettleWithoutToken(t *testing.T) {
 	if res == nil || res.Allowed || strings.Contains(r.body, `"usage"`) {
 		t.Errorf("a denied check: %d %s, want no usage", r.status, r.body)
 	}
+}
+
+// TestSettleReplay: a ticket settles once across the nodes sharing Redis: settled on one node,
+// replayed on the other (or the same) it is refused with 409, counted and not charged again; in a
+// request of several, the fresh entries settle and the replays are named.
+func TestSettleReplay(t *testing.T) {
+	rs := redistest.Start(t)
+	rc := rs.Client()
+	a, b := startFile(t, settleConfig(rs.Addr)), startFile(t, settleConfig(rs.Addr))
+	const ip = "192.0.2.10"
+	id := "tokens|" + ip
+	_, us := checkSettle(t, a, ip)
+	first := us[0].Ticket
+	if r := postSettle(t, a, `{"settle":[{"ticket":"`+first+`","cost":50}]}`, "s3cret"); r.status != 204 {
+		t.Fatalf("settle on a: %d %s", r.status, r.body)
+	}
+	if n := stored(t, a, rc, "tokens", id); n != 50 {
+		t.Fatalf("Redis counts %d after the settlement, want 50", n)
+	}
+	_, us = checkSettle(t, a, ip) // reserves 10 more: 60
+	second := us[0].Ticket
+	for _, tc := range []struct {
+		name    string
+		node    *testServer
+		body    string
+		status  int
+		refused []int
+		want    int64 // Redis's count after it
+	}{
+		{"replay on b", b, `{"settle":[{"ticket":"` + first + `","cost":500}]}`, 409, []int{0}, 60},
+		{"replay on a, as unread", a, `{"settle":[{"ticket":"` + first + `","unread":"usage missing"}]}`, 409, []int{0}, 60},
+		{"a fresh one and a replay", b, `{"settle":[{"ticket":"` + second + `","cost":30},{"ticket":"` + first + `","cost":7}]}`, 409, []int{1}, 80},
+		{"the same twice in one request", a, `{"settle":[{"ticket":"` + second + `","cost":1},{"ticket":"` + second + `","cost":1}]}`, 409, []int{0, 1}, 80},
+	} {
+		r := postSettle(t, tc.node, tc.body, "s3cret")
+		var got struct {
+			Error   string
+			Refused []int
+		}
+		if err := json.Unmarshal([]byte(r.body), &got); err != nil || r.status != tc.status || fmt.Sprint(got.Refused) != fmt.Sprint(tc.refused) ||
+			!strings.Contains(got.Error, fmt.Sprintf("settle[%d].ticket: settled before", tc.refused[0])) {
+			t.Errorf("%s: %d %s, want %d refusing %v", tc.name, r.status, r.body, tc.status, tc.refused)
+		}
+		if n := stored(t, a, rc, "tokens", id); n != tc.want {
+			t.Errorf("%s: Redis counts %d, want %d", tc.name, n, tc.want)
+		}
+	}
+	if got := metric(t, a, `diana_settle_refused_total{reason="replay"}`) + metric(t, b, `diana_settle_refused_total{reason="replay"}`); got != 5 {
+		t.Errorf("diana_settle_refused_total{reason=replay} %v on the two nodes, want 5", got)
+	}
+	if got := metric(t, a, `diana_usage_tokens_total{rule="tokens"}`) + metric(t, b, `diana_usage_tokens_total{rule="tokens"}`); got != 80 {
+		t.Errorf("diana_usage_tokens_total %v, want 80 (50 and 30, each once)", got)
+	}
+	// The record lives as long as the ticket could still be settled, and no longer.
+	keys, err := rc.Keys(context.Background(), "diana:settled:*").Result()
+	if err != nil || len(keys) != 2 {
+		t.Fatalf("records %v (%v), want the two tickets'", keys, err)
+	}
+	for _, k := range keys {
+		if ttl := rc.PTTL(context.Background(), k).Val(); ttl <= 59*time.Minute || ttl > time.Hour {
+			t.Errorf("%s lives %v more, want the ticket's remaining life, just under an hour", k, ttl)
+		}
+	}
+}
+
+// TestSettleReplayLocal: without Redis, the node records the tickets it settled: a replay is
+// refused with 409; at the record's bound a new ticket is refused with 503 and not settled,
+// nothing recorded is forgotten.
+func TestSettleReplayLocal(t *testing.T) {
+	ts := startFile(t, strings.Replace(header, "admin:\n", "admin:\n  token: s3cret\n", 1)+`rules:
+  - name: tokens
+    by: [ip]
+    usage: {header: x-usage, estimate: 10, fallback: 300}
+    limit: {algorithm: fixed_window, limit: 1000, window: 1h}
+`)
+	ts.settledLocal.mu.Lock()
+	ts.settledLocal.max = 2
+	ts.settledLocal.mu.Unlock()
+	const ip = "192.0.2.11"
+	var tickets []string
+	for range 3 {
+		_, us := checkSettle(t, ts, ip)
+		tickets = append(tickets, us[0].Ticket)
+	}
+	remaining := func() int64 {
+		t.Helper()
+		r, err := do(http.MethodPost, ts.admin+"/v1/admin/peek", "", strings.NewReader(`{"client_ip":"`+ip+`"}`), "s3cret")
+		var p struct{ Rules []struct{ Remaining int64 } }
+		if err != nil || json.Unmarshal([]byte(r.body), &p) != nil || len(p.Rules) != 1 {
+			t.Fatalf("peek: %v %d %s", err, r.status, r.body)
+		}
+		return p.Rules[0].Remaining + 1 // peek's remaining is after a request of cost 1
+	}
+	settle := func(tk string) reply {
+		return postSettle(t, ts, `{"settle":[{"ticket":"`+tk+`","cost":100}]}`, "s3cret")
+	}
+	for i, st := range []struct {
+		ticket    int
+		status    int
+		want      string
+		remaining int64 // of the 1000, after it
+	}{
+		{0, 204, "", 1000 - 100 - 10 - 10},
+		{0, 409, "settle[0].ticket: settled before", 880},
+		{1, 204, "", 1000 - 100 - 100 - 10},
+		{2, 503, "settle[0].ticket: this node's record of settled tickets is full", 790},
+		{1, 409, "settle[0].ticket: settled before", 790},
+	} {
+		r := settle(tickets[st.ticket])
+		if r.status != st.status || !strings.Contains(r.body, st.want) {
+			t.Errorf("step %d: %d %s, want %d with %q", i, r.status, r.body, st.status, st.want)
+		}
+		if got := remaining(); got != st.remaining {
+			t.Errorf("step %d: remaining %d, want %d", i, got, st.remaining)
+		}
+	}
+	for reason, want := range map[string]float64{"replay": 2, "record_full": 1} {
+		if got := metric(t, ts, `diana_settle_refused_total{reason="`+reason+`"}`); got != want {
+			t.Errorf("diana_settle_refused_total{reason=%s} %v, want %v", reason, got, want)
+		}
+	}
+}
+
+// TestTicketRecord: the local record refuses a replay while its ticket lives, refuses a new
+// ticket when full, and makes room by dropping expired tickets only.
+func TestTicketRecord(t *testing.T) {
+	r := ticketRecord{max: 2}
+	for i, st := range []struct {
+		id       byte
+		exp, now int64
+		want     error
+	}{
+		{'a', 100, 0, nil},
+		{'a', 100, 50, errReplay},
+		{'b', 300, 60, nil},
+		{'c', 400, 70, errRecordFull}, // full, nothing expired
+		{'c', 400, 99, errRecordFull},
+		{'c', 400, 100, nil}, // a expired: its room is taken
+		{'b', 300, 150, errReplay},
+		{'d', 500, 200, errRecordFull},
+		{'a', 600, 250, errRecordFull}, // a's record is gone, and no room: refused, not settled
+		{'d', 500, 300, nil},
+		{'c', 400, 300, errReplay},
+	} {
+		if got := r.add([16]byte{st.id}, st.exp, st.now); got != st.want {
+			t.Errorf("step %d: add(%c, %d, %d) = %v, want %v", i, st.id, st.exp, st.now, got, st.want)
+		}
+		if len(r.until) > r.max {
+			t.Fatalf("step %d: %d recorded, over the bound %d", i, len(r.until), r.max)
+		}
+	}
+}
+
+// TestSettleReplayRedisDown: while Redis does not answer, the node records the tickets it settles
+// in its memory: a replay to it is still refused.
+func TestSettleReplayRedisDown(t *testing.T) {
+	rs := redistest.Start(t)
+	ts := startFile(t, strings.Replace(clusterConfig(faultTimeout, "1s", `  - name: tokens
+    mode: cluster
+    on_error: local
+    by: [ip]
+    usage: {body: usage.total_tokens, estimate: 10, fallback: 300}
+    limit: {algorithm: fixed_window, limit: 1000, window: 1h}
+`, rs.Addr), "admin:\n", "admin:\n  token: s3cret\n", 1))
+	_, us := checkSettle(t, ts, "192.0.2.12")
+	body := `{"settle":[{"ticket":"` + us[0].Ticket + `","cost":5}]}`
+	rs.Pause()
+	defer rs.Resume()
+	if r := postSettle(t, ts, body, "s3cret"); r.status != 204 {
+		t.Fatalf("settle with Redis paused: %d %s", r.status, r.body)
+	}
+	if r := postSettle(t, ts, body, "s3cret"); r.status != 409 || !strings.Contains(r.body, "settled before") {
+		t.Errorf("replay with Redis paused: %d %s, want 409", r.status, r.body)
+	}
+	if got := metric(t, ts, `diana_settle_refused_total{reason="replay"}`); got != 1 {
+		t.Errorf("diana_settle_refused_total{reason=replay} %v, want 1", got)
+	}
+}
+
+// TestTicketRecordMemory: a full local record of settled tickets holds about 55 MB of heap, 51–53
+// bytes a ticket, as docs/api.md states.
+func TestTicketRecordMemory(t *testing.T) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	r := ticketRecord{max: maxRecorded}
+	for i := range maxRecorded {
+		var id [16]byte
+		binary.LittleEndian.PutUint64(id[:], uint64(i)*0x9E3779B97F4A7C15)
+		binary.LittleEndian.PutUint64(id[8:], uint64(i))
+		if err := r.add(id, 1<<40, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := float64(after.HeapAlloc-before.HeapAlloc) / maxRecorded
+	t.Logf("%d tickets: %.1f MB, %.1f bytes each", len(r.until), float64(after.HeapAlloc-before.HeapAlloc)/1e6, per)
+	if per > 64 {
+		t.Errorf("%.1f bytes a ticket, more than docs/api.md's bound allows", per)
+	}
+	runtime.KeepAlive(&r)
 }

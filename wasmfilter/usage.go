@@ -64,6 +64,9 @@ func (h *httpContext) meterRemote(us []check.Usage) {
 			ru.Header, err = usage.ParseHeaders(u.Header)
 		} else {
 			ru.Body, err = usage.ParsePaths(u.Body)
+			if u.StreamUsage == usage.LastEvent.String() {
+				ru.StreamUsage = usage.LastEvent
+			}
 		}
 		if err != nil {
 			rm.bad[i] = err

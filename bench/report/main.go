@@ -1,11 +1,11 @@
 // Command report runs the benchmarks that feed docs/performance.md and writes it with its
-// charts (docs/img/performance-*.svg), and the parts of README.md that quote it (make
-// bench-report; run from the module's root, after bin/proxyload and bin/dianad are built):
+// charts (docs/img/performance-*.svg), and the parts of README.md and docs/llm.md that quote it
+// (make bench-report; run from the module's root, after bin/proxyload and bin/dianad are built):
 //
 //	report [-quick] [-docs docs] [-readme README.md] [-proxyload bin/proxyload]
 //
 // The benchmarks: bench/proxyload (dianad against a plain httputil.ReverseProxy), and
-// BenchmarkMemory, BenchmarkRedis and BenchmarkRLS of ./bench. -quick runs fewer and shorter
+// BenchmarkMemory, BenchmarkRedis, BenchmarkRLS and BenchmarkUsageStream of ./bench. -quick runs fewer and shorter
 // rounds (about 2 minutes instead of about 7 on 2 cores).
 package main
 
@@ -89,6 +89,9 @@ func report(quick bool, docs, readme, proxyload string) error {
 	if r.RLSCmd, r.RLS, err = goBench("'^BenchmarkRLS$'", rlsFlags[m]); err != nil {
 		return err
 	}
+	if r.UsageCmd, r.Usage, err = goBench("'^BenchmarkUsageStream$'", usageFlags[m]); err != nil {
+		return err
+	}
 
 	md, charts, err := page(r)
 	if err != nil {
@@ -105,16 +108,22 @@ func report(quick bool, docs, readme, proxyload string) error {
 	if err := os.WriteFile(filepath.Join(docs, "performance.md"), []byte(md), 0o644); err != nil {
 		return err
 	}
-	old, err := os.ReadFile(readme)
-	if err != nil {
-		return err
+	quoting := []string{readme, filepath.Join(docs, "llm.md")}
+	for _, name := range quoting {
+		old, err := os.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		updated, err := requote(string(old), md)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if err := os.WriteFile(name, []byte(updated), 0o644); err != nil {
+			return err
+		}
 	}
-	updated, err := requote(string(old), md)
-	if err != nil {
-		return fmt.Errorf("%s: %w", readme, err)
-	}
-	fmt.Fprintf(os.Stderr, "report: wrote %s, its charts and the quotes in %s\n", filepath.Join(docs, "performance.md"), readme)
-	return os.WriteFile(readme, []byte(updated), 0o644)
+	fmt.Fprintf(os.Stderr, "report: wrote %s, its charts and the quotes in %s\n", filepath.Join(docs, "performance.md"), strings.Join(quoting, " and "))
+	return nil
 }
 
 // command runs name with args, its output to out and to stderr (the progress), and wraps a

@@ -14,8 +14,8 @@ func fixture(x float64) *results {
 	r := &results{
 		Machine:  bench.Machine{CPU: "Test CPU", Cores: 2, Go: "go1.99", Load: "0.10 0.20 0.30"},
 		Date:     "2001-02-03 04:05 UTC",
-		ProxyCmd: "make bench-proxy", MemoryCmd: "go test memory", RedisCmd: "go test redis", RLSCmd: "go test rls",
-		Memory: benchRuns{}, Redis: benchRuns{}, RLS: benchRuns{},
+		ProxyCmd: "make bench-proxy", MemoryCmd: "go test memory", RedisCmd: "go test redis", RLSCmd: "go test rls", UsageCmd: "go test usage",
+		Memory: benchRuns{}, Redis: benchRuns{}, RLS: benchRuns{}, Usage: benchRuns{},
 	}
 	one := bench.Spread{Median: 1, Min: 1, Max: 1}
 	ratio := bench.Spread{Median: x, Min: x * 0.9, Max: x * 1.1}
@@ -55,6 +55,16 @@ func fixture(x float64) *results {
 		set(r.RLS, name, "batched/ratelimit-req/s", 1) // the median of 1 and 2
 		set(r.RLS, name, "empty/ratelimit-req/s", 2)
 	}
+	for _, c := range []struct {
+		key                string
+		ns, mbs, b, allocs float64
+	}{{"plain", 4000, 200000, 6400, 40}, {"usage", 3000000 * x, 300 / x, 9600, 70}} {
+		name := "BenchmarkUsageStream/" + c.key
+		set(r.Usage, name, "ns/op", c.ns)
+		set(r.Usage, name, "MB/s", c.mbs)
+		set(r.Usage, name, "B/op", c.b)
+		set(r.Usage, name, "allocs/op", c.allocs)
+	}
 	return r
 }
 
@@ -77,7 +87,11 @@ func TestPage(t *testing.T) {
 			"Measured by `make bench-proxy`", "Measured by `go test memory`", "Measured by `go test redis`", "Measured by `go test rls`",
 			"| dianad: three rules | "+num(1000*tc.x)+" | 900 µs |", "wrk -t 2 -c 32", "| serial: time per decision | 150 ns |",
 			"| 64 | 45.0 µs (15.0 µs) |", "| 16 | 1,500, 1,500, 1,500, 1,500 |",
-			"### Auto-pipelining: go-redis's against the coalescer", "[autopipeline.md](autopipeline.md)")
+			"### Auto-pipelining: go-redis's against the coalescer", "[autopipeline.md](autopipeline.md)",
+			"### The RLS messages without reflection, and fewer allocations (issue 26)",
+			"Measured by `go test usage`", "| plain: a static cost | 6.00 µs [4.00 µs–8.00 µs] | 300,000 MB/s | 9,600 B | 60 |",
+			"| usage: a token budget read from the stream | "+duration(4.5e6*tc.x)+" ["+duration(3e6*tc.x)+"–"+duration(6e6*tc.x)+"] | "+num(450/tc.x)+" MB/s | 14,400 B | 105 |",
+			"costs "+duration(4.5e6*tc.x-6000)+" per request more than the static cost (the medians' difference), 4,800 bytes and 45 allocations more")
 		flat := strings.Join(strings.Fields(md), " ") // the prose is wrapped
 		for _, w := range want {
 			if !strings.Contains(flat, w) {
@@ -88,8 +102,8 @@ func TestPage(t *testing.T) {
 			t.Logf("the page:\n%s", md)
 		}
 		names, _, err := quotes(md)
-		if err != nil || strings.Join(names, " ") != "proxy memory redis rls" {
-			t.Errorf("quotes %v, %v: want proxy, memory, redis and rls", names, err)
+		if err != nil || strings.Join(names, " ") != "proxy memory redis rls usage" {
+			t.Errorf("quotes %v, %v: want proxy, memory, redis, rls and usage", names, err)
 		}
 		if len(charts) != 3 {
 			t.Errorf("%d charts, want 3", len(charts))
@@ -103,6 +117,11 @@ func TestPageMissingFigure(t *testing.T) {
 	delete(r.Redis["BenchmarkRedis/g=16"], "x:ulule")
 	if _, _, err := page(r); err == nil || !strings.Contains(err.Error(), "BenchmarkRedis/g=16: no x:ulule") {
 		t.Errorf("error %v, want one naming BenchmarkRedis/g=16 and x:ulule", err)
+	}
+	r = fixture(1)
+	delete(r.Usage["BenchmarkUsageStream/usage"], "B/op")
+	if _, _, err := page(r); err == nil || !strings.Contains(err.Error(), "BenchmarkUsageStream/usage: no B/op") {
+		t.Errorf("error %v, want one naming BenchmarkUsageStream/usage and B/op", err)
 	}
 	r = fixture(1)
 	r.Proxy.Targets = r.Proxy.Targets[:1]

@@ -9,18 +9,10 @@ import (
 	"github.com/diana-gw/diana/bench"
 )
 
-// README.md's performance figures are quotes of docs/performance.md, which make bench-report
-// writes: each quote must be the page's, word for word, so that neither drifts.
+// README.md's performance figures, and docs/llm.md's, are quotes of docs/performance.md, which
+// make bench-report writes: each quote must be the page's, word for word, so that neither drifts.
 func TestREADMEQuotesPage(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	page, err := os.ReadFile("../../docs/performance.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	names, theirs, err := quotes(string(readme))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,12 +20,22 @@ func TestREADMEQuotesPage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(names) == 0 {
-		t.Fatal("README.md quotes nothing of docs/performance.md")
-	}
-	for _, name := range names {
-		if theirs[name] != ours[name] {
-			t.Errorf("README.md's quote %q differs from docs/performance.md's (run make bench-report, or copy the page's):\nREADME:\n%s\npage:\n%s", name, theirs[name], ours[name])
+	for _, doc := range []string{"README.md", "docs/llm.md"} {
+		b, err := os.ReadFile("../../" + doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, theirs, err := quotes(string(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(names) == 0 {
+			t.Fatalf("%s quotes nothing of docs/performance.md", doc)
+		}
+		for _, name := range names {
+			if theirs[name] != ours[name] {
+				t.Errorf("%s's quote %q differs from docs/performance.md's (run make bench-report, or copy the page's):\n%s:\n%s\npage:\n%s", doc, name, doc, theirs[name], ours[name])
+			}
 		}
 	}
 }

@@ -134,9 +134,11 @@ type Response struct {
 
 // Usage is a usage rule a request must settle: its cost is read from the response's Header
 // (names, "a+b") or Body (JSON paths, "usage.input_tokens+usage.output_tokens"), and sent back
-// with Ticket in POST /v1/settle.
+// with Ticket in POST /v1/settle. StreamUsage is the rule's stream_usage ("last": the last of a
+// stream's events carrying Body counts); "" for the default, once (absent on the wire).
 type Usage struct {
 	Rule, Header, Body, Ticket string
+	StreamUsage                string
 }
 
 // AppendJSON appends r as JSON.
@@ -178,6 +180,9 @@ func (r *Response) AppendJSON(b []byte) []byte {
 			b = appendField(b, ',', "header", u.Header)
 			b = appendField(b, ',', "body", u.Body)
 			b = appendField(b, ',', "ticket", u.Ticket)
+			if u.StreamUsage != "" {
+				b = appendField(b, ',', "stream_usage", u.StreamUsage)
+			}
 			b = append(b, '}')
 		}
 		b = append(b, ']')
@@ -215,7 +220,7 @@ func ParseResponse(body []byte) (Response, error) {
 	r.Unlimited = o.String("unlimited", "")
 	for _, u := range o.List("usage") {
 		r.Usage = append(r.Usage, Usage{Rule: u.String("rule", ""), Header: u.String("header", ""),
-			Body: u.String("body", ""), Ticket: u.String("ticket", "")})
+			Body: u.String("body", ""), Ticket: u.String("ticket", ""), StreamUsage: u.String("stream_usage", "")})
 	}
 	if err := errs.Err(); err != nil {
 		return r, err

@@ -297,6 +297,7 @@ func FuzzParseRequest(f *testing.F) {
 func TestUsageAndSettleRoundTrip(t *testing.T) {
 	in := Response{Allowed: true, Status: 200, RetryAfter: 0, Usage: []Usage{
 		{Rule: "tokens", Body: "usage.input_tokens+usage.output_tokens", Ticket: "a.b"},
+		{Rule: "vllm", Body: "usage.total_tokens", Ticket: "e.f", StreamUsage: "last"},
 		{Rule: "h\"x", Header: "x-usage", Ticket: "c.d"}}}
 	out, err := ParseResponse(in.AppendJSON(nil))
 	if err != nil || !reflect.DeepEqual(out.Usage, in.Usage) {

@@ -48,6 +48,9 @@ type UsageSpec struct {
 	// Fallback is the cost of a response whose usage cannot be read; -1 (the default): the
 	// request's estimate.
 	Fallback int64
+	// StreamUsage is which events of a text/event-stream carry Body's usage: one (the default;
+	// a second is an error) or the last of many (a running total in every event).
+	StreamUsage usage.Events
 }
 
 // NewUsageSpec returns a UsageSpec holding the defaults: estimate 1, fallback the estimate.
@@ -59,6 +62,7 @@ type Usage struct {
 	Estimate     int64
 	EstimateBody *usage.Fields // nil: Estimate
 	Fallback     int64         // -1: the request's estimate
+	StreamUsage  usage.Events  // which events of a stream carry Body's usage
 }
 
 // MaxPeek is the most bytes of a request body a front end reads ahead for Usage.EstimateBody
@@ -95,6 +99,7 @@ func readUsage(o *conf.Obj) *UsageSpec {
 	u.Estimate = uo.Int("estimate", u.Estimate, costBounds[0], costBounds[1])
 	u.EstimateBody = uo.String("estimate_body", "")
 	u.Fallback = uo.Int("fallback", u.Fallback, costBounds[0], costBounds[1])
+	u.StreamUsage = usage.Events(uo.EnumIndex("stream_usage", usage.EventsNames...))
 	uo.Done()
 	o.Refuse("cost", "the cost comes from the response (usage): usage.estimate is what admission reserves")
 	return &u
@@ -107,7 +112,7 @@ func (r *Rule) buildUsage(o *conf.Obj, s *UsageSpec) {
 		return
 	}
 	uo := o.Obj("usage")
-	u := &Usage{Estimate: s.Estimate, Fallback: s.Fallback}
+	u := &Usage{Estimate: s.Estimate, Fallback: s.Fallback, StreamUsage: s.StreamUsage}
 	switch {
 	case s.Header == "" && s.Body == "" && !uo.Failed("header", "body"):
 		o.Fail("usage", "needs header or body: where the response tells the cost")
@@ -119,6 +124,9 @@ func (r *Rule) buildUsage(o *conf.Obj, s *UsageSpec) {
 			uo.Fail("header", err.Error())
 		}
 		u.Header = f
+		if s.StreamUsage != usage.OneEvent {
+			uo.Fail("stream_usage", "applies to a body's stream of events: a header is read once")
+		}
 	case s.Body != "":
 		f, err := usage.ParsePaths(s.Body)
 		if err != nil {
@@ -345,12 +353,13 @@ func (m *Meter) Header(get func(name string) []string) {
 			continue
 		}
 		for j := range i {
-			if m.rules[j].Usage.Body != nil && m.rules[j].Usage.Body.String() == u.Body.String() && m.readers[j] != nil {
+			if o := m.rules[j].Usage; o.Body != nil && o.Body.String() == u.Body.String() && o.StreamUsage == u.StreamUsage && m.readers[j] != nil {
 				m.readers[i] = m.readers[j]
 			}
 		}
 		if m.readers[i] == nil {
 			m.readers[i] = usage.NewReader(u.Body, stream, m.lim)
+			m.readers[i].SetEvents(u.StreamUsage)
 			m.distinct = append(m.distinct, m.readers[i])
 		}
 	}

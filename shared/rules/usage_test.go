@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -64,6 +65,8 @@ func TestDecodeUsageInvalid(t *testing.T) {
 		{"delay", rule(tb, `"usage": {"body": "u.t"}, "action": "delay", "max_delay": "1s"`), "rules[0].action", "delay cannot hold a request whose cost comes from its response"},
 		{"batch", rule(tb, `"usage": {"body": "u.t"}, "mode": "cluster", "batch": {"max": 10}`), "rules[0].batch", "cannot be combined with usage"},
 		{"unlimited", `{"name": "r", "unlimited": true, "match": {"paths": ["/a"]}, "usage": {"body": "u.t"}}`, "rules[0].usage", "does not apply to an unlimited rule"},
+		{"stream_usage unknown", rule(tb, `"usage": {"body": "u.t", "stream_usage": "first"}`), "rules[0].usage.stream_usage", "must be one of once, last"},
+		{"stream_usage with header", rule(tb, `"usage": {"header": "x-t", "stream_usage": "last"}`), "rules[0].usage.stream_usage", "a header is read once"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, errs := decode(t, `{"rules": [`+tt.rule+`]}`)
@@ -74,6 +77,39 @@ func TestDecodeUsageInvalid(t *testing.T) {
 				t.Errorf("error %s: %s\nwant    %s: ...%s...", e.Path, e.Reason, tt.path, tt.reason)
 			}
 		})
+	}
+}
+
+// TestMeterStreamUsage: stream_usage says which events of a stream carry the usage: by default
+// one (a second is an error, charged the fallback), with "last" the last of them (vLLM's running
+// total); two rules reading the same path each way each read theirs.
+func TestMeterStreamUsage(t *testing.T) {
+	const tb = `"limit": {"algorithm": "token_bucket", "rate": 10}`
+	once := mustRule(t, `{"name": "once", "usage": {"body": "usage.total_tokens", "stream_usage": "once"}, `+tb+`}`)
+	last := mustRule(t, `{"name": "last", "usage": {"body": "usage.total_tokens", "stream_usage": "last"}, `+tb+`}`)
+	def := mustRule(t, `{"name": "default", "usage": {"body": "usage.total_tokens"}, `+tb+`}`)
+	if once.Usage.StreamUsage != usage.OneEvent || def.Usage.StreamUsage != usage.OneEvent || last.Usage.StreamUsage != usage.LastEvent {
+		t.Fatalf("stream_usage: once %v, default %v, last %v", once.Usage.StreamUsage, def.Usage.StreamUsage, last.Usage.StreamUsage)
+	}
+	m := rules.NewMeter([]*rules.Rule{once, last, def}, usage.Limits{})
+	m.Header(func(name string) []string {
+		if name == "content-type" {
+			return []string{"text/event-stream"}
+		}
+		return nil
+	})
+	for _, total := range []int{5, 9, 14} {
+		m.Write([]byte(`data: {"choices":[],"usage":{"total_tokens":` + strconv.Itoa(total) + "}}\n\n"))
+	}
+	m.Write([]byte("data: [DONE]\n\n"))
+	for _, c := range []struct {
+		r    *rules.Rule
+		cost int64
+		err  error
+	}{{once, 0, usage.ErrDuplicate}, {last, 14, nil}, {def, 0, usage.ErrDuplicate}} {
+		if n, err := m.Cost(c.r); n != c.cost || !errors.Is(err, c.err) || (err == nil) != (c.err == nil) {
+			t.Errorf("%s: (%d, %v), want (%d, %v)", c.r.Name, n, err, c.cost, c.err)
+		}
 	}
 }
 

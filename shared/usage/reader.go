@@ -22,6 +22,28 @@ const (
 	MaxMaxDepth     = 1024
 )
 
+// Events says which events of a stream carry its usage.
+type Events uint8
+
+const (
+	// OneEvent: one event carries the usage (OpenAI's last chunk with
+	// stream_options.include_usage, Anthropic's message_delta); a second is ErrDuplicate.
+	OneEvent Events = iota
+	// LastEvent: any event may carry the usage so far, and the last one that does counts
+	// (vLLM's stream_options.continuous_usage_stats, a running total in every chunk).
+	LastEvent
+)
+
+// EventsNames are the Events as a config names them, in their order: "once", "last".
+var EventsNames = []string{"once", "last"}
+
+func (e Events) String() string {
+	if int(e) < len(EventsNames) {
+		return EventsNames[e]
+	}
+	return "Events(" + strconv.Itoa(int(e)) + ")"
+}
+
 // IsStream reports whether a response of this Content-Type is a server-sent event stream,
 // whose usage is read from its events rather than from one JSON document.
 func IsStream(contentType string) bool {
@@ -35,13 +57,14 @@ func IsStream(contentType string) bool {
 // lines ending in LF, CRLF or CR, an event's data: lines joined with LF, an event ending at a
 // blank line (an event the body ends inside is dropped, as an EventSource drops it); comments
 // and other fields skipped. Each event's data is a JSON document, except OpenAI's terminator
-// "[DONE]"; the one event holding any of the paths carries the usage and must hold them all; a
-// second such event is ErrDuplicate.
+// "[DONE]"; an event holding any of the paths carries the usage and must hold them all; a
+// second such event is ErrDuplicate, unless the reader counts the last (SetEvents(LastEvent)).
 //
 // A Reader is not safe for concurrent use. Its zero value is not usable: see NewReader.
 type Reader struct {
 	f      *Fields
 	stream bool
+	events Events
 	lim    Limits
 	n      int64 // bytes written
 	sc     scanner
@@ -88,6 +111,10 @@ func (r *Reader) Reset(f *Fields, stream bool, lim Limits) {
 	*r = Reader{f: f, stream: stream, lim: lim, sc: sc}
 	r.sc.reset(f, lim.MaxDepth)
 }
+
+// SetEvents says which events of a stream carry the usage (default OneEvent); call it before
+// the first Write. Reset sets OneEvent again.
+func (r *Reader) SetEvents(e Events) { r.events = e }
 
 // Write reads the next chunk of the body. It always returns len(p), nil: a body the reader
 // cannot read still passes on (io.MultiWriter, io.TeeReader); End reports why.
@@ -304,9 +331,9 @@ func (r *Reader) dispatch() {
 	if r.sc.found == 0 {
 		return
 	}
-	if r.found {
+	if r.found && r.events != LastEvent {
 		r.err = wrap(ErrDuplicate, "a second event carries "+r.f.expr)
 		return
 	}
-	r.record()
+	r.record() // with LastEvent, over the count of an earlier event
 }

@@ -2,7 +2,9 @@
 // it used, from a response header, from a field path of a JSON body ("usage.total_tokens", or a
 // sum "usage.input_tokens+usage.output_tokens"), or from the data: event of a streamed
 // text/event-stream body that carries that path (OpenAI's last chunk with stream_options
-// include_usage, Anthropic's message_delta).
+// include_usage, Anthropic's message_delta), or from the last of the events that carry it, for
+// an upstream that sends its running total in every event (vLLM's continuous_usage_stats;
+// Events).
 //
 // A body is read incrementally: a Reader is an io.Writer fed the body chunk by chunk as it
 // passes to the client, and never keeps it. It holds a push-down JSON scanner (one byte of
@@ -13,9 +15,10 @@
 //
 // Bad input is an error, never a guess: a value that is negative, fractional, written with an
 // exponent, above MaxValue (10^15, algos.MaxCount) or not a number; a path found twice (a
-// duplicate key, a second event carrying usage); invalid JSON or UTF-8; nesting deeper than
-// MaxDepth; a body longer than MaxBytes; a body cut before its JSON value ends; no usage at
-// all. Every error wraps one of the Err values below, for a metric's label, and names the path.
+// duplicate key, a second event carrying usage unless the last counts); invalid JSON or UTF-8;
+// nesting deeper than MaxDepth; a body longer than MaxBytes; a body cut before its JSON value
+// ends; no usage at all. Every error wraps one of the Err values below, for a metric's label,
+// and names the path.
 // The caller then charges the rule's estimate or fallback: nothing is free. Write never fails,
 // so that a body the reader gives up on still reaches the client untouched.
 //

@@ -157,14 +157,41 @@ var streamVectors = []vector{
 	{"event cut then ended", total, true, "data: {\"usage\":{\"total_tokens\":12\n\n", 0, usage.ErrTruncated},
 }
 
-// read feeds body to a new reader in chunks of at most size bytes (0: whole).
-func read(t testing.TB, v vector, size int) (int64, error) {
+// vllmStream is a vLLM chat completion streamed with stream_options include_usage and
+// continuous_usage_stats: every chunk carries the running total, and the last chunk the final
+// one.
+const vllmStream = "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}],\"usage\":{\"prompt_tokens\":5,\"total_tokens\":5,\"completion_tokens\":0}}\n\n" +
+	"data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}],\"usage\":{\"prompt_tokens\":5,\"total_tokens\":6,\"completion_tokens\":1}}\n\n" +
+	"data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":5,\"total_tokens\":7,\"completion_tokens\":2}}\n\n" +
+	"data: {\"id\":\"c1\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"total_tokens\":7,\"completion_tokens\":2}}\n\n" +
+	"data: [DONE]\n\n"
+
+// lastVectors are streams read with LastEvent: the last event carrying usage counts. Every
+// other stream vector but the duplicate events gives the same answer with it (TestVectors).
+var lastVectors = []vector{
+	{"vllm", total, true, vllmStream, 7, nil},
+	{"vllm sum", "usage.prompt_tokens+usage.completion_tokens", true, vllmStream, 7, nil},
+	{"vllm cut before its last chunk", total, true, strings.Split(vllmStream, "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo")[0], 6, nil},
+	{"vllm cut inside a chunk", total, true, vllmStream[:strings.Index(vllmStream, `"lo"`)], 6, nil},
+	{"the last counts, not the largest", total, true, "data: {\"usage\":{\"total_tokens\":20}}\n\n" + usageEvent, 12, nil},
+	{"duplicate usage events", total, true, usageEvent + usageEvent, 12, nil},
+	{"usage null between", total, true, usageEvent + "data: {\"usage\":null}\n\ndata: [DONE]\n\n", 12, nil},
+
+	{"a bad value after a good one", total, true, usageEvent + "data: {\"usage\":{\"total_tokens\":-1}}\n\n", 0, usage.ErrValue},
+	{"a later event without a term", inOut, true, "data: {\"usage\":{\"input_tokens\":1,\"output_tokens\":2}}\n\ndata: {\"usage\":{\"output_tokens\":3}}\n\n", 0, usage.ErrMissing},
+	{"duplicate key in a later event", total, true, usageEvent + "data: {\"usage\":{\"total_tokens\":1,\"total_tokens\":1}}\n\n", 0, usage.ErrDuplicate},
+	{"a later event not JSON", total, true, usageEvent + "data: hello\n\n", 0, usage.ErrSyntax},
+}
+
+// read feeds body to a new reader of events e in chunks of at most size bytes (0: whole).
+func read(t testing.TB, v vector, e usage.Events, size int) (int64, error) {
 	t.Helper()
 	f, err := usage.ParsePaths(v.fields)
 	if err != nil {
 		t.Fatalf("%s: %v", v.name, err)
 	}
 	r := usage.NewReader(f, v.stream, usage.Limits{})
+	r.SetEvents(e)
 	write(r, []byte(v.body), size)
 	return r.End()
 }
@@ -183,45 +210,64 @@ func write(r *usage.Reader, b []byte, size int) {
 }
 
 func TestVectors(t *testing.T) {
-	for _, v := range append(jsonVectors, streamVectors...) {
-		mode := "json"
-		if v.stream {
-			mode = "stream"
-		}
-		t.Run(mode+"/"+v.name, func(t *testing.T) {
-			cost, err := read(t, v, 0)
-			switch {
-			case v.err == nil && err != nil:
-				t.Fatalf("got error %v, want cost %d", err, v.cost)
-			case v.err != nil && !errors.Is(err, v.err):
-				t.Fatalf("got (%d, %v), want an error of class %v", cost, err, v.err)
-			case v.err == nil && cost != v.cost:
-				t.Fatalf("got cost %d, want %d", cost, v.cost)
-			}
-			if err != nil {
-				t.Logf("%v", err)
-			}
-			// The same answer chunk by chunk: byte by byte, and split in two at every position.
-			same := func(how string, c int64, e error) {
-				if c != cost || usage.Class(e) != usage.Class(err) {
-					t.Fatalf("%s: got (%d, %v), whole (%d, %v)", how, c, e, cost, err)
-				}
-			}
-			c, e := read(t, v, 1)
-			same("byte by byte", c, e)
-			if len(v.body) > 2000 {
-				return
-			}
-			f, _ := usage.ParsePaths(v.fields)
-			for i := 0; i <= len(v.body); i++ {
-				r := usage.NewReader(f, v.stream, usage.Limits{})
-				r.Write([]byte(v.body[:i]))
-				r.Write([]byte(v.body[i:]))
-				c, e := r.End()
-				same("split", c, e)
-			}
-		})
+	type group struct {
+		mode    string
+		events  usage.Events
+		vectors []vector
 	}
+	groups := []group{{"json", usage.OneEvent, jsonVectors}, {"stream", usage.OneEvent, streamVectors}, {"last", usage.LastEvent, lastVectors}}
+	last := map[string]bool{}
+	for _, v := range lastVectors {
+		last[v.name] = true
+	}
+	for _, v := range streamVectors {
+		if !last[v.name] {
+			groups[2].vectors = append(groups[2].vectors, v)
+		}
+	}
+	for _, g := range groups {
+		for _, v := range g.vectors {
+			testVector(t, g.mode, g.events, v)
+		}
+	}
+}
+
+// testVector reads v with events whole, byte by byte and split at every position.
+func testVector(t *testing.T, mode string, events usage.Events, v vector) {
+	t.Run(mode+"/"+v.name, func(t *testing.T) {
+		cost, err := read(t, v, events, 0)
+		switch {
+		case v.err == nil && err != nil:
+			t.Fatalf("got error %v, want cost %d", err, v.cost)
+		case v.err != nil && !errors.Is(err, v.err):
+			t.Fatalf("got (%d, %v), want an error of class %v", cost, err, v.err)
+		case v.err == nil && cost != v.cost:
+			t.Fatalf("got cost %d, want %d", cost, v.cost)
+		}
+		if err != nil {
+			t.Logf("%v", err)
+		}
+		// The same answer chunk by chunk: byte by byte, and split in two at every position.
+		same := func(how string, c int64, e error) {
+			if c != cost || usage.Class(e) != usage.Class(err) {
+				t.Fatalf("%s: got (%d, %v), whole (%d, %v)", how, c, e, cost, err)
+			}
+		}
+		c, e := read(t, v, events, 1)
+		same("byte by byte", c, e)
+		if len(v.body) > 2000 {
+			return
+		}
+		f, _ := usage.ParsePaths(v.fields)
+		for i := 0; i <= len(v.body); i++ {
+			r := usage.NewReader(f, v.stream, usage.Limits{})
+			r.SetEvents(events)
+			r.Write([]byte(v.body[:i]))
+			r.Write([]byte(v.body[i:]))
+			c, e := r.End()
+			same("split", c, e)
+		}
+	})
 }
 
 func TestMaxValueIsMaxCount(t *testing.T) {
@@ -414,7 +460,7 @@ func init() {
 // two chunks, a cost only in [0, MaxValue], and a JSON cost only for a body encoding/json
 // reads as valid JSON with that number at the path.
 func FuzzReader(f *testing.F) {
-	for _, v := range append(jsonVectors, streamVectors...) {
+	for _, v := range append(append(jsonVectors, streamVectors...), lastVectors...) {
 		if len(v.body) < 4096 {
 			f.Add([]byte(v.body), uint16(len(v.body)/2))
 		}
@@ -429,11 +475,17 @@ func FuzzReader(f *testing.F) {
 			t.Fatalf("Prefix: (%d, %v)", n, err)
 		}
 		at := min(int(split), len(body))
-		for _, stream := range []bool{false, true} {
+		for _, m := range []struct {
+			stream bool
+			events usage.Events
+		}{{false, usage.OneEvent}, {true, usage.OneEvent}, {true, usage.LastEvent}} {
+			stream := m.stream
 			r := usage.NewReader(fields, stream, usage.Limits{})
+			r.SetEvents(m.events)
 			r.Write(body)
 			n, err := r.End()
 			r2 := usage.NewReader(fields, stream, usage.Limits{})
+			r2.SetEvents(m.events)
 			r2.Write(body[:at])
 			r2.Write(body[at:])
 			n2, err2 := r2.End()

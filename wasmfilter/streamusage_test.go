@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/diana-gw/diana/server"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// TestSettleClusterStreamUsage: in cluster mode the filter reads a stream as dianad's rule says
+// (its stream_usage, sent with the ticket): with "last", of a vLLM stream whose every event
+// carries the running total the last total is settled, where "once" would see a duplicate.
+func TestSettleClusterStreamUsage(t *testing.T) {
+	cfg, err := server.Parse([]byte(`version: 1
+admin:
+  listen: "127.0.0.1:0"
+  token: s3cret
+rules:
+  - name: tokens
+    by: [ip]
+    usage: {body: usage.total_tokens, estimate: 100, fallback: 300, stream_usage: last}
+    limit: {algorithm: token_bucket, rate: 1000, period: 1h}
+`), "dianad.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.New(cfg, server.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ShutdownTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("dianad: %v", err)
+		}
+	})
+	admin := "http://" + s.AdminAddr()
+	stream := []string{
+		"data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":1,\"total_tokens\":6}}\n\n",
+		"data: {\"choices\":[{\"delta\":{\"content\":\"lo\"}}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,\"total_tokens\":7}}\n\n",
+		"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,\"total_tokens\":7}}\n\ndata: [DONE]\n\n",
+	}
+	for _, rn := range runners {
+		t.Run(rn.name, func(t *testing.T) {
+			e := start(t, rn.vm(t), `{"cluster": {"name": "dianad", "token": "s3cret"}}`)
+			e.from(map[string]string{"go": "198.51.100.21:1", "wasm": "198.51.100.22:1"}[rn.name])
+			for i, want := range []string{"900", "893"} { // 1000 − 100; 1000 − 7 − 100
+				before := len(e.GetCalloutAttributesFromContext(proxytest.PluginContextID))
+				id := e.InitializeHttpContext()
+				if a := e.CallOnRequestHeaders(id, [][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "llm"}}, false); a != types.ActionPause {
+					t.Fatalf("request not paused for the callout: %v", a)
+				}
+				calls := e.GetCalloutAttributesFromContext(id)
+				if len(calls) != 1 {
+					t.Fatalf("check callouts %+v", calls)
+				}
+				if st := e.relay(calls[0], admin); st != "200" {
+					t.Fatalf("check: %s", st)
+				}
+				e.CallOnResponseHeaders(id, [][2]string{{":status", "200"}, {"content-type", "text/event-stream"}}, false)
+				if rem := toMap(e.GetCurrentResponseHeaders(id))["ratelimit-remaining"]; rem != want {
+					t.Fatalf("request %d: remaining %s, want %s", i+1, rem, want)
+				}
+				for j, c := range stream {
+					e.CallOnResponseBody(id, []byte(c), j == len(stream)-1)
+				}
+				e.CompleteHttpContext(id)
+				settles := e.GetCalloutAttributesFromContext(proxytest.PluginContextID)
+				if len(settles) != before+1 || !bytes.Contains(settles[before].Body, []byte(`"cost":7`)) {
+					t.Fatalf("request %d: settlements %+v, want one of cost 7", i+1, settles[before:])
+				}
+				if got := e.relay(settles[before], admin); got != "204" {
+					t.Fatalf("request %d: settlement answered %s", i+1, got)
+				}
+			}
+		})
+	}
+}
