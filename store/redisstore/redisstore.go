@@ -414,8 +414,8 @@ func (s *Store) batchReplies(name, key string, cmd *redis.Cmd, unsent error, n i
 }
 
 // State reads what Redis holds for an identity, in the form the algorithm's Go twin keeps it:
-// State.W from the words of a string state (State.Log from those beyond W), State.Log from the
-// scores of a sorted set, State.Ban from the ban key. For inspection and tests.
+// State.W from the words of a string state (State.Log from those beyond W) or from a counter's
+// hash, State.Log from the scores of a sorted set, State.Ban from the ban key. For inspection and tests.
 func (s *Store) State(ctx context.Context, key string, alg algos.Algorithm) (algos.State, error) {
 	var st algos.State
 	stateKey, banKey := s.Keys(key)
@@ -423,9 +423,13 @@ func (s *Store) State(ctx context.Context, key string, alg algos.Algorithm) (alg
 	ban := p.Get(ctx, banKey)
 	var words *redis.StringCmd
 	var log *redis.ZSliceCmd
-	if alg.Script().Log {
+	var hash *redis.MapStringStringCmd
+	switch sc := alg.Script(); {
+	case sc.Log:
 		log = p.ZRangeWithScores(ctx, stateKey, 0, -1)
-	} else {
+	case sc.Hash:
+		hash = p.HGetAll(ctx, stateKey)
+	default:
 		words = p.Get(ctx, stateKey)
 	}
 	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -441,6 +445,9 @@ func (s *Store) State(ctx context.Context, key string, alg algos.Algorithm) (alg
 			st.Log = append(st.Log, int64(z.Score))
 		}
 		return st, nil
+	}
+	if hash != nil {
+		return hashState(stateKey, hash.Val(), alg.Script().Args[0], st)
 	}
 	v, err := words.Result()
 	if errors.Is(err, redis.Nil) {
@@ -463,6 +470,26 @@ func (s *Store) State(ctx context.Context, key string, alg algos.Algorithm) (alg
 		} else {
 			st.Log = append(st.Log, x) // the words beyond W (Script.Words)
 		}
+	}
+	return st, nil
+}
+
+// hashState reads a Script.Hash state, h, into st: its one field is the index of a window of
+// window µs, holding its count.
+func hashState(key string, h map[string]string, window int64, st algos.State) (algos.State, error) {
+	if len(h) > 1 {
+		return st, fmt.Errorf("redisstore: %s holds %d windows, want at most one", key, len(h))
+	}
+	for f, v := range h {
+		idx, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return st, fmt.Errorf("redisstore: %s holds window %q: %w", key, f, err)
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return st, fmt.Errorf("redisstore: %s holds count %q: %w", key, v, err)
+		}
+		st.W[0], st.W[1] = idx*window, n
 	}
 	return st, nil
 }
