@@ -38,9 +38,10 @@ func Batch(name string) (string, error) {
 		return "", err
 	}
 	return "local clock\nlocal function one(KEYS, ARGV)\n" + body + `end
-local out = {}
+local out, keys, argv = {}, {}, {} -- one decision's KEYS and ARGV, the same tables for each
 for i = 1, #ARGV / 2 do
-  local ok, r = pcall(one, {KEYS[2 * i - 1], KEYS[2 * i]}, {ARGV[2 * i - 1], ARGV[2 * i]})
+  keys[1], keys[2], argv[1], argv[2] = KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i - 1], ARGV[2 * i]
+  local ok, r = pcall(one, keys, argv)
   if not ok then
     if type(r) == 'table' then r = r.err end -- redis.call's errors are tables
     r = {err = tostring(r)}
