@@ -17,8 +17,8 @@
 //     level by level, with its stats keys.
 //   - Counting: a plain rate_limit counts as envoyproxy/ratelimit does, with INCRBY semantics:
 //     every hit counts, over the limit or not, and the service compares the count with
-//     requests_per_unit (a fixed window of algos.MaxCount used as a counter, the same Lua
-//     script in cluster mode). This is what makes a charge that arrives after the response
+//     requests_per_unit (algos.Counter, whose Lua script costs Redis one HINCRBY in the common
+//     case; its keys end in "counter" where a limit's name its algorithm). This is what makes a charge that arrives after the response
 //     (hits_addend with Envoy's apply_on_stream_done) bind: the checks after a charge that went
 //     over answer OVER_LIMIT until the window ends. Diana's extensions beside rate_limit
 //     (algorithm: any algorithm of shared/rules whose amount and window come from
@@ -99,7 +99,7 @@ type Limit struct {
 	Metadata *structpb.Struct
 	// Alg counts the limit, nil when unlimited or when requests_per_unit is 0 (every hit is over
 	// the limit, as there); Fallback is its share per node for on_error local. Without Diana's
-	// fields, Alg is a counter (counter is true): a fixed window that counts every hit, over the
+	// fields, Alg is a counter (counter is true, algos.Counter) that counts every hit, over the
 	// limit or not, as envoyproxy/ratelimit's INCRBY does, the limit compared by the service;
 	// with them, Alg is the named algorithm, which takes nothing of a denied hit.
 	Alg, Fallback algos.Algorithm
@@ -434,7 +434,7 @@ func (p *parser) limit(d *conf.Obj, full string, flags Limit) *Limit {
 		}
 		if l.Alg != nil && counter {
 			// envoyproxy/ratelimit's counting: every hit counts, the service compares.
-			l.Alg, _ = algos.NewFixedWindow(algos.MaxCount, window)
+			l.Alg, _ = algos.NewCounter(window)
 			l.counter = true
 		}
 	}

@@ -423,14 +423,14 @@ func override(domain string, d *rlv3.RateLimitDescriptor) (*Limit, error) {
 			return nil, err
 		}
 		l.Fallback = fw
-		l.Alg, _ = algos.NewFixedWindow(algos.MaxCount, secs*algos.Second)
+		l.Alg, _ = algos.NewCounter(secs * algos.Second)
 		l.counter = true
 	}
 	return l, nil
 }
 
 // storeKey is the identity a limit counts a descriptor under: the domain, the limit's window
-// and algorithm, and the entries (a share_threshold entry by its wildcard value), each part
+// and algorithm ("counter" for a counter), and the entries (a share_threshold entry by its wildcard value), each part
 // escaped so that no two descriptors share a key. "rls:" cannot start a rule's key.
 func storeKey(domain string, entries []*rlv3.RateLimitDescriptor_Entry, l *Limit, shared []string) string {
 	var b strings.Builder
@@ -444,7 +444,11 @@ func storeKey(domain string, entries []*rlv3.RateLimitDescriptor_Entry, l *Limit
 	b.WriteString("|")
 	b.WriteString(strconv.FormatInt(l.Window, 10))
 	b.WriteString("|")
-	b.WriteString(l.Algorithm)
+	if l.counter {
+		b.WriteString(l.Alg.Script().Name) // not the fixed window's: its state is a hash
+	} else {
+		b.WriteString(l.Algorithm)
+	}
 	for i, e := range entries {
 		b.WriteString("|")
 		escape(&b, e.Key)

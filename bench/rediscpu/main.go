@@ -184,6 +184,7 @@ func limiters(c *redis.Client) []limiter {
 		{"Diana GCRA", must(algos.NewGCRA(1_000_000, algos.Second, 1000))},
 		{"Diana GCRA + ban", must(algos.NewBan(must(algos.NewGCRA(1_000_000, algos.Second, 1000)), algos.Second))},
 		{"Diana fixed window", must(algos.NewFixedWindow(1_000_000, algos.Second))},
+		{"Diana counter (the RLS's rate_limit)", must(algos.NewCounter(algos.Second))},
 		{"Diana sliding window", must(algos.NewSlidingWindow(1_000_000, algos.Second))},
 		{"Diana sliding log", must(algos.NewSlidingLog(algos.MaxLogLimit, algos.Second))},
 		{"Diana leaky bucket", must(algos.NewLeakyBucket(1_000_000, algos.Second, 1000, algos.NoDelay))},
@@ -199,22 +200,29 @@ func limiters(c *redis.Client) []limiter {
 			return err
 		}))
 	}
-	fw := must(algos.NewFixedWindow(1_000_000, algos.Second))
-	out = append(out, limiter{"Diana fixed window, 16 decisions per call", 16, func(ctx context.Context, keys []string) error {
-		calls := make([]rules.Op, len(keys))
-		ops := make([]*rules.Op, len(keys))
-		for i, k := range keys {
-			calls[i] = rules.Op{Key: "fw16:" + k, Alg: fw, Req: algos.Request{Cost: 1}}
-			ops[i] = &calls[i]
-		}
-		s.Decide(ctx, ops)
-		for _, c := range calls {
-			if c.Err != nil {
-				return c.Err
+	for _, a := range []struct {
+		name string
+		alg  algos.Algorithm
+	}{
+		{"Diana fixed window", must(algos.NewFixedWindow(1_000_000, algos.Second))},
+		{"Diana counter (the RLS's rate_limit)", must(algos.NewCounter(algos.Second))},
+	} {
+		out = append(out, limiter{a.name + ", 16 decisions per call", 16, func(ctx context.Context, keys []string) error {
+			calls := make([]rules.Op, len(keys))
+			ops := make([]*rules.Op, len(keys))
+			for i, k := range keys {
+				calls[i] = rules.Op{Key: a.name + "16:" + k, Alg: a.alg, Req: algos.Request{Cost: 1}}
+				ops[i] = &calls[i]
 			}
-		}
-		return nil
-	}})
+			s.Decide(ctx, ops)
+			for _, c := range calls {
+				if c.Err != nil {
+					return c.Err
+				}
+			}
+			return nil
+		}})
+	}
 	return out
 }
 

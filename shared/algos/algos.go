@@ -153,6 +153,9 @@ type Script struct {
 	Limit int64   // the Decision.Limit a ban reports while it holds
 	Ban   int64   // µs a denial bans the identity for; 0: no ban
 	Log   bool    // the state is a sorted set (State.Log), not a string of words (State.W)
+	// Hash says the state is a hash of one field, the index of a window, holding its count
+	// (Counter), not a string of words: State.W[0] is the index times Args[0], W[1] the count.
+	Hash bool `json:",omitempty"`
 	// Words is the number of words of a string state beyond the len(State.W) that W holds: they
 	// follow W's in State.Log, and in Redis's string. Stores with fixed-size entries (the Envoy
 	// filter's shared-data slots) hold only W and refuse an algorithm with Words > 0.

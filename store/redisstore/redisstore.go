@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -165,33 +166,38 @@ func (s *Store) send(ctx context.Context, ops []*rules.Op) {
 		answer(op, d, at, err)
 		return
 	}
-	evals := make([]eval, len(ops))
-	var cmds []*command
+	buf := sendBufs.Get().(*sendBuf)
+	defer buf.put()
+	buf.evals = slices.Grow(buf.evals[:0], len(ops))[:len(ops)]
+	evals := buf.evals
 	for i, op := range ops {
 		op.Dec, op.Err = algos.Decision{}, nil
-		if evals[i], op.Err = s.eval(op.Key, op.Alg, op.Req); op.Err != nil {
+		if evals[i], op.Err = s.evalInto(&buf.packed, op.Key, op.Alg, op.Req); op.Err != nil {
 			continue
 		}
-		if n := len(cmds); n > 0 && !s.cluster {
-			if last := cmds[n-1]; last.first+last.n == i && last.e.name == evals[i].name && last.n < maxBatch {
+		if n := len(buf.cmds); n > 0 && !s.cluster {
+			if last := &buf.cmds[n-1]; last.first+last.n == i && last.e.name == evals[i].name && last.n < maxBatch {
 				last.n++
 				continue
 			}
 		}
-		cmds = append(cmds, &command{first: i, n: 1, e: &evals[i]})
+		buf.cmds = append(buf.cmds, command{first: i, n: 1, e: &evals[i]})
 	}
+	cmds := buf.cmds
 	if len(cmds) == 0 {
 		return
 	}
 	p := s.c.Pipeline()
-	for _, c := range cmds {
+	for i := range cmds {
+		c := &cmds[i]
 		if c.n == 1 {
 			c.keys, c.args = c.e.single()
 		} else {
-			c.keys, c.args = make([]string, 0, 2*c.n), make([]any, 0, 2*c.n)
+			start := len(buf.keys)
 			for _, e := range evals[c.first : c.first+c.n] {
-				c.keys, c.args = e.appendBatch(c.keys, c.args)
+				buf.keys, buf.args = e.appendBatch(buf.keys, buf.args)
 			}
+			c.keys, c.args = buf.keys[start:], buf.args[start:]
 		}
 		c.cmd = c.script().EvalSha(ctx, p, c.keys, c.args...)
 	}
@@ -201,7 +207,8 @@ func (s *Store) send(ctx context.Context, ops []*rules.Op) {
 	_, execErr := p.Exec(ctx)
 	// A NOSCRIPT command did not run: sending it again with the script's source applies it once.
 	var retry redis.Pipeliner
-	for _, c := range cmds {
+	for i := range cmds {
+		c := &cmds[i]
 		if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
 			if retry == nil {
 				retry = s.c.Pipeline()
@@ -215,7 +222,8 @@ func (s *Store) send(ctx context.Context, ops []*rules.Op) {
 		rewait = s.wait(ctx, retry, ops)
 		_, reexecErr = retry.Exec(ctx)
 	}
-	for _, c := range cmds {
+	for i := range cmds {
+		c := &cmds[i]
 		unsent, w := execErr, wait
 		if c.retried {
 			unsent, w = reexecErr, rewait
@@ -308,8 +316,44 @@ func (e *eval) appendBatch(keys []string, args []any) ([]string, []any) {
 	return append(keys, e.state, ban), append(args, e.packed, id)
 }
 
+// sendBuf is a round trip's working memory, reused by later round trips: go-redis copies the
+// keys and arguments into its commands, and send keeps nothing of it once it returns.
+type sendBuf struct {
+	evals  []eval
+	cmds   []command
+	keys   []string // the batch script calls' keys and arguments
+	args   []any
+	packed []byte // the evals' packed integers
+}
+
+// maxKept bounds the decisions of a sendBuf kept for reuse: a round trip of many does not keep
+// its memory.
+const maxKept = 4 * maxBatch
+
+var sendBufs = sync.Pool{New: func() any { return new(sendBuf) }}
+
+// put clears b, so that it holds no key or reply, and keeps it for reuse.
+func (b *sendBuf) put() {
+	if cap(b.evals) > maxKept {
+		return
+	}
+	clear(b.evals)
+	clear(b.cmds)
+	clear(b.keys)
+	clear(b.args)
+	b.evals, b.cmds, b.keys, b.args, b.packed = b.evals[:0], b.cmds[:0], b.keys[:0], b.args[:0], b.packed[:0]
+	sendBufs.Put(b)
+}
+
 // eval builds the decision that applies r to key under alg (see algos.Script).
 func (s *Store) eval(key string, alg algos.Algorithm, r algos.Request) (eval, error) {
+	var packed []byte
+	return s.evalInto(&packed, key, alg, r)
+}
+
+// evalInto is eval, its packed integers appended to *packed (whose earlier bytes stay as they
+// were: a new array when it grows).
+func (s *Store) evalInto(packed *[]byte, key string, alg algos.Algorithm, r algos.Request) (eval, error) {
 	r = r.Bounded()
 	sc := alg.Script()
 	script, ok := s.scripts[sc.Name]
@@ -337,12 +381,13 @@ func (s *Store) eval(key string, alg algos.Algorithm, r algos.Request) (eval, er
 		flags |= 8
 	}
 	e := eval{name: sc.Name, script: script, batch: s.batches[sc.Name], banned: sc.Ban != 0}
-	e.packed = make([]byte, 0, 9*(6+len(sc.Args)))
 	if r.Backdated {
 		flags |= 16
 	}
-	e.packed = appendInts(e.packed, now, r.Cost, r.MaxWait, flags, sc.Ban, sc.Limit)
-	e.packed = appendInts(e.packed, sc.Args...)
+	start := len(*packed)
+	*packed = appendInts(slices.Grow(*packed, 9*(6+len(sc.Args))), now, r.Cost, r.MaxWait, flags, sc.Ban, sc.Limit)
+	*packed = appendInts(*packed, sc.Args...)
+	e.packed = (*packed)[start:len(*packed):len(*packed)]
 	if r.ID != 0 {
 		e.id = strconv.FormatInt(r.ID, 10)
 	}
@@ -414,8 +459,8 @@ func (s *Store) batchReplies(name, key string, cmd *redis.Cmd, unsent error, n i
 }
 
 // State reads what Redis holds for an identity, in the form the algorithm's Go twin keeps it:
-// State.W from the words of a string state (State.Log from those beyond W), State.Log from the
-// scores of a sorted set, State.Ban from the ban key. For inspection and tests.
+// State.W from the words of a string state (State.Log from those beyond W) or from a counter's
+// hash, State.Log from the scores of a sorted set, State.Ban from the ban key. For inspection and tests.
 func (s *Store) State(ctx context.Context, key string, alg algos.Algorithm) (algos.State, error) {
 	var st algos.State
 	stateKey, banKey := s.Keys(key)
@@ -423,9 +468,13 @@ func (s *Store) State(ctx context.Context, key string, alg algos.Algorithm) (alg
 	ban := p.Get(ctx, banKey)
 	var words *redis.StringCmd
 	var log *redis.ZSliceCmd
-	if alg.Script().Log {
+	var hash *redis.MapStringStringCmd
+	switch sc := alg.Script(); {
+	case sc.Log:
 		log = p.ZRangeWithScores(ctx, stateKey, 0, -1)
-	} else {
+	case sc.Hash:
+		hash = p.HGetAll(ctx, stateKey)
+	default:
 		words = p.Get(ctx, stateKey)
 	}
 	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -441,6 +490,9 @@ func (s *Store) State(ctx context.Context, key string, alg algos.Algorithm) (alg
 			st.Log = append(st.Log, int64(z.Score))
 		}
 		return st, nil
+	}
+	if hash != nil {
+		return hashState(stateKey, hash.Val(), alg.Script().Args[0], st)
 	}
 	v, err := words.Result()
 	if errors.Is(err, redis.Nil) {
@@ -463,6 +515,26 @@ func (s *Store) State(ctx context.Context, key string, alg algos.Algorithm) (alg
 		} else {
 			st.Log = append(st.Log, x) // the words beyond W (Script.Words)
 		}
+	}
+	return st, nil
+}
+
+// hashState reads a Script.Hash state, h, into st: its one field is the index of a window of
+// window µs, holding its count.
+func hashState(key string, h map[string]string, window int64, st algos.State) (algos.State, error) {
+	if len(h) > 1 {
+		return st, fmt.Errorf("redisstore: %s holds %d windows, want at most one", key, len(h))
+	}
+	for f, v := range h {
+		idx, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return st, fmt.Errorf("redisstore: %s holds window %q: %w", key, f, err)
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return st, fmt.Errorf("redisstore: %s holds count %q: %w", key, v, err)
+		}
+		st.W[0], st.W[1] = idx*window, n
 	}
 	return st, nil
 }

@@ -38,9 +38,10 @@ func Batch(name string) (string, error) {
 		return "", err
 	}
 	return "local clock\nlocal function one(KEYS, ARGV)\n" + body + `end
-local out = {}
+local out, keys, argv = {}, {}, {} -- one decision's KEYS and ARGV, the same tables for each
 for i = 1, #ARGV / 2 do
-  local ok, r = pcall(one, {KEYS[2 * i - 1], KEYS[2 * i]}, {ARGV[2 * i - 1], ARGV[2 * i]})
+  keys[1], keys[2], argv[1], argv[2] = KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i - 1], ARGV[2 * i]
+  local ok, r = pcall(one, keys, argv)
   if not ok then
     if type(r) == 'table' then r = r.err end -- redis.call's errors are tables
     r = {err = tostring(r)}
@@ -51,12 +52,21 @@ return out
 `, nil
 }
 
+// whole names the scripts that are a whole decision on their own, without the prelude and the
+// epilogue: the counter's (counter.lua), which runs on every hit of envoyproxy/ratelimit's
+// counting, where reading and rewriting the prelude's string state would cost Redis several
+// times the count itself.
+var whole = map[string]bool{"counter": true}
+
 // decision is the code of one decision of algorithm name: the prelude, the algorithm's code as
-// the function decide(cost), and the epilogue.
+// the function decide(cost), and the epilogue; or the script alone if it is whole.
 func decision(name string) (string, error) {
 	body, err := files.ReadFile(name + ".lua")
 	if err != nil {
 		return "", fmt.Errorf("no Lua script for algorithm %q", name)
+	}
+	if whole[name] {
+		return string(body), nil
 	}
 	src, _ := files.ReadFile("prelude.lua")
 	if strings.Contains(string(body), "muldiv(") {
