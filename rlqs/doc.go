@@ -50,7 +50,10 @@
 // share is the limit times its demand over the sum of the instances' demands; an instance
 // whose demand is not measured yet (its first report) gets an equal share, the others divide
 // the rest. If Redis fails, Options.OnError decides: ALLOW_ALL, DENY_ALL, or a share among this
-// process's instances of the limit divided by Options.Nodes.
+// process's instances of the limit divided by Options.Nodes. In dianad each round trip to Redis
+// goes through the circuit breaker of the node's decisions (Options.Guard, failover.Store.Call):
+// Redis failures of either open it for both, and while it is open reports are answered by
+// OnError at once, without a round trip or its timeout, until a probe finds Redis again.
 //
 // # Bad streams and bounds
 //
