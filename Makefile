@@ -50,8 +50,9 @@ bench-proxy: deps
 	$(GO) build -o bin/proxyload ./bench/proxyload
 	bin/proxyload $(PROXYLOAD_FLAGS)
 
-## bench-report: runs bench-proxy's load and the Memory, Redis and RLS benchmarks, and writes
-## docs/performance.md, its charts (docs/img/performance-*.svg) and README.md's quotes of it
+## bench-report: runs bench-proxy's load, the Memory, Redis, RLS and RLQS benchmarks and the RLQS
+## split's accuracy tests, and writes docs/performance.md, its charts (docs/img/performance-*.svg)
+## and the quotes of it in README.md, docs/envoy.md and docs/api.md
 ## (about 7 minutes; QUICK=1: about 3)
 bench-report: deps
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }

@@ -20,6 +20,10 @@ type results struct {
 
 	MemoryCmd, RedisCmd, RLSCmd string
 	Memory, Redis, RLS          benchRuns
+
+	RLQSCmd, SplitCmd string
+	RLQS              benchRuns
+	Split             []splitRun // the RLQS split's accuracy (rlqs tests' logs)
 }
 
 // The limiters of BenchmarkMemory and BenchmarkRedis as the page names them, in its columns'
@@ -74,6 +78,9 @@ parts of this page, and a test keeps the quotes equal to it.
 		return "", nil, err
 	}
 	if err := rlsSection(&b, r); err != nil {
+		return "", nil, err
+	}
+	if err := rlqsSection(&b, r); err != nil {
 		return "", nil, err
 	}
 	return wrap(b.String(), 100), charts, nil

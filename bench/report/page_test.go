@@ -55,6 +55,7 @@ func fixture(x float64) *results {
 		set(r.RLS, name, "batched/ratelimit-req/s", 1) // the median of 1 and 2
 		set(r.RLS, name, "empty/ratelimit-req/s", 2)
 	}
+	rlqsFixture(r)
 	return r
 }
 
@@ -88,8 +89,8 @@ func TestPage(t *testing.T) {
 			t.Logf("the page:\n%s", md)
 		}
 		names, _, err := quotes(md)
-		if err != nil || strings.Join(names, " ") != "proxy memory redis rls" {
-			t.Errorf("quotes %v, %v: want proxy, memory, redis and rls", names, err)
+		if err != nil || strings.Join(names, " ") != "proxy memory redis rls rlqs rlqs-vs-rls" {
+			t.Errorf("quotes %v, %v: want proxy, memory, redis, rls, rlqs and rlqs-vs-rls", names, err)
 		}
 		if len(charts) != 3 {
 			t.Errorf("%d charts, want 3", len(charts))
