@@ -70,7 +70,7 @@ func BenchmarkRLQS(b *testing.B) {
 			if err := rc.FlushAll(ctx).Err(); err != nil { // the fleets of the run before
 				b.Fatal(err)
 			}
-			l := openRLQS(b, addr, streams)
+			l := openRLQS(b, addr, streams, rlqsBuckets)
 			defer l.close()
 			l.run(streams*rlqsWarmup, nil) // every stream's first report: its buckets join the fleets
 			if err := l.err(); err != nil {
@@ -100,9 +100,45 @@ func BenchmarkRLQS(b *testing.B) {
 			b.ReportMetric(redisBytes, "redis-bytes/bucket")
 		})
 	}
+	var mem []float64 // bytes per stream and per bucket, measured once per run
+	b.Run("memory", func(b *testing.B) {
+		if mem == nil {
+			mem = rlqsMemory(b, dir, rs.Addr)
+		}
+		b.ReportMetric(0, "ns/op")
+		b.ReportMetric(mem[0], "dianad-bytes/stream")
+		b.ReportMetric(mem[1], "dianad-bytes/bucket")
+	})
 	if n := scrape(b, metrics, `diana_backend_errors_total{rule="rlqs"}`); n != 0 {
 		b.Fatalf("dianad: %v quota reports answered by on_error: Redis did not answer in time", n)
 	}
+}
+
+// rlqsMemory measures what a stream and a bucket of it hold in dianad: a dianad of its own,
+// started with GOGC=1 so that its heap never runs more than 1% above what is live, takes 64
+// streams of one bucket each, then 99 more buckets on each; its heap and goroutine stacks
+// (go_memstats_heap_alloc_bytes + go_memstats_stack_inuse_bytes) grow by a stream's cost 64
+// times, then by a bucket's 64 × 99 times. The stream's includes gRPC's (its HTTP/2 stream and
+// connection: one connection per Envoy instance).
+func rlqsMemory(b *testing.B, dir, redisAddr string) []float64 {
+	const streams = 64
+	b.Setenv("GOGC", "1") // dianad's, which inherits the environment
+	addr, _, metrics := startDianaRLS(b, buildDianad(b), dir, redisAddr)
+	held := func() float64 {
+		return scrape(b, metrics, "go_memstats_heap_alloc_bytes") + scrape(b, metrics, "go_memstats_stack_inuse_bytes")
+	}
+	base := held()
+	one := openRLQS(b, addr, streams, 1)
+	defer one.close()
+	one.run(streams, nil)
+	withStreams := held()
+	more := &rlqsLoad{streams: one.streams, report: openReport(rlqsBuckets)}
+	more.run(streams, nil)
+	withBuckets := held()
+	if err := errors.Join(one.err(), more.err()); err != nil {
+		b.Fatal(err)
+	}
+	return []float64{(withStreams - base) / streams, (withBuckets - withStreams) / (streams * (rlqsBuckets - 1))}
 }
 
 // fleetMemory is the memory redis-server holds for the fleets of the quota service: every
@@ -132,13 +168,9 @@ type rlqsLoad struct {
 	failures
 }
 
-func openRLQS(b testing.TB, addr string, n int) *rlqsLoad {
-	l := &rlqsLoad{report: &pb.RateLimitQuotaUsageReports{Domain: "quota"}}
-	for i := range rlqsBuckets {
-		l.report.BucketQuotaUsages = append(l.report.BucketQuotaUsages, &pb.RateLimitQuotaUsageReports_BucketQuotaUsage{
-			BucketId:           &pb.BucketId{Bucket: map[string]string{"name": "api", "tenant": "t" + strconv.Itoa(i)}},
-			NumRequestsAllowed: 100})
-	}
+// openRLQS opens n streams to addr, each to report the same buckets.
+func openRLQS(b testing.TB, addr string, n, buckets int) *rlqsLoad {
+	l := &rlqsLoad{report: openReport(buckets)}
 	for range n {
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
@@ -191,7 +223,7 @@ func (l *rlqsLoad) run(n int, lat []time.Duration) {
 				}
 				d := time.Since(start)
 				if err == nil {
-					err = checkAssigned(resp)
+					err = checkAssigned(resp, len(l.report.BucketQuotaUsages))
 				}
 				switch {
 				case err != nil:
@@ -206,10 +238,10 @@ func (l *rlqsLoad) run(n int, lat []time.Duration) {
 	wg.Wait()
 }
 
-// checkAssigned says why resp is not a token bucket for each of the rlqsBuckets buckets.
-func checkAssigned(resp *pb.RateLimitQuotaResponse) error {
-	if len(resp.BucketAction) != rlqsBuckets {
-		return fmt.Errorf("%d bucket actions, want %d", len(resp.BucketAction), rlqsBuckets)
+// checkAssigned says why resp is not a token bucket for each of the n buckets reported.
+func checkAssigned(resp *pb.RateLimitQuotaResponse, n int) error {
+	if len(resp.BucketAction) != n {
+		return fmt.Errorf("%d bucket actions, want %d", len(resp.BucketAction), n)
 	}
 	for _, a := range resp.BucketAction {
 		if a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket() == nil {
@@ -217,4 +249,15 @@ func checkAssigned(resp *pb.RateLimitQuotaResponse) error {
 		}
 	}
 	return nil
+}
+
+// openReport is a usage report of 100 requests into each of buckets buckets of tenants.
+func openReport(buckets int) *pb.RateLimitQuotaUsageReports {
+	m := &pb.RateLimitQuotaUsageReports{Domain: "quota"}
+	for i := range buckets {
+		m.BucketQuotaUsages = append(m.BucketQuotaUsages, &pb.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			BucketId:           &pb.BucketId{Bucket: map[string]string{"name": "api", "tenant": "t" + strconv.Itoa(i)}},
+			NumRequestsAllowed: 100})
+	}
+	return m
 }

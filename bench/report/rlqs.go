@@ -8,10 +8,15 @@ import (
 	"time"
 
 	"github.com/diana-gw/diana/bench"
+	"github.com/diana-gw/diana/rlqs"
 )
 
 // The runs of BenchmarkRLQS, full and quick (b.N is usage reports of 100 buckets each).
 var rlqsFlags = [2][]string{{"-benchtime", "1000x", "-count", "3"}, {"-benchtime", "300x", "-count", "1"}}
+
+// rlqsDefaultBuckets and rlqsDefaultStreams are rls.quota's max_buckets and max_streams
+// defaults.
+const rlqsDefaultBuckets, rlqsDefaultStreams = rlqs.DefaultMaxBuckets, rlqs.DefaultMaxStreams
 
 // rlqsStreams are BenchmarkRLQS's fleets: Envoy instances, each one stream.
 var rlqsStreams = []int{16, 64}
@@ -57,6 +62,17 @@ holding every instance's demand. Medians over the runs [min–max].
 		fmt.Fprintf(&t, "| %d | %s | %s %s | %s µs | %s µs | %s µs | %s bytes |\n", n, num(x[0].Median), num(x[1].Median), spreadNum(x[1]),
 			num(x[2].Median), num(x[3].Median), num(x[4].Median), num(x[5].Median))
 	}
+	const memName = "BenchmarkRLQS/memory"
+	var mem []float64
+	for _, unit := range []string{"dianad-bytes/stream", "dianad-bytes/bucket"} {
+		s, ok := r.RLQS.get(memName, unit)
+		if !ok {
+			return fmt.Errorf("%s: no %s", memName, unit)
+		}
+		mem = append(mem, s.Median)
+	}
+	fmt.Fprintf(&t, "\nIn dianad (%s: a dianad of its own run with `GOGC=1`, its heap and goroutine stacks as 64 streams open with a bucket each, then take 99 more each), a stream holds %s bytes (its gRPC connection and goroutines, and its first bucket), each further bucket %s bytes: `rls.quota`'s defaults, %s buckets over %s streams at most, bound it to about %s MB.\n",
+		memName, num(mem[0]), num(mem[1]), num(rlqsDefaultBuckets), num(rlqsDefaultStreams), num((rlqsDefaultStreams*mem[0]+rlqsDefaultBuckets*mem[1])/1e6))
 	b.WriteString(quote("rlqs", t.String()))
 
 	// Beside the rate limit service: dianad at 64 clients, from the same report run.

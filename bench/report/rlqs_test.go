@@ -22,6 +22,7 @@ func rlqsFixture(r *results) {
 			r.RLQS[name][unit] = []float64{v * 2 / 3, v * 4 / 3} // the median is v
 		}
 	}
+	r.RLQS["BenchmarkRLQS/memory"] = map[string][]float64{"dianad-bytes/stream": {100000}, "dianad-bytes/bucket": {1000}}
 	r.Split = []splitRun{{"TestSplitLocal/steady", 6113, 6000, "1m0s", "+1.88"}, {"TestSplitCluster", 801, 800, "20s", "+0.12"}}
 }
 
@@ -36,6 +37,7 @@ func TestRLQSSection(t *testing.T) {
 	flat := strings.Join(strings.Fields(md), " ")
 	for _, w := range []string{
 		"Measured by `go test rlqs`",
+		"a stream holds 100,000 bytes (its gRPC connection and goroutines, and its first bucket), each further bucket 1,000 bytes: `rls.quota`'s defaults, 100,000 buckets over 10,000 streams at most, bound it to about 1,100 MB.",
 		"| 16 | 1,000 | 1,000 [667–1,333] | 1,000 µs | 10.0 µs | 1,000 µs | 1,000 bytes |",
 		"| 64 | 500 | 500 [333–667] | 500 µs | 20.0 µs | 500 µs | 500 bytes |",
 		"one dianad carried 1,500 requests/s at 64 clients, at 1,500 µs of its CPU and 1,500 µs of Redis's each",
@@ -59,6 +61,7 @@ func TestRLQSSection(t *testing.T) {
 	}{
 		{func(r *results) { delete(r.RLQS["BenchmarkRLQS/streams-64"], "p99-µs") }, "BenchmarkRLQS/streams-64: no p99-µs"},
 		{func(r *results) { delete(r.RLS["BenchmarkRLS/clients-64"], "diana-req/s") }, "BenchmarkRLS/clients-64: no diana-req/s"},
+		{func(r *results) { delete(r.RLQS, "BenchmarkRLQS/memory") }, "BenchmarkRLQS/memory: no dianad-bytes/stream"},
 		{func(r *results) { r.Split = nil }, "go test split: no split measured"},
 		{func(r *results) { r.Split[0].Over = "0s" }, `go test split: TestSplitLocal/steady: the time "0s"`},
 	} {
