@@ -26,10 +26,7 @@ import (
 // The load of BenchmarkRLQS: each simulated Envoy instance holds one stream (on a connection of
 // its own, as each Envoy does) and reports rlqsBuckets buckets in every usage report, the same
 // buckets on every stream (a fleet sharing per-tenant limits); the fleets of 16 and 64 instances.
-const (
-	rlqsBuckets = 100
-	rlqsWarmup  = 2 // reports per stream before the timer
-)
+const rlqsBuckets = 100
 
 var rlqsStreams = []int{16, 64}
 
@@ -72,7 +69,8 @@ func BenchmarkRLQS(b *testing.B) {
 			}
 			l := openRLQS(b, addr, streams, rlqsBuckets)
 			defer l.close()
-			l.run(streams*rlqsWarmup, nil) // every stream's first report: its buckets join the fleets
+			l.each() // every stream's first report: its buckets join the fleets
+			l.run(streams, nil)
 			if err := l.err(); err != nil {
 				b.Fatalf("warm-up: %v", err)
 			}
@@ -130,10 +128,10 @@ func rlqsMemory(b *testing.B, dir, redisAddr string) []float64 {
 	base := held()
 	one := openRLQS(b, addr, streams, 1)
 	defer one.close()
-	one.run(streams, nil)
+	one.each()
 	withStreams := held()
 	more := &rlqsLoad{streams: one.streams, report: openReport(rlqsBuckets)}
-	more.run(streams, nil)
+	more.each()
 	withBuckets := held()
 	if err := errors.Join(one.err(), more.err()); err != nil {
 		b.Fatal(err)
@@ -232,6 +230,27 @@ func (l *rlqsLoad) run(n int, lat []time.Duration) {
 				case lat != nil:
 					lat[i] = d
 				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// each sends one usage report on every stream at once and waits for their answers.
+func (l *rlqsLoad) each() {
+	var wg sync.WaitGroup
+	for _, st := range l.streams {
+		wg.Go(func() {
+			err := st.Send(l.report)
+			var resp *pb.RateLimitQuotaResponse
+			if err == nil {
+				resp, err = st.Recv()
+			}
+			if err == nil {
+				err = checkAssigned(resp, len(l.report.BucketQuotaUsages))
+			}
+			if err != nil {
+				l.fail(err)
 			}
 		})
 	}
