@@ -46,11 +46,16 @@
 // clock (Envoy's time_elapsed has whole seconds only), smoothed. The Fleet holds every
 // instance's demand per bucket with an expiry of one assignment TTL: a Table in this process
 // (local mode) or a hash per bucket in Redis changed only by fleet.lua, the Lua twin of merge
-// (cluster mode, so that every dianad divides one limit among every instance). An instance's
+// (cluster mode, so that every dianad divides one limit among every instance), which keeps the
+// instances' expiries and totals beside the hash: a report costs Redis O(log n) in the bucket's
+// instances, not a read of all n (every instance reports every interval: n² an interval). An instance's
 // share is the limit times its demand over the sum of the instances' demands; an instance
 // whose demand is not measured yet (its first report) gets an equal share, the others divide
 // the rest. If Redis fails, Options.OnError decides: ALLOW_ALL, DENY_ALL, or a share among this
-// process's instances of the limit divided by Options.Nodes.
+// process's instances of the limit divided by Options.Nodes. In dianad each round trip to Redis
+// goes through the circuit breaker of the node's decisions (Options.Guard, failover.Store.Call):
+// Redis failures of either open it for both, and while it is open reports are answered by
+// OnError at once, without a round trip or its timeout, until a probe finds Redis again.
 //
 // # Bad streams and bounds
 //

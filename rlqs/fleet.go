@@ -132,8 +132,10 @@ var fleetLua string
 
 var fleetScript = redis.NewScript(fleetLua)
 
-// Redis is the Fleet of a cluster of dianad: each bucket a hash in Redis, changed only by
-// fleet.lua, on Redis's clock.
+// Redis is the Fleet of a cluster of dianad: each bucket a hash in Redis with its instances'
+// expiries and totals beside it, changed only by fleet.lua, on Redis's clock. A report costs
+// Redis O(log n) in the bucket's n instances (and the expired ones it removes), not a read of
+// all n.
 type Redis struct {
 	c      redis.UniversalClient
 	prefix string
@@ -154,6 +156,13 @@ func (r *Redis) Key(group string) string {
 	return r.prefix + "rlqs:{" + hex.EncodeToString(h[:16]) + "}"
 }
 
+// keys are the script's keys of a group: the hash of its instances (Key), the sorted set of
+// their expiries and the hash of their totals, under one hash tag.
+func (r *Redis) keys(group string) []string {
+	k := r.Key(group)
+	return []string{k, k + ":exp", k + ":sum"}
+}
+
 // Merge implements Fleet: one pipeline of EVALSHA, sent again with the script loaded if Redis
 // did not know it (NOSCRIPT).
 func (r *Redis) Merge(ctx context.Context, reps []*Report) error {
@@ -172,7 +181,7 @@ func (r *Redis) mergeMax(ctx context.Context, reps []*Report, maxInstances int) 
 		p := r.c.Pipeline()
 		cmds := make([]*redis.Cmd, len(reps))
 		for i, rep := range reps {
-			cmds[i] = fleetScript.EvalSha(ctx, p, []string{r.Key(rep.Group)},
+			cmds[i] = fleetScript.EvalSha(ctx, p, r.keys(rep.Group),
 				now, rep.Instance, rep.Demand, rep.TTL.Microseconds(), maxInstances)
 		}
 		_, err := p.Exec(ctx)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/diana-gw/diana/internal/redistest"
 )
 
@@ -53,8 +55,77 @@ func TestFleetTwin(t *testing.T) {
 			if want := fmt.Sprint(state(g)); fmt.Sprint(got) != want {
 				t.Fatalf("trace %d step %d: Redis holds %v, Go %s", trace, step, got, want)
 			}
+			checkIndex(t, c, r, "b", g)
 		}
 	}
+}
+
+// checkIndex fails unless the script's sorted set of expiries and its totals are those of g.
+func checkIndex(t *testing.T, c *redis.Client, r *Redis, group string, g map[string]entry) {
+	t.Helper()
+	ctx := context.Background()
+	keys := r.keys(group)
+	zs, err := c.ZRangeWithScores(ctx, keys[1], 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := map[string]int64{}
+	for _, z := range zs {
+		exp[z.Member.(string)] = int64(z.Score)
+	}
+	var sum, known, unknown int64
+	want := map[string]int64{}
+	for k, e := range g {
+		want[k] = e.expires
+		if e.demand < 0 {
+			unknown++
+		} else {
+			sum, known = sum+e.demand, known+1
+		}
+	}
+	if fmt.Sprint(exp) != fmt.Sprint(want) {
+		t.Fatalf("expiries in Redis %v, want %v", exp, want)
+	}
+	totals, err := c.HGetAll(ctx, keys[2]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g) == 0 {
+		if len(totals) != 0 {
+			t.Fatalf("totals %v of an empty bucket", totals)
+		}
+		return
+	}
+	if got, want := fmt.Sprint(totals), fmt.Sprint(map[string]string{"sum": strconv.FormatInt(sum, 10), "known": strconv.FormatInt(known, 10), "unknown": strconv.FormatInt(unknown, 10)}); got != want {
+		t.Fatalf("totals in Redis %s, want %s", got, want)
+	}
+}
+
+// A bucket's hash written without its expiries and totals (by the script's earlier version,
+// which read every instance on each report) is indexed at its next report, and answered as
+// though the script had written it.
+func TestFleetIndexRebuilt(t *testing.T) {
+	rs := redistest.Start(t)
+	c := rs.Client()
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0)
+	r := NewRedis(c, "old:", func() time.Time { return now })
+	us := now.UnixMicro()
+	g := map[string]entry{"a": {4000, us + 5e6}, "b": {-1, us + 5e6}, "c": {9000, us - 1}} // c has expired
+	for k, e := range g {
+		if err := c.HSet(ctx, r.Key("x"), k, strconv.FormatInt(e.demand, 10)+" "+strconv.FormatInt(e.expires, 10)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum, known, unknown, full := merge(g, us, "d", 1000, 5e6, MaxInstances)
+	rep := &Report{Group: "x", Instance: "d", Demand: 1000, TTL: 5 * time.Second}
+	if err := r.Merge(ctx, []*Report{rep}); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Sum != sum || rep.Known != known || rep.Unknown != unknown || rep.Full != full || sum != 5000 || known != 2 || unknown != 1 {
+		t.Fatalf("Lua %+v, Go %d %d %d %v", rep, sum, known, unknown, full)
+	}
+	checkIndex(t, c, r, "x", g)
 }
 
 func state(g map[string]entry) map[string]string {
@@ -85,8 +156,8 @@ func TestFleetExpiry(t *testing.T) {
 	if err := r.Merge(ctx, []*Report{rep}); err != nil || rep.Known+rep.Unknown != 0 {
 		t.Fatalf("leave: %+v %v", rep, err)
 	}
-	if n, _ := c.Exists(ctx, r.Key("b")).Result(); n != 0 {
-		t.Fatal("the empty bucket's hash is still there")
+	if n, _ := c.Exists(ctx, r.keys("b")...).Result(); n != 0 {
+		t.Fatal("the empty bucket's keys are still there")
 	}
 }
 

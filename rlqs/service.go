@@ -109,8 +109,13 @@ type Options struct {
 	// instances (local).
 	OnError rules.FailPolicy
 	Nodes   int64
-	// Timeout bounds each round trip of Fleet (0: none but the stream's).
+	// Timeout bounds each round trip of Fleet (0: none but the stream's) when Guard is nil.
 	Timeout time.Duration
+	// Guard, if set, runs each round trip of Fleet instead, with its own timeout: dianad passes
+	// failover.Store.Call, the timeout and circuit breaker of its decisions, so that one open
+	// breaker spares Redis for both and a report is answered by OnError at once, without waiting
+	// on a Redis that is down (Guard then returns an error without calling).
+	Guard func(ctx context.Context, call func(ctx context.Context) error) error
 	// The bounds; 0: the defaults.
 	MaxBucketsPerStream, MaxBuckets, MaxStreams int
 	// AssignmentTTL is the shortest assignment_time_to_live sent; each is at least three report
@@ -514,8 +519,11 @@ func (st *stream) forget(b *bucket) {
 	}
 }
 
-// merge is Fleet.Merge within Options.Timeout.
+// merge is Fleet.Merge through Options.Guard, or within Options.Timeout.
 func (s *Service) merge(ctx context.Context, reps []*Report) error {
+	if s.o.Guard != nil {
+		return s.o.Guard(ctx, func(ctx context.Context) error { return s.o.Fleet.Merge(ctx, reps) })
+	}
 	if s.o.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.o.Timeout)

@@ -55,7 +55,7 @@ func newMetrics() *metrics {
 		}, []string{"rule"}),
 		redisDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "diana_redis_request_duration_seconds",
-			Help:    "Duration of the round trips to Redis that decide cluster rules.",
+			Help:    "Duration of the round trips to Redis that decide cluster rules and divide the rate limit quota service's limits.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 		}),
 		breaker: prometheus.NewGauge(prometheus.GaugeOpts{

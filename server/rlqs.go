@@ -19,14 +19,12 @@ func (s *Server) newRLQS(st *rlsState, cfg *rls.Config) {
 		MaxBucketsPerStream: r.Quota.MaxBucketsPerStream, MaxBuckets: r.Quota.MaxBuckets, MaxStreams: r.Quota.MaxStreams,
 		AssignmentTTL: r.Quota.AssignmentTTL, Sent: s.rlqsSent, Refused: s.rlqsRefused, Failed: s.rlqsFailed}
 	if r.Mode == rules.Cluster {
-		prefix, timeout := s.cfg.Redis.Prefix, s.cfg.Redis.Timeout
+		prefix := s.cfg.Redis.Prefix
 		if prefix == "" {
 			prefix = stack.DefaultPrefix
 		}
-		if timeout <= 0 {
-			timeout = stack.DefaultTimeout
-		}
-		o.Fleet, o.Timeout = rlqs.NewRedis(s.rdb, prefix, nil), timeout
+		// The decisions' timeout and breaker: an open breaker spares Redis for both.
+		o.Fleet, o.Guard = rlqs.NewRedis(s.rdb, prefix, nil), s.cluster.Call
 	}
 	st.quota = rlqs.New(cfg, o)
 	pb.RegisterRateLimitQuotaServiceServer(st.grpc.Server, st.quota)

@@ -290,3 +290,56 @@ func TestRLQSExample(t *testing.T) {
 		}
 	}
 }
+
+// In cluster mode the quota service's Redis round trips go through the breaker of dianad's
+// decisions: with redis-server stopped (SIGSTOP) the failed reports open it, metered and
+// logged as the decisions' are; while it is open each report is answered by rls.on_error at
+// once, without a round trip; after Redis is back it closes and the split resumes.
+func TestRLQSBreaker(t *testing.T) {
+	rs := redistest.Start(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "q.yaml"), []byte(quotaLimit("100")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := rlsConfig(dir, "  mode: cluster\n  on_error: closed\n") + "redis: {addrs: [\"" + rs.Addr + "\"], timeout: " + faultTimeout +
+		", breaker_failures: 3, breaker_open_for: 700ms}\n"
+	ts := startFile(t, cfg)
+	st := rlqsStream(t, ts)
+	if a := quotaReport(t, st, 1); perSecond(a) != 100 {
+		t.Fatalf("with Redis up: %v", a)
+	}
+	deny := func(a *pb.RateLimitQuotaResponse_BucketAction) bool {
+		return a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule().String() == "DENY_ALL"
+	}
+	rs.Pause()
+	t.Cleanup(rs.Resume)
+	// Three failed round trips open it; more if a timeout fell while this busy machine starved
+	// dianad of CPU (not counted against Redis).
+	failed := 0
+	for ; metric(t, ts, breakerOpen) != 1; failed++ {
+		if failed == 20 {
+			t.Fatalf("%s = %v after %d failed reports", breakerOpen, metric(t, ts, breakerOpen), failed)
+		}
+		if a := quotaReport(t, st, 10); !deny(a) {
+			t.Fatalf("report %d with Redis stopped: %v, want DENY_ALL (on_error closed)", failed, a)
+		}
+	}
+	trips := metric(t, ts, redisTrips)
+	for i := range 5 {
+		start := time.Now()
+		if a := quotaReport(t, st, 10); !deny(a) || time.Since(start) > 100*time.Millisecond {
+			t.Fatalf("report %d with the breaker open: %v after %v, want DENY_ALL at once", i, a, time.Since(start))
+		}
+	}
+	if got := metric(t, ts, redisTrips); got != trips {
+		t.Fatalf("%v round trips to Redis while the breaker was open", got-trips)
+	}
+	if got := metric(t, ts, `diana_backend_errors_total{rule="rlqs"}`); got != float64(failed+5) {
+		t.Fatalf("backend errors of rlqs: %v, want %d (%d failed round trips, 5 skipped)", got, failed+5, failed)
+	}
+	rs.Resume()
+	time.Sleep(700 * time.Millisecond)
+	if a := quotaReport(t, st, 10); perSecond(a) != 100 || metric(t, ts, breakerOpen) != 0 {
+		t.Fatalf("after Redis came back: %v, %s = %v", a, breakerOpen, metric(t, ts, breakerOpen))
+	}
+}

@@ -1,12 +1,14 @@
 // Command report runs the benchmarks that feed docs/performance.md and writes it with its
-// charts (docs/img/performance-*.svg), and the parts of README.md and docs/llm.md that quote it
-// (make bench-report; run from the module's root, after bin/proxyload and bin/dianad are built):
+// charts (docs/img/performance-*.svg), and the parts of README.md, docs/envoy.md, docs/api.md and
+// docs/llm.md that quote it (make bench-report; run from the module's root, after bin/proxyload and
+// bin/dianad are built):
 //
 //	report [-quick] [-docs docs] [-readme README.md] [-proxyload bin/proxyload]
 //
 // The benchmarks: bench/proxyload (dianad against a plain httputil.ReverseProxy), and
-// BenchmarkMemory, BenchmarkRedis, BenchmarkRLS and BenchmarkUsageStream of ./bench. -quick runs fewer and shorter
-// rounds (about 2 minutes instead of about 7 on 2 cores).
+// BenchmarkMemory, BenchmarkRedis, BenchmarkRLS, BenchmarkRLQS and BenchmarkUsageStream of ./bench,
+// and the rlqs tests that measure the RLQS split's accuracy. -quick runs fewer and shorter rounds
+// (about 2 minutes instead of about 7 on 2 cores).
 package main
 
 import (
@@ -92,6 +94,15 @@ func report(quick bool, docs, readme, proxyload string) error {
 	if r.UsageCmd, r.Usage, err = goBench("'^BenchmarkUsageStream$'", usageFlags[m]); err != nil {
 		return err
 	}
+	if r.RLQSCmd, r.RLQS, err = goBench("'^BenchmarkRLQS$'", rlqsFlags[m]); err != nil {
+		return err
+	}
+	split := []string{"test", "-run", "'" + splitTests + "'", "-v", "-count", "1", "./rlqs/"}
+	var out bytes.Buffer
+	if err := command(&out, "go", split...); err != nil {
+		return err
+	}
+	r.SplitCmd, r.Split = "go "+strings.Join(split, " "), parseSplit(out.String())
 
 	md, charts, err := page(r)
 	if err != nil {
@@ -108,22 +119,29 @@ func report(quick bool, docs, readme, proxyload string) error {
 	if err := os.WriteFile(filepath.Join(docs, "performance.md"), []byte(md), 0o644); err != nil {
 		return err
 	}
-	quoting := []string{readme, filepath.Join(docs, "llm.md")}
-	for _, name := range quoting {
-		old, err := os.ReadFile(name)
+	quoting := append([]string{readme}, quotingDocs(docs)...)
+	for _, f := range quoting {
+		old, err := os.ReadFile(f)
 		if err != nil {
 			return err
 		}
 		updated, err := requote(string(old), md)
 		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%s: %w", f, err)
 		}
-		if err := os.WriteFile(name, []byte(updated), 0o644); err != nil {
+		if err := os.WriteFile(f, []byte(updated), 0o644); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(os.Stderr, "report: wrote %s, its charts and the quotes in %s\n", filepath.Join(docs, "performance.md"), strings.Join(quoting, " and "))
+	fmt.Fprintf(os.Stderr, "report: wrote %s, its charts and the quotes in %s\n", filepath.Join(docs, "performance.md"), strings.Join(quoting, ", "))
 	return nil
+}
+
+// quotingDocs are the pages beside performance.md that quote it, as README.md does: where the
+// rate limit service and the quota service are set side by side (envoy.md, api.md), and the
+// cost of reading a response's usage (llm.md).
+func quotingDocs(docs string) []string {
+	return []string{filepath.Join(docs, "envoy.md"), filepath.Join(docs, "api.md"), filepath.Join(docs, "llm.md")}
 }
 
 // command runs name with args, its output to out and to stderr (the progress), and wraps a

@@ -21,8 +21,11 @@ type results struct {
 	MemoryCmd, RedisCmd, RLSCmd string
 	Memory, Redis, RLS          benchRuns
 
-	UsageCmd string
-	Usage    benchRuns
+	UsageCmd          string
+	Usage             benchRuns
+	RLQSCmd, SplitCmd string
+	RLQS              benchRuns
+	Split             []splitRun // the RLQS split's accuracy (rlqs tests' logs)
 }
 
 // The limiters of BenchmarkMemory and BenchmarkRedis as the page names them, in its columns'
@@ -77,6 +80,9 @@ parts of this page, and a test keeps the quotes equal to it.
 		return "", nil, err
 	}
 	if err := rlsSection(&b, r); err != nil {
+		return "", nil, err
+	}
+	if err := rlqsSection(&b, r); err != nil {
 		return "", nil, err
 	}
 	if err := usageSection(&b, r); err != nil {

@@ -65,6 +65,7 @@ func fixture(x float64) *results {
 		set(r.Usage, name, "B/op", c.b)
 		set(r.Usage, name, "allocs/op", c.allocs)
 	}
+	rlqsFixture(r)
 	return r
 }
 
@@ -102,8 +103,8 @@ func TestPage(t *testing.T) {
 			t.Logf("the page:\n%s", md)
 		}
 		names, _, err := quotes(md)
-		if err != nil || strings.Join(names, " ") != "proxy memory redis rls usage" {
-			t.Errorf("quotes %v, %v: want proxy, memory, redis, rls and usage", names, err)
+		if err != nil || strings.Join(names, " ") != "proxy memory redis rls rlqs rlqs-vs-rls usage" {
+			t.Errorf("quotes %v, %v: want proxy, memory, redis, rls, rlqs, rlqs-vs-rls and usage", names, err)
 		}
 		if len(charts) != 3 {
 			t.Errorf("%d charts, want 3", len(charts))

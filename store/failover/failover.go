@@ -332,3 +332,39 @@ func (s *Store) note(ctx context.Context, ops []*rules.Op) {
 		s.o.Shares.note(op)
 	}
 }
+
+// Call runs call as one round trip to Redis behind the same timeout and breaker as Decide, for
+// a caller with Redis calls of its own beside the decisions (the rate limit quota service's
+// fleet), so that an open breaker spares Redis, and the caller the timeouts, for both. While
+// the breaker is open and no probe is due, Call returns ErrOpen without calling. call's outcome
+// counts as a Decide's round trip does: an error (but the caller's going away, or a timeout of
+// a starved process) towards opening the breaker, a success closes it; Observe is told of it.
+func (s *Store) Call(ctx context.Context, call func(ctx context.Context) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	t, ok, _ := s.b.enter()
+	if !ok {
+		return ErrOpen
+	}
+	tctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+	start := time.Now()
+	s.st.tick(start)
+	err := call(tctx)
+	took := time.Since(start)
+	cancel()
+	if s.o.Observe != nil {
+		s.o.Observe(took, err)
+	}
+	switch {
+	case err == nil:
+		s.b.success()
+	case ctx.Err() != nil:
+		s.b.cancel(t)
+	case isTimeout(err) && s.starved():
+		s.b.cancel(t)
+	default:
+		s.b.failure(t)
+	}
+	return err
+}

@@ -1,0 +1,66 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/store/redisstore"
+)
+
+// Call shares Decide's breaker both ways: failed calls open it for the decisions, failed
+// decisions open it for the calls; while open neither calls Redis; one probe closes it for both.
+func TestCallSharesTheBreaker(t *testing.T) {
+	fw := must(algos.NewFixedWindow(100, algos.Hour))
+	decide := func(r *rig, _ func(context.Context) error) error {
+		return r.decide(context.Background(), "k", fw, nil, algos.Request{Cost: 1}, rules.FailOpen)[0].Err
+	}
+	call := func(r *rig, ping func(context.Context) error) error { return r.s.Call(context.Background(), ping) }
+	for _, tc := range []struct {
+		name        string
+		fail, other func(r *rig, ping func(context.Context) error) error
+	}{
+		{"calls open it for decisions", call, decide},
+		{"decisions open it for calls", decide, call},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, Options{Timeout: 100 * time.Millisecond, Failures: 3, OpenFor: 300 * time.Millisecond}, redisstore.Options{})
+			c := r.srv.Client()
+			c.AddHook(r.sent) // the calls' round trips counted with the decisions'
+			ping := func(ctx context.Context) error { return c.Ping(ctx).Err() }
+			if err := r.s.Call(context.Background(), ping); err != nil {
+				t.Fatalf("call with Redis up: %v", err)
+			}
+			r.srv.Pause()
+			// Three failures open it; more if a timeout fell while the busy machine starved the
+			// test of CPU (not counted against Redis).
+			for n := 0; !r.s.Open(); n++ {
+				if n == 20 {
+					t.Fatalf("%d failed round trips did not open the breaker", n)
+				}
+				if err := tc.fail(r, ping); err == nil {
+					t.Fatal("a round trip to a stopped Redis succeeded")
+				}
+			}
+			sent := r.sent.n.Load()
+			start := time.Now()
+			if err := tc.other(r, ping); !errors.Is(err, ErrOpen) {
+				t.Fatalf("while open: %v, want ErrOpen", err)
+			}
+			if took := time.Since(start); took > 50*time.Millisecond || r.sent.n.Load() != sent {
+				t.Fatalf("while open: took %v, %d commands sent", took, r.sent.n.Load()-sent)
+			}
+			r.srv.Resume()
+			time.Sleep(300 * time.Millisecond)
+			if err := tc.other(r, ping); err != nil {
+				t.Fatalf("the probe after the open period: %v", err)
+			}
+			if r.s.Open() {
+				t.Fatal("an answered probe did not close the breaker")
+			}
+		})
+	}
+}
