@@ -27,14 +27,8 @@ type GRPC struct {
 // stack through the call (BenchmarkRLS's CPU profile showed the growth).
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.MaxRecvMsgSize(4 << 20), grpc.ForceServerCodecV2(newCodec()),
-		grpc.NumStreamWorkers(uint32(max(streamWorkers, runtime.GOMAXPROCS(0))))}
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))}
 }
-
-// streamWorkers is the number of calls in flight that run on kept goroutines; more run on a
-// goroutine each, as without workers. A call spends most of its time waiting for Redis, so the
-// calls in flight are many more than the cores: Envoy's workers each keep some in flight on
-// every connection. A parked worker costs its stack, which the garbage collector shrinks.
-const streamWorkers = 256
 
 // NewGRPC returns a gRPC server serving s, with ServerOptions.
 func NewGRPC(s *Service) *GRPC {
