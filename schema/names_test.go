@@ -54,6 +54,9 @@ func TestAlgorithmNames(t *testing.T) {
 			}
 			continue
 		}
+		if n == "counter" {
+			continue // algos.Counter, the rate limit service's counting, not a rule's algorithm (TestDiffCounter)
+		}
 		twins = append(twins, n)
 	}
 	if got := slices.Sorted(slices.Values(twins)); !slices.Equal(got, shared) {
