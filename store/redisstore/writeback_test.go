@@ -29,6 +29,7 @@ func TestWriteBack(t *testing.T) {
 	gcra := must(algos.NewGCRA(10, algos.Minute, 10))
 	for i, alg := range []algos.Algorithm{
 		must(algos.NewFixedWindow(10, algos.Minute)),
+		must(algos.NewCounter(algos.Minute)),
 		must(algos.NewSlidingWindow(10, algos.Minute)),
 		must(algos.NewSlidingWindowSub(10, algos.Minute, 2)),
 		must(algos.NewSlidingWindowSub(10, algos.Minute, 6)),
