@@ -260,6 +260,12 @@ func (m *merge) field(f conf.Field) {
 			}
 			facts.Set("enum", l)
 		}
+		if f.Pattern != "" { // a source may state the pattern of a string its decoder checks in code
+			if has(facts, "pattern") {
+				m.fail("%s states pattern, which its decoder states", f.Path)
+			}
+			facts.Set("pattern", f.Pattern)
+		}
 		if f.Type == "integer" {
 			facts.Set("minimum", conf.Number(strconv.FormatInt(f.Min, 10)))
 			facts.Set("maximum", conf.Number(strconv.FormatInt(f.Max, 10)))
@@ -288,6 +294,18 @@ func (m *merge) field(f conf.Field) {
 	case "list":
 		target.Set("type", "array")
 	case "strings", "objects":
+		if f.Pattern != "" { // each string's form: the item's
+			it, _ := target.Get("items")
+			item, _ := it.(*conf.Object)
+			if item == nil {
+				item = &conf.Object{}
+				target.Set("items", item)
+			}
+			if has(item, "pattern") {
+				m.fail("%s states its items' pattern, which its decoder states", f.Path)
+			}
+			item.Set("pattern", f.Pattern)
+		}
 		m.either = append(m.either, either{target, f.Type == "strings"})
 	default:
 		m.fail("%s: unknown type %s", f.Path, f.Type)
@@ -523,11 +541,6 @@ func writeJSON(b *bytes.Buffer, v conf.Value, indent string) {
 // TestGrammarSource: a source that restates what its reader states, describes a field the
 // reader does not read, or leaves one undescribed, fails generation, naming the field.
 func TestGrammarSource(t *testing.T) {
-	src, err := os.ReadFile(filepath.Join("src", "rule.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fields := grammars[0].fields()
 	cases := []struct{ name, old, new, want string }{
 		{"type restated", `"cost": {`, `"cost": {"type": "integer", `, "cost states type"},
 		{"bound restated", `"nodes": {`, `"nodes": {"maximum": 5, `, "nodes states maximum"},
@@ -537,20 +550,38 @@ func TestGrammarSource(t *testing.T) {
 		{"field not read", `"cost": {`, `"costs": {"description": "x"}, "cost": {`, "costs is described here but its decoder does not read it"},
 		{"no description", `"description": "Units one request takes`, `"examples": [1], "x": "Units one request takes`, "cost has no description"},
 		{"field not described", `"nodes": {`, `"nodes_": {`, "nodes is read by the decoder but has no entry here"},
+		{"pattern restated", `"listen": {`, `"listen": {"pattern": "^.*$", `, "listen states pattern"},
+		{"items' pattern restated", `"minItems": 1`, `"minItems": 1, "items": {"pattern": "^.*$"}`, "redis.addrs states its items' pattern"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			b := bytes.Replace(src, []byte(c.old), []byte(c.new), 1)
-			if bytes.Equal(b, src) {
-				t.Fatalf("%q is not in src/rule.json", c.old)
+			for _, g := range grammars[:2] { // rule.json and dianad.json: each case edits one
+				name := "src/" + strings.Replace(g.file, ".schema", "", 1)
+				src, err := os.ReadFile(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b := bytes.Replace(src, []byte(c.old), []byte(c.new), 1)
+				if bytes.Equal(b, src) {
+					continue
+				}
+				_, err = merged(name, b, g.fields())
+				if err == nil || !strings.Contains(err.Error(), c.want) {
+					t.Errorf("%s: error %v, want one saying %q", name, err, c.want)
+				}
+				return
 			}
-			_, err := merged("src/rule.json", b, fields)
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("error %v, want one saying %q", err, c.want)
-			}
+			t.Fatalf("%q is in no source", c.old)
 		})
 	}
-	if _, err := merged("src/rule.json", src, fields); err != nil {
-		t.Errorf("the committed source: %v", err)
+	for _, g := range grammars[:2] {
+		name := "src/" + strings.Replace(g.file, ".schema", "", 1)
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := merged(name, src, g.fields()); err != nil {
+			t.Errorf("the committed source %s: %v", name, err)
+		}
 	}
 }

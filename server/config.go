@@ -135,27 +135,24 @@ func DecodeObj(o *conf.Obj, remote bool) *Config {
 }
 
 // listenAddr and redisAddr are the forms of a listener's address (host:port, port 0–65535,
-// host optional: all interfaces) and of a Redis server's (host:port, port 1–65535); they are
-// schema/dianad.schema.json's patterns, which a test keeps in agreement.
+// host optional: every interface; "" for none) and of a Redis server's (host:port, port
+// 1–65535). The readers state them (conf.Obj.Matching), and the schema's patterns come from
+// there.
 var (
-	listenAddr = regexp.MustCompile(`^(\[[^\]]*\]|[^:\[\]]*):(0|[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$`)
+	listenAddr = regexp.MustCompile(`^$|^(\[[^\]]*\]|[^:\[\]]*):(0|[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$`)
 	redisAddr  = regexp.MustCompile(`^(\[[^\]]+\]|[^:\[\]]+):([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$`)
 )
 
-// checkListen refuses a listener address dianad could not listen on (an empty one is none).
-func checkListen(o *conf.Obj, field, addr string) {
-	if addr != "" && !listenAddr.MatchString(addr) {
-		o.Fail(field, "must be host:port with a port from 0 to 65535 (the host may be empty: every interface), got "+strconv.Quote(addr))
-	}
+// listen reads a listener's address dianad could listen on (an empty one is none).
+func listen(o *conf.Obj, def string) string {
+	return o.Matching("listen", def, listenAddr, "host:port with a port from 0 to 65535 (the host may be empty: every interface)")
 }
 
 func (c *Config) decodeServer(o *conf.Obj) {
-	c.Listen = o.String("listen", ":8080")
-	checkListen(o, "listen", c.Listen)
+	c.Listen = listen(o, ":8080")
 	c.Connections = decodeConnections(o.Obj("connections"))
 	a := o.Obj("admin")
-	c.Admin.Listen = a.String("listen", "127.0.0.1:9090")
-	checkListen(a, "listen", c.Admin.Listen)
+	c.Admin.Listen = listen(a, "127.0.0.1:9090")
 	c.Admin.Token = secret(a, "token", "token_file", "DIANA_ADMIN_TOKEN")
 	c.Admin.AllowUnauthenticated = a.Bool("allow_unauthenticated", false)
 	if c.Admin.Listen != "" && c.Admin.Token == "" && !c.Admin.AllowUnauthenticated && !loopback(c.Admin.Listen) && !a.Failed("listen", "token_file") {
@@ -269,7 +266,7 @@ func decodeConnections(o *conf.Obj) Connections {
 	return c
 }
 
-// loopback reports whether a listener's address (checkListen's form) listens on loopback only:
+// loopback reports whether a listener's address (listen's form) listens on loopback only:
 // localhost or a loopback IP. An empty host, 0.0.0.0 and [::] are every interface; any other
 // name may resolve to anything.
 func loopback(addr string) bool {
@@ -314,15 +311,9 @@ func secret(o *conf.Obj, field, fileField, env string) string {
 func decodeRedis(o *conf.Obj) *stack.Redis {
 	var r stack.Redis
 	o.Require("addrs")
-	r.Addrs = o.Strings("addrs")
+	r.Addrs = o.StringsMatching("addrs", redisAddr, "host:port with a port from 1 to 65535")
 	if o.Has("addrs") && len(r.Addrs) == 0 {
 		o.Fail("addrs", "needs at least one host:port")
-	}
-	for _, a := range r.Addrs {
-		if !redisAddr.MatchString(a) {
-			o.Fail("addrs", "each must be host:port with a port from 1 to 65535, got "+strconv.Quote(a))
-			break
-		}
 	}
 	r.MasterName = o.String("master_name", "")
 	r.Username = o.String("username", "")
@@ -382,8 +373,7 @@ func duration(o *conf.Obj, key string, def, min, max time.Duration) time.Duratio
 func decodeRLS(o *conf.Obj, redis bool) *RLS {
 	r := &RLS{}
 	o.Require("listen", "config_dir")
-	r.Listen = o.String("listen", "")
-	checkListen(o, "listen", r.Listen)
+	r.Listen = listen(o, "")
 	if o.Has("listen") && r.Listen == "" {
 		o.Fail("listen", "cannot be empty: the rate limit service needs an address (remove the rls section to run none)")
 	}

@@ -20,6 +20,7 @@ type Field struct {
 	Default  any      // string, bool or int64; a duration's is its text ("50ms"); nil: none
 	Enum     []string // the allowed strings of an enum, the default first for EnumIndex
 	Min, Max int64    // an integer's or a duration's bounds (a duration's in µs)
+	Pattern  string   // a string's form (Matching), or each string's (StringsMatching)
 	Required bool     // Require names it
 	Closed   bool     // an object whose reader calls Done: no other fields
 }

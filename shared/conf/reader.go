@@ -170,6 +170,42 @@ func (o *Obj) String(key, def string) string {
 	return s
 }
 
+// A Form is a string's form: a regular expression that Go's regexp and JSON Schema's patterns
+// (ECMA-262) read alike. *regexp.Regexp is one; Describe records it as the field's pattern.
+type Form interface {
+	MatchString(s string) bool
+	String() string
+}
+
+// Matching reads a string of the form re; what says the form in the error.
+func (o *Obj) Matching(key, def string, re Form, what string) string {
+	if o.describing() {
+		o.note(key, Field{Type: "string", Default: def, Pattern: re.String()})
+	}
+	v, _ := o.get(key)
+	s := o.String(key, def)
+	if _, ok := v.(string); ok && !re.MatchString(s) {
+		o.Fail(key, "must be "+what+", got "+strconv.Quote(s))
+	}
+	return s
+}
+
+// StringsMatching reads strings (Strings), each of the form re; what says the form in the
+// error, which names the first that is not.
+func (o *Obj) StringsMatching(key string, re Form, what string) []string {
+	if o.describing() {
+		o.note(key, Field{Type: "strings", Pattern: re.String()})
+	}
+	l := o.Strings(key)
+	for _, s := range l {
+		if !re.MatchString(s) {
+			o.Fail(key, "each must be "+what+", got "+strconv.Quote(s))
+			break
+		}
+	}
+	return l
+}
+
 // Enum reads a string that must be one of allowed.
 func (o *Obj) Enum(key, def string, allowed ...string) string {
 	if o.describing() {

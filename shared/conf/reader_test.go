@@ -2,6 +2,7 @@ package conf_test
 
 import (
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -237,5 +238,31 @@ func TestReadRootNotObject(t *testing.T) {
 	o.Require("version")
 	if got := fieldErrors(errs); len(got) != 1 || got[0] != "version: is required" {
 		t.Errorf("null document: errors %q", got)
+	}
+}
+
+// Matching and StringsMatching refuse a string not of their form, naming it, and nothing else.
+func TestMatching(t *testing.T) {
+	port, name := regexp.MustCompile(`^:[0-9]+$`), regexp.MustCompile(`^[a-z]+$`)
+	for _, c := range []struct {
+		doc    string
+		listen string
+		want   []string
+	}{
+		{`{}`, ":80", nil},
+		{`{"listen": ":8080", "hosts": ["a", "b"]}`, ":8080", nil},
+		{`{"hosts": "a"}`, ":80", nil},
+		{`{"listen": "8080"}`, "8080", []string{`listen: must be a port, got "8080"`}},
+		{`{"listen": 8080}`, ":80", []string{"listen: must be a string, got the number 8080"}},
+		{`{"hosts": ["a", "B", "C"]}`, ":80", []string{`hosts: each must be a name, got "B"`}},
+	} {
+		o, errs := read(t, c.doc)
+		if got := o.Matching("listen", ":80", port, "a port"); got != c.listen {
+			t.Errorf("%s: listen %q, want %q", c.doc, got, c.listen)
+		}
+		o.StringsMatching("hosts", name, "a name")
+		if got := fieldErrors(errs); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: errors %q, want %q", c.doc, got, c.want)
+		}
 	}
 }
