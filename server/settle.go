@@ -256,8 +256,8 @@ func (o *refusal) refuse(i int, err error) {
 // this node's.
 func (s *Server) record(ctx context.Context, tk []opened, now int64) []error {
 	out := make([]error, len(tk))
-	if s.rdb != nil && !s.cluster.Open() {
-		err := s.recordRedis(ctx, tk, now, out)
+	if s.rdb != nil {
+		err := s.cluster.Call(ctx, func(ctx context.Context) error { return s.recordRedis(ctx, tk, now, out) })
 		if err == nil {
 			return out
 		}
@@ -272,12 +272,9 @@ func (s *Server) record(ctx context.Context, tk []opened, now int64) []error {
 }
 
 // recordRedis records the tickets in Redis, one SET NX each with a PX of the ticket's remaining
-// life, in one round trip.
+// life, in one round trip (behind the decisions' timeout and circuit breaker: failover.Store.Call).
 func (s *Server) recordRedis(ctx context.Context, tk []opened, now int64, out []error) error {
-	rc := s.cfg.Redis
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cmp.Or(rc.Timeout, stack.DefaultTimeout))
-	defer cancel()
-	prefix := cmp.Or(rc.Prefix, stack.DefaultPrefix)
+	prefix := cmp.Or(s.cfg.Redis.Prefix, stack.DefaultPrefix)
 	p := s.rdb.Pipeline()
 	cmds := make([]*redis.BoolCmd, len(tk))
 	for i, t := range tk {
