@@ -411,10 +411,11 @@ dianad built from the commit before (03ef000), on the 2-core machine with little
 | 16 | 1.12 [1.08–1.14] | 1.33 [1.30–1.34] | 1.19 [1.14–1.22] | 56 µs, 58 µs, 92 µs | 21 µs, 27 µs, 17 µs | 3.1 ms, 3.4 ms, 4.1 ms |
 | 64 | 1.17 [1.07–1.30] | 1.59 [1.56–1.64] | 1.33 [1.26–1.48] | 34 µs, 36 µs, 72 µs | 13 µs, 20 µs, 12 µs | 6.3 ms, 7.0 ms, 10.6 ms |
 
-At 64 clients the target is met, with a better p99; at 16 it is not. There both servers leave
-about a fifth of the two cores idle, the clients, the server and Redis handing each request along
-a chain of wake-ups, and dianad and Redis spend 77 µs per request against ratelimit's 109 µs: 1.5 ×
-would need about 63 µs. Measured in the same way and dropped:
+At 64 clients the target is met, with a better p99; at 16 it is not. There dianad and Redis spend
+77 µs per request against ratelimit's 109 µs; with the clients' share estimated from the empty
+server's run (about 30 µs per request: 2 cores over its requests/s, less its own CPU), both keep
+the two cores only about 80% busy, each request handed along a chain of wake-ups, and 1.5 × would
+need about 63 µs. Measured in the same way and dropped:
 
 - Fewer round trips (the coalescer with 2 round trips under way instead of 4): 3.4 requests per
   Redis call instead of 2, and 0.99 × the requests/s at 16 clients: the queued callers' hand-off
