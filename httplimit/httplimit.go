@@ -182,7 +182,10 @@ func (o *Options) Limit(w http.ResponseWriter, r *http.Request, e *rules.Engine,
 			// the upstream for gzip itself, and hands the body on decompressed).
 			r.Header.Del("Accept-Encoding")
 		}
-		w = &meterWriter{ResponseWriter: w, m: m}
+		mw := &meterWriter{ResponseWriter: w, m: m}
+		next.ServeHTTP(mw, r)
+		mw.trailers()
+		return
 	}
 	next.ServeHTTP(w, r)
 }

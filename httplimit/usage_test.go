@@ -3,6 +3,7 @@ package httplimit_test
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -290,5 +291,90 @@ func TestUsagePerModel(t *testing.T) {
 	}
 	if res := post("small", "1"); res.StatusCode != 200 || res.Header.Get("RateLimit-Remaining") != "90" {
 		t.Fatalf("small: %d, remaining %s", res.StatusCode, res.Header.Get("RateLimit-Remaining"))
+	}
+}
+
+// TestUsageTrailers: a usage header sent as a trailer (announced in Trailer, or with
+// http.TrailerPrefix) is charged once the handler returns, directly and through a reverse proxy
+// (an HTTP/1.1 chunked stream); the same field as a header and a trailer is given twice and
+// charged the fallback; the client still gets the stream and the trailers.
+func TestUsageTrailers(t *testing.T) {
+	const name = "X-Usage-Total-Tokens"
+	doc := `[{"name": "tokens", "usage": {"header": "x-usage-total-tokens", "fallback": 500}, "limit": {"algorithm": "fixed_window", "limit": 100000, "window": "1m"}}]`
+	stream := func(w http.ResponseWriter) { // a first chunk sent at once: a chunked response
+		io.WriteString(w, "a streamed ")
+		http.NewResponseController(w).Flush()
+		io.WriteString(w, "answer")
+	}
+	cases := []struct {
+		name    string
+		handler func(w http.ResponseWriter)
+		cost    int64
+		err     error
+		trailer string // what the client reads as the trailer
+	}{
+		{"announced trailer", func(w http.ResponseWriter) {
+			w.Header().Set("Trailer", name)
+			stream(w)
+			w.Header().Set(name, "42")
+		}, 42, nil, "42"},
+		{"prefixed trailer", func(w http.ResponseWriter) {
+			stream(w)
+			w.Header().Set(http.TrailerPrefix+name, "43")
+		}, 43, nil, "43"},
+		{"header and trailer", func(w http.ResponseWriter) {
+			w.Header().Set(name, "10")
+			stream(w)
+			w.Header().Set(http.TrailerPrefix+name, "44")
+		}, 500, usage.ErrDuplicate, "44"},
+		{"header only", func(w http.ResponseWriter) {
+			w.Header().Set(name, "45")
+			stream(w)
+		}, 45, nil, ""},
+		{"neither", stream, 500, usage.ErrMissing, ""},
+	}
+	for _, proxy := range []bool{false, true} {
+		for _, c := range cases {
+			t.Run(fmt.Sprintf("%s, proxy %v", c.name, proxy), func(t *testing.T) {
+				var got []rules.Settled
+				var mu sync.Mutex
+				e, err := rules.New(engine(t, doc, nil).Rules(), rules.Options{Local: rules.Each(memstore.New(memstore.Options{}).Decide),
+					Settled: func(s rules.Settled) { mu.Lock(); got = append(got, s); mu.Unlock() }})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var next http.Handler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { c.handler(w) })
+				if proxy {
+					up := httptest.NewServer(next)
+					defer up.Close()
+					u, _ := url.Parse(up.URL)
+					next = &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) }}
+				}
+				srv := httptest.NewServer(httplimit.New(e, httplimit.Options{}).Handler(next))
+				defer srv.Close()
+				res, err := srv.Client().Get(srv.URL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				if string(body) != "a streamed answer" || res.Trailer.Get(name) != c.trailer {
+					t.Errorf("client got %q, trailer %q; want the answer and %q", body, res.Trailer.Get(name), c.trailer)
+				}
+				for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+					mu.Lock()
+					n := len(got)
+					mu.Unlock()
+					if n > 0 || time.Now().After(deadline) {
+						break
+					}
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if len(got) != 1 || got[0].Cost != c.cost || (c.err == nil) != (got[0].Err == nil) || (c.err != nil && !errors.Is(got[0].Err, c.err)) {
+					t.Fatalf("settled %+v, want cost %d, error %v", got, c.cost, c.err)
+				}
+			})
+		}
 	}
 }
