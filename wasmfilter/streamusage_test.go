@@ -2,13 +2,8 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"io"
-	"log/slog"
 	"testing"
-	"time"
 
-	"github.com/diana-gw/diana/server"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
@@ -17,7 +12,7 @@ import (
 // (its stream_usage, sent with the ticket): with "last", of a vLLM stream whose every event
 // carries the running total the last total is settled, where "once" would see a duplicate.
 func TestSettleClusterStreamUsage(t *testing.T) {
-	cfg, err := server.Parse([]byte(`version: 1
+	admin := runDianad(t, `version: 1
 admin:
   listen: "127.0.0.1:0"
   token: s3cret
@@ -26,24 +21,7 @@ rules:
     by: [ip]
     usage: {body: usage.total_tokens, estimate: 100, fallback: 300, stream_usage: last}
     limit: {algorithm: token_bucket, rate: 1000, period: 1h}
-`), "dianad.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := server.New(cfg, server.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ShutdownTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("dianad: %v", err)
-		}
-	})
-	admin := "http://" + s.AdminAddr()
+`)
 	stream := []string{
 		"data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":1,\"total_tokens\":6}}\n\n",
 		"data: {\"choices\":[{\"delta\":{\"content\":\"lo\"}}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,\"total_tokens\":7}}\n\n",
