@@ -26,6 +26,7 @@ import (
 
 	"github.com/diana-gw/diana/config"
 	"github.com/diana-gw/diana/examples"
+	"github.com/diana-gw/diana/internal/gcfloor"
 	"github.com/diana-gw/diana/server"
 )
 
@@ -101,6 +102,10 @@ func version() string {
 	return v + ", " + bi.GoVersion
 }
 
+// heapFloor is how much dianad's heap may grow between collections however little it keeps
+// (docs/configuration.md, "Memory per key").
+const heapFloor = 64 << 20
+
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("dianad", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -130,6 +135,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	redis.SetLogger(redisLog{logger})
+	gcfloor.Keep(heapFloor)
 
 	var cfg *server.Config
 	if *file == "" {
