@@ -228,23 +228,13 @@ func (s *Store) send(ctx context.Context, ops []*rules.Op) {
 		if c.retried {
 			unsent, w = reexecErr, rewait
 		}
-		var replies []any
-		var err error
 		if c.n > 1 {
-			replies, err = s.batchReplies(c.e.name, ops[c.first].Key, c.cmd, unsent, c.n)
+			s.answerBatch(c.e.name, ops[c.first:c.first+c.n], c.cmd, unsent)
+		} else {
+			d, at, err := s.decision(c.e.name, ops[c.first].Key, c.cmd, unsent)
+			answer(ops[c.first], d, at, err)
 		}
-		for i := c.first; i < c.first+c.n; i++ {
-			op := ops[i]
-			switch {
-			case c.n == 1:
-				d, at, err := s.decision(c.e.name, op.Key, c.cmd, unsent)
-				answer(op, d, at, err)
-			case err != nil:
-				op.Err = err
-			default:
-				d, at, err := decisionOf(c.e.name, op.Key, replies[i-c.first], nil)
-				answer(op, d, at, err)
-			}
+		for _, op := range ops[c.first : c.first+c.n] {
 			if w != nil && op.Err == nil && !op.Req.DryRun {
 				if n, err := w.Int64(); err != nil || n < int64(s.o.WaitReplicas) {
 					op.Dec, op.Err = algos.Decision{}, fmt.Errorf("%w (%d of %d replicas, %v)", ErrNotReplicated, n, s.o.WaitReplicas, err)
@@ -416,46 +406,69 @@ func (s *Store) reply(cmd *redis.Cmd, unsent error) (any, error) {
 
 // decisionOf reads one decision's reply, v, or its error.
 func decisionOf(name, key string, v any, err error) (algos.Decision, int64, error) {
-	if e, ok := v.(error); ok && err == nil {
-		err = e // a batch script's reply for a decision that failed
-	}
 	if err != nil {
 		return algos.Decision{}, 0, fmt.Errorf("redisstore: %s on %q: %w", name, key, err)
 	}
 	vs, _ := v.([]any)
-	if len(vs) != 7 && len(vs) != 8 {
-		return algos.Decision{}, 0, fmt.Errorf("redisstore: %s on %q: reply %v: want 7 or 8 integers", name, key, v)
-	}
 	var res [8]int64
 	for i, x := range vs {
 		n, ok := x.(int64)
-		if !ok {
+		if !ok || i == len(res) {
 			return algos.Decision{}, 0, fmt.Errorf("redisstore: %s on %q: reply %v: want 7 or 8 integers", name, key, v)
 		}
 		res[i] = n
+	}
+	return decisionFrom(name, key, &res, len(vs))
+}
+
+// decisionFrom reads a decision's reply, its n integers {allowed, limit, remaining, reset_after,
+// retry_after, delay, granted} and the stamp that ends a partial request's (see answer).
+func decisionFrom(name, key string, res *[8]int64, n int) (algos.Decision, int64, error) {
+	if n != 7 && n != 8 {
+		return algos.Decision{}, 0, fmt.Errorf("redisstore: %s on %q: reply %v: want 7 or 8 integers", name, key, res[:n])
 	}
 	d := algos.Decision{
 		Allowed: res[0] == 1, Limit: res[1], Remaining: res[2],
 		ResetAfter: res[3], RetryAfter: res[4], Delay: res[5], Granted: res[6],
 	}
 	var at int64
-	if len(vs) == 8 && d.Granted > 0 {
+	if n == 8 && d.Granted > 0 {
 		at = res[7]
 	}
 	return d, at, nil
 }
 
-// batchReplies reads a batch script's reply: one value per decision, n of them.
-func (s *Store) batchReplies(name, key string, cmd *redis.Cmd, unsent error, n int) ([]any, error) {
+// answerBatch answers ops, the decisions of one batch script call of script name, from its reply
+// (see scripts.Batch and unpacker).
+func (s *Store) answerBatch(name string, ops []*rules.Op, cmd *redis.Cmd, unsent error) {
 	v, err := s.reply(cmd, unsent)
+	packed, ok := v.(string)
+	u := unpacker{s: packed}
+	if err == nil {
+		if n, isMap := u.header(); !ok || u.err != nil || isMap || n != len(ops) {
+			err = fmt.Errorf("reply %q: want the MessagePack of %d replies", v, len(ops))
+		}
+	}
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: %s on %q and %d more: %w", name, key, n-1, err)
+		err = fmt.Errorf("redisstore: %s on %q and %d more: %w", name, ops[0].Key, len(ops)-1, err)
+		for _, op := range ops {
+			op.Err = err
+		}
+		return
 	}
-	vs, ok := v.([]any)
-	if !ok || len(vs) != n {
-		return nil, fmt.Errorf("redisstore: %s on %q and %d more: reply %v: want %d replies", name, key, n-1, v, n)
+	var res [8]int64
+	for _, op := range ops {
+		n, failed := u.entry(&res)
+		switch {
+		case u.err != nil:
+			op.Err = fmt.Errorf("redisstore: %s on %q: reply %q: %w", name, op.Key, packed, u.err)
+		case failed != nil:
+			op.Err = fmt.Errorf("redisstore: %s on %q: %w", name, op.Key, failed)
+		default:
+			d, at, err := decisionFrom(name, op.Key, &res, n)
+			answer(op, d, at, err)
+		}
 	}
-	return vs, nil
 }
 
 // State reads what Redis holds for an identity, in the form the algorithm's Go twin keeps it:
