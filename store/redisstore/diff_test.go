@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/diana-gw/diana/internal/redistest"
 	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/rules"
 )
 
 // diffCase is one parameter set of an algorithm replayed through its Go transition and its Lua
@@ -31,7 +33,9 @@ type diffCase struct {
 
 // runDiff replays a random trace per case and fails at the first step where the decisions or the
 // stored states differ. About 1 step in 5 is a dry run (never a release: stores refuse those),
-// which must give the decision of the same request and leave the state as it was.
+// which must give the decision of the same request and leave the state as it was. Half the steps
+// go through the algorithm's batch script (scripts.Batch), the same request made on a second key
+// in the same call, whose decisions are checked too.
 func runDiff(t *testing.T, cases []diffCase) {
 	srv := redistest.Start(t)
 	s := New(srv.Client(), Options{CallerClock: true})
@@ -41,6 +45,7 @@ func runDiff(t *testing.T, cases []diffCase) {
 			t.Parallel() // the cases wait on Redis round trips, on keys of their own
 			rng := rand.New(rand.NewPCG(uint64(ci)+1, 42))
 			key := fmt.Sprintf("diff:%s:%d", c.name, ci)
+			var other algos.State // the second key's, for the steps that go in a batch
 			steps := c.steps
 			if steps == 0 {
 				steps = 10_000
@@ -81,7 +86,18 @@ func runDiff(t *testing.T, cases []diffCase) {
 				}
 				r.DryRun = !r.Release && rng.IntN(5) == 0
 				want := goDecide(c.alg, &st, r)
-				got, err := s.DecideOne(ctx, key, c.alg, r)
+				var got algos.Decision
+				var err error
+				if rng.IntN(2) == 0 {
+					got, err = s.DecideOne(ctx, key, c.alg, r)
+				} else {
+					ops := []*rules.Op{{Key: key, Alg: c.alg, Req: r}, {Key: key + ":other", Alg: c.alg, Req: r}}
+					s.Decide(ctx, ops)
+					got, err = ops[0].Dec, errors.Join(ops[0].Err, ops[1].Err)
+					if w := goDecide(c.alg, &other, r); err == nil && ops[1].Dec != w {
+						t.Fatalf("step %d %+v, the batch's second key:\n  go  %+v\n  lua %+v", i, r, w, ops[1].Dec)
+					}
+				}
 				if err != nil {
 					t.Fatalf("step %d %+v: %v", i, r, err)
 				}

@@ -55,9 +55,8 @@ var ErrNotReplicated = errors.New("redisstore: the decision's write did not reac
 type Store struct {
 	c       redis.UniversalClient
 	o       Options
-	scripts map[string]*redis.Script
-	batches map[string]*redis.Script // each algorithm's batch script (scripts.Batch)
-	cluster bool                     // a Redis Cluster client: calls are not shared (see coalesce.go)
+	scripts map[string]*lua // by algorithm (Script().Name)
+	cluster bool            // a Redis Cluster client: calls are not shared (see coalesce.go)
 	co      coalescer
 	dials   dials
 
@@ -74,18 +73,23 @@ func New(c redis.UniversalClient, o Options) *Store {
 		o.Prefix = DefaultPrefix
 	}
 	_, cluster := c.(*redis.ClusterClient)
-	s := &Store{c: c, o: o, scripts: map[string]*redis.Script{}, batches: map[string]*redis.Script{}, cluster: cluster}
+	s := &Store{c: c, o: o, scripts: map[string]*lua{}, cluster: cluster}
 	s.co.work = make(chan []*waiter)
 	if c != nil { // nil: a Store for Keys alone
 		c.AddHook(&s.dials)
 	}
 	for _, name := range scripts.Names() {
-		src, _ := scripts.Source(name)
-		s.scripts[name] = redis.NewScript(src)
-		src, _ = scripts.Batch(name)
-		s.batches[name] = redis.NewScript(src)
+		single, _ := scripts.Source(name)
+		batch, _ := scripts.Batch(name)
+		s.scripts[name] = &lua{single: redis.NewScript(single), batch: redis.NewScript(batch), whole: scripts.Whole(name)}
 	}
 	return s
+}
+
+// lua is an algorithm's scripts: one decision (scripts.Source) and many (scripts.Batch).
+type lua struct {
+	single, batch *redis.Script
+	whole         bool // scripts.Whole: one key and one argument per decision
 }
 
 // Keys returns the state key and the ban key of an identity: both carry the identity as their
@@ -142,9 +146,9 @@ type command struct {
 // script is what the command runs.
 func (c *command) script() *redis.Script {
 	if c.n > 1 {
-		return c.e.batch
+		return c.e.lua.batch
 	}
-	return c.e.script
+	return c.e.lua.single
 }
 
 // send decides ops in one round trip: one EVALSHA, or a pipeline of them, and EVAL for the
@@ -162,7 +166,7 @@ func (s *Store) send(ctx context.Context, ops []*rules.Op) {
 			return
 		}
 		keys, args := e.single()
-		d, at, err := s.decision(e.name, op.Key, e.script.Run(ctx, s.c, keys, args...), nil)
+		d, at, err := s.decision(e.name, op.Key, e.lua.single.Run(ctx, s.c, keys, args...), nil)
 		answer(op, d, at, err)
 		return
 	}
@@ -272,12 +276,12 @@ func (s *Store) wait(ctx context.Context, p redis.Pipeliner, ops []*rules.Op) *r
 
 // eval is one decision, ready to send.
 type eval struct {
-	name          string        // the algorithm's script, for error messages
-	script, batch *redis.Script // its script, and its batch script
-	state, ban    string        // the identity's keys (ban only when banned)
-	banned        bool          // the algorithm bans: the script reads the ban key
-	packed        []byte        // the integer arguments (see prelude.lua)
-	id            string        // the lease id, "" for none
+	name       string // the algorithm's script, for error messages
+	lua        *lua   // its scripts
+	state, ban string // the identity's keys (ban only when banned)
+	banned     bool   // the algorithm bans: the script reads the ban key
+	packed     []byte // the integer arguments (see prelude.lua)
+	id         string // the lease id, "" for none
 }
 
 // single is the keys and arguments of e's script.
@@ -294,8 +298,12 @@ func (e *eval) single() ([]string, []any) {
 }
 
 // appendBatch appends e's keys and arguments to a batch script's. Without a ban, the state key
-// stands in for the ban key, which the script does not read then.
+// stands in for the ban key, which the script does not read then; a whole script takes neither
+// the ban key nor the lease id.
 func (e *eval) appendBatch(keys []string, args []any) ([]string, []any) {
+	if e.lua.whole {
+		return append(keys, e.state), append(args, e.packed)
+	}
 	id, ban := e.id, e.state
 	if id == "" {
 		id = "0"
@@ -346,7 +354,7 @@ func (s *Store) eval(key string, alg algos.Algorithm, r algos.Request) (eval, er
 func (s *Store) evalInto(packed *[]byte, key string, alg algos.Algorithm, r algos.Request) (eval, error) {
 	r = r.Bounded()
 	sc := alg.Script()
-	script, ok := s.scripts[sc.Name]
+	l, ok := s.scripts[sc.Name]
 	if !ok {
 		return eval{}, fmt.Errorf("redisstore: algorithm %q has no Lua script", sc.Name)
 	}
@@ -370,7 +378,7 @@ func (s *Store) evalInto(packed *[]byte, key string, alg algos.Algorithm, r algo
 		}
 		flags |= 8
 	}
-	e := eval{name: sc.Name, script: script, batch: s.batches[sc.Name], banned: sc.Ban != 0}
+	e := eval{name: sc.Name, lua: l, banned: sc.Ban != 0}
 	if r.Backdated {
 		flags |= 16
 	}

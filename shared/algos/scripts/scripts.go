@@ -28,7 +28,8 @@ func Source(name string) (string, error) {
 // Batch returns the script that makes many decisions of the algorithm name in one call, in
 // order, each as Source's script would make it: KEYS holds two keys per decision (its state and
 // its ban, which is read only when it bans), ARGV two arguments (the packed integers and the
-// lease id, "0" for none). The reply is one string, cmsgpack's packing of an array that holds
+// lease id, "0" for none); for a Whole script, which neither bans nor holds a lease, one of each
+// (its state, its packed integers). The reply is one string, cmsgpack's packing of an array that holds
 // each decision's reply (an array of integers), or for one that failed (the others still run) a
 // map {err = its message}: a caller reads it without an array and a boxed integer per number, as
 // Redis's own reply of nested arrays would cost it.
@@ -39,11 +40,13 @@ func Batch(name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	each := "for i = 1, #ARGV / 2 do\n  keys[1], keys[2], argv[1], argv[2] = KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i - 1], ARGV[2 * i]\n"
+	if whole[name] {
+		each = "for i = 1, #ARGV do\n  keys[1], argv[1] = KEYS[i], ARGV[i]\n"
+	}
 	return "local clock\nlocal function one(KEYS, ARGV)\n" + body + `end
 local out, keys, argv = {}, {}, {} -- one decision's KEYS and ARGV, the same tables for each
-for i = 1, #ARGV / 2 do
-  keys[1], keys[2], argv[1], argv[2] = KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i - 1], ARGV[2 * i]
-  local ok, r = pcall(one, keys, argv)
+` + each + `  local ok, r = pcall(one, keys, argv)
   if not ok then
     if type(r) == 'table' then r = r.err end -- redis.call's errors are tables
     r = {err = tostring(r)}
@@ -59,6 +62,10 @@ return cmsgpack.pack(out)
 // counting, where reading and rewriting the prelude's string state would cost Redis several
 // times the count itself.
 var whole = map[string]bool{"counter": true}
+
+// Whole reports whether the script of the algorithm name is a whole decision on its own (see
+// whole): it reads one key and one argument, and its batch script takes one of each per decision.
+func Whole(name string) bool { return whole[name] }
 
 // decision is the code of one decision of algorithm name: the prelude, the algorithm's code as
 // the function decide(cost), and the epilogue; or the script alone if it is whole.
