@@ -163,8 +163,9 @@ func (r *Redis) keys(group string) []string {
 	return []string{k, k + ":exp", k + ":sum"}
 }
 
-// Merge implements Fleet: one pipeline of EVALSHA, sent again with the script loaded if Redis
-// did not know it (NOSCRIPT).
+// Merge implements Fleet: one pipeline of EVALSHA, sent again with EVAL if Redis did not know
+// the script (NOSCRIPT): EVAL needs no right beyond the least privilege of docs/redis.md, where
+// SCRIPT LOAD would. A report sets its instance's demand, so one applied twice counts once.
 func (r *Redis) Merge(ctx context.Context, reps []*Report) error {
 	return r.mergeMax(ctx, reps, MaxInstances)
 }
@@ -177,22 +178,18 @@ func (r *Redis) mergeMax(ctx context.Context, reps []*Report, maxInstances int) 
 	if r.now != nil {
 		now = r.now().UnixMicro()
 	}
-	run := func() ([]*redis.Cmd, error) {
+	run := func(send func(context.Context, redis.Scripter, []string, ...any) *redis.Cmd) ([]*redis.Cmd, error) {
 		p := r.c.Pipeline()
 		cmds := make([]*redis.Cmd, len(reps))
 		for i, rep := range reps {
-			cmds[i] = fleetScript.EvalSha(ctx, p, r.keys(rep.Group),
-				now, rep.Instance, rep.Demand, rep.TTL.Microseconds(), maxInstances)
+			cmds[i] = send(ctx, p, r.keys(rep.Group), now, rep.Instance, rep.Demand, rep.TTL.Microseconds(), maxInstances)
 		}
 		_, err := p.Exec(ctx)
 		return cmds, err
 	}
-	cmds, err := run()
+	cmds, err := run(fleetScript.EvalSha)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		if err := fleetScript.Load(ctx, r.c).Err(); err != nil {
-			return fmt.Errorf("rlqs: loading the fleet script: %w", err)
-		}
-		cmds, err = run()
+		cmds, err = run(fleetScript.Eval)
 	}
 	if err != nil {
 		return fmt.Errorf("rlqs: redis: %w", err)
