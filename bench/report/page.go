@@ -423,7 +423,8 @@ need about 63 µs. Measured in the same way and dropped:
 - 256 gRPC stream workers instead of one per CPU (a profile showed 6% of dianad's CPU growing
   stacks): 0.97 and 0.98 × at 16 and 64 clients, as the stop before found (0.95 and 0.98).
 - ` + "`" + `GOGC=400` + "`" + ` in dianad's environment: about 1.1 × at both counts, but a heap up to five times
-  its live size, which a local store of 250,000 keys makes about 200 MB; not a default.
+  its live size, which a local store of 250,000 keys makes about 200 MB; not a default (the
+  collector's floor, below, is: it adds at most 64 MiB).
 
 ### The collector's floor, packed replies, a lean counter batch (issue 26)
 
