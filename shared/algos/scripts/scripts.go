@@ -28,11 +28,11 @@ func Source(name string) (string, error) {
 // Batch returns the script that makes many decisions of the algorithm name in one call, in
 // order, each as Source's script would make it: KEYS holds two keys per decision (its state and
 // its ban, which is read only when it bans), ARGV two arguments (the packed integers and the
-// lease id, "0" for none); for a Whole script, which neither bans nor holds a lease, one of each
-// (its state, its packed integers). The reply is one string, cmsgpack's packing of an array that holds
-// each decision's reply (an array of integers), or for one that failed (the others still run) a
-// map {err = its message}: a caller reads it without an array and a boxed integer per number, as
-// Redis's own reply of nested arrays would cost it.
+// lease id, "0" for none); for a Whole script, which neither bans nor holds a lease, one of
+// each (its state, its packed integers). The reply is one string, cmsgpack's packing of an array
+// that holds each decision's reply (an array of integers), or for one that failed (the others
+// still run) a map {err = its message}: a caller reads it without the array and the boxed
+// integer per number that Redis's own reply of nested arrays would cost it.
 // Redis's TIME is read once, for every decision of the call: one call costs Redis the call's
 // overhead and the clock once instead of once per decision.
 func Batch(name string) (string, error) {
