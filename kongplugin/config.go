@@ -275,8 +275,10 @@ func (s *settings) setRole(sp *rules.Spec, role rules.Role, v int64) {
 // field returns the flat field that an error of lf's rule, at path, comes from.
 func (lf limitFields) field(sp *rules.Spec, path string) string {
 	switch {
-	case path == "ban", path == "name":
+	case path == "ban":
 		return path
+	case path == "name": // the rule's name is the instance's id and fixed words
+		return "__plugin_id"
 	case path == "nodes", path == "on_error":
 		return "fallback_nodes"
 	case path == "reply.status":
