@@ -183,12 +183,7 @@ func TestSplit(t *testing.T) {
 // As docs/redis.md's least-privilege user, the fleet's script runs: a report, another
 // instance's, and both leaving (which deletes the bucket's keys).
 func TestFleetDocUser(t *testing.T) {
-	rs := redistest.StartWith(t, redistest.Options{Users: []string{redistest.DocUser(t)}})
-	o := rs.Options()
-	o.Username, o.Password = "diana", "secret"
-	c := redis.NewClient(o)
-	defer c.Close()
-	r := NewRedis(c, "diana:", nil)
+	r := NewRedis(redistest.StartAs(t, redistest.DocUser(t)), "diana:", nil)
 	for _, rep := range []*Report{
 		{Group: "g", Instance: "a", Demand: 5000, TTL: 2 * time.Second},
 		{Group: "g", Instance: "b", Demand: 3000, TTL: 2 * time.Second},

@@ -63,7 +63,7 @@ func (k *keeper) tune() bool {
 	}
 	metrics.Read(k.base)
 	live := k.base[0].Value.Uint64()
-	debug.SetGCPercent(Percent(live, live+k.base[1].Value.Uint64()+k.base[2].Value.Uint64(), k.floor))
+	debug.SetGCPercent(percent(live, live+k.base[1].Value.Uint64()+k.base[2].Value.Uint64(), k.floor))
 	return true
 }
 
@@ -71,11 +71,11 @@ func (k *keeper) tune() bool {
 // total heap size").
 const minHeap = 4 << 20
 
-// Percent is the GOGC under which a heap of live bytes grows by floor before its next
+// percent is the GOGC under which a heap of live bytes grows by floor before its next
 // collection, base being what GOGC is a percentage of (the live heap, the goroutine stacks and
 // the globals): the heap's goal is then live + floor, the larger of live + base × GOGC/100 and
 // minHeap × GOGC/100. But never below GOGC 100, Go's default, nor above 2^30 percent.
-func Percent(live, base, floor uint64) int {
+func percent(live, base, floor uint64) int {
 	p := min(float64(floor)/float64(max(base, 1)), (float64(live)+float64(floor))/minHeap) * 100
 	return int(min(max(p, 100), 1<<30))
 }

@@ -20,8 +20,8 @@ func TestPercent(t *testing.T) {
 		{1, 1, 1 << 62, 1 << 30},
 		{1 << 20, 1 << 20, 0, 100},
 	} {
-		if got := Percent(c.live, c.base, c.floor); got != c.want {
-			t.Errorf("Percent(%d, %d, %d) = %d, want %d", c.live, c.base, c.floor, got, c.want)
+		if got := percent(c.live, c.base, c.floor); got != c.want {
+			t.Errorf("percent(%d, %d, %d) = %d, want %d", c.live, c.base, c.floor, got, c.want)
 		}
 	}
 }

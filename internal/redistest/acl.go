@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // docACL starts the least-privilege user's line in docs/redis.md.
@@ -40,4 +42,22 @@ func DocCommands(t testing.TB) []string {
 		}
 	}
 	return cmds
+}
+
+// StartAs starts a server whose ACL holds user, as Options.Users takes it ("name on >password
+// rules..."), and returns a client logged in as that user, closed when the test ends.
+func StartAs(t testing.TB, user string) *redis.Client {
+	t.Helper()
+	srv := StartWith(t, Options{Users: []string{user}})
+	o := srv.Options()
+	o.Username, o.Password = strings.Fields(user)[0], ""
+	for _, f := range strings.Fields(user) {
+		if p, ok := strings.CutPrefix(f, ">"); ok {
+			o.Password = p
+			break
+		}
+	}
+	c := redis.NewClient(o)
+	t.Cleanup(func() { c.Close() })
+	return c
 }

@@ -337,14 +337,7 @@ func TestQuantise(t *testing.T) {
 func TestSharesTopologies(t *testing.T) {
 	doc := redistest.DocUser(t)
 	acl := func(user string) func(t *testing.T) redis.UniversalClient {
-		return func(t *testing.T) redis.UniversalClient {
-			srv := redistest.StartWith(t, redistest.Options{Users: []string{user}})
-			o := srv.Options()
-			o.Username, o.Password = "diana", "secret"
-			c := redis.NewClient(o)
-			t.Cleanup(func() { c.Close() })
-			return c
-		}
+		return func(t *testing.T) redis.UniversalClient { return redistest.StartAs(t, user) }
 	}
 	cases := []struct {
 		name    string

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/diana-gw/diana/internal/algotest"
 	"github.com/diana-gw/diana/internal/redistest"
 	"github.com/diana-gw/diana/shared/algos"
@@ -80,11 +78,7 @@ func TestDocUserScripts(t *testing.T) {
 // PING, and WAIT (which has no replica here to wait for, so it fails as such, not for want of
 // permission).
 func TestDocUser(t *testing.T) {
-	srv := redistest.StartWith(t, redistest.Options{Users: []string{redistest.DocUser(t)}})
-	o := srv.Options()
-	o.Username, o.Password = "diana", "secret"
-	c := redis.NewClient(o)
-	defer c.Close()
+	c := redistest.StartAs(t, redistest.DocUser(t))
 	ctx := context.Background()
 	s := redisstore.New(c, redisstore.Options{})
 	if err := c.Ping(ctx).Err(); err != nil {
