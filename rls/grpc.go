@@ -27,8 +27,15 @@ type GRPC struct {
 // stack through the call (BenchmarkRLS's CPU profile showed the growth).
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.MaxRecvMsgSize(4 << 20), grpc.ForceServerCodecV2(newCodec()),
-		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))}
+		grpc.NumStreamWorkers(uint32(workersPerCPU * runtime.GOMAXPROCS(0)))}
 }
+
+// workersPerCPU is the number of stream workers per CPU. A call waits for Redis on its worker,
+// so each CPU has many calls under way; a call that finds every worker busy runs on a new
+// goroutine, which grows its stack again. Many more workers than calls are no better: each call
+// goes to the worker that has waited longest, so every worker's stack passes through the CPU's
+// caches in turn. Chosen with BenchmarkRLS (docs/performance.md).
+const workersPerCPU = 32
 
 // NewGRPC returns a gRPC server serving s, with ServerOptions.
 func NewGRPC(s *Service) *GRPC {

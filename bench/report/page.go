@@ -467,6 +467,35 @@ What is left, from a CPU profile of dianad at 16 clients: about 43% of its CPU i
 Go's sysmon thread, which polls every 20 µs while goroutines keep blocking in system calls; its
 own code and go-redis's, a few percent each. The gRPC framework's own share is the empty server's
 22 µs per request.
+
+### Stream workers for the calls under way (issue 26)
+
+A CPU profile of dianad at 16 clients still showed 7% of its CPU growing goroutine stacks, nearly
+all of it on the goroutines that gRPC starts for a call when none of its stream workers is free:
+with one worker per CPU and each call waiting for Redis on its worker, most calls found none. The
+earlier trials of 128 and 256 workers gained nothing, and neither does a worker count far above
+the calls under way: each call goes to the worker that has waited longest, so every worker's stack
+passes through the CPU's caches in turn. The server now keeps 32 workers per CPU (rls/grpc.go);
+their stacks took 1.9 MB in dianad under load at 64 clients, against 0.95 MB with one worker per
+CPU (` + "`" + `go_memstats_stack_inuse_bytes` + "`" + `).
+Measured by hand with BenchmarkRLS, 10,000 requests per count, on the 2-core machine with nothing
+else running; a count of workers against one per CPU (dianad ÷ base req/s, medians of 4 or 6
+counts, the base being the same build with one worker per CPU):
+
+| workers on 2 CPUs | 16 clients | 64 clients |
+| --- | ---: | ---: |
+| 8 | 1.01 | 1.02 |
+| 16 | 1.07 | 1.04 |
+| 64 | 1.04 | 1.04 |
+| 256 | 1.00 | 1.00 |
+
+64 workers against 16, in the same rounds: 0.99 × at 16 clients and 1.03 × at 64. Against dianad
+built from the commit before (d344e2c), 6 counts, medians [min–max]:
+
+| clients | dianad ÷ base req/s | dianad ÷ ratelimit req/s | base ÷ ratelimit req/s | CPU per request dianad, base, ratelimit | Redis CPU per request dianad, base, ratelimit | p99 dianad, base, ratelimit |
+| --- | ---: | ---: | ---: | --- | --- | --- |
+| 16 | 1.05 [1.03–1.09] | 1.61 [1.48–1.70] | 1.52 [1.39–1.62] | 49 µs, 53 µs, 101 µs | 18 µs, 18 µs, 17 µs | 2.4 ms, 2.3 ms, 4.6 ms |
+| 64 | 1.04 [1.00–1.13] | 2.08 [1.98–2.14] | 1.99 [1.84–2.02] | 24 µs, 27 µs, 73 µs | 10 µs, 10 µs, 14 µs | 4.2 ms, 4.5 ms, 10.0 ms |
 `
 
 // num writes a measured figure to 3 significant digits, with thousands separators from 1,000.
