@@ -496,6 +496,13 @@ built from the commit before (d344e2c), 6 counts, medians [min–max]:
 | --- | ---: | ---: | ---: | --- | --- | --- |
 | 16 | 1.05 [1.03–1.09] | 1.61 [1.48–1.70] | 1.52 [1.39–1.62] | 49 µs, 53 µs, 101 µs | 18 µs, 18 µs, 17 µs | 2.4 ms, 2.3 ms, 4.6 ms |
 | 64 | 1.04 [1.00–1.13] | 2.08 [1.98–2.14] | 1.99 [1.84–2.02] | 24 µs, 27 µs, 73 µs | 10 µs, 10 µs, 14 µs | 4.2 ms, 4.5 ms, 10.0 ms |
+
+A call that comes with a deadline sooner than the Redis timeout, as Envoy sends every call (its
+filter's timeout), now runs under that deadline instead of a context derived from it
+(store/failover): BenchmarkRLSService (its Redis timeout 5 s) with a 1 s deadline on each
+request's context took 30 allocations and about 2,360 bytes per request instead of 35 and 2,820,
+as many as without a deadline. BenchmarkRLS's clients send no deadline, so its figures do not
+show this.
 `
 
 // num writes a measured figure to 3 significant digits, with thousands separators from 1,000.

@@ -64,3 +64,49 @@ func TestCallSharesTheBreaker(t *testing.T) {
 		})
 	}
 }
+
+// TestWithTimeout: a caller's deadline that comes first is used as it is, without a context of
+// its own (none allocated); otherwise the timeout bounds the call.
+func TestWithTimeout(t *testing.T) {
+	const d = 50 * time.Millisecond
+	for _, tc := range []struct {
+		name   string
+		parent time.Duration // the caller's deadline from now; 0: none
+		same   bool
+	}{
+		{"no deadline", 0, false},
+		{"sooner", 20 * time.Millisecond, true},
+		{"later", time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			parent := context.Background()
+			if tc.parent > 0 {
+				var cancel context.CancelFunc
+				parent, cancel = context.WithTimeout(parent, tc.parent)
+				defer cancel()
+			}
+			start := time.Now()
+			ctx, cancel := withTimeout(parent, d)
+			defer cancel()
+			end, ok := ctx.Deadline()
+			if !ok {
+				t.Fatal("no deadline")
+			}
+			if got := ctx == parent; got != tc.same {
+				t.Errorf("ctx is the caller's: %v, want %v", got, tc.same)
+			}
+			want := start.Add(min(d, tc.parent))
+			if tc.parent == 0 {
+				want = start.Add(d)
+			}
+			if diff := end.Sub(want); diff < -5*time.Millisecond || diff > 5*time.Millisecond {
+				t.Errorf("deadline %v from now, want %v", end.Sub(start), want.Sub(start))
+			}
+			if tc.same {
+				if n := testing.AllocsPerRun(100, func() { _, c := withTimeout(parent, d); c() }); n != 0 {
+					t.Errorf("%v allocations, want none", n)
+				}
+			}
+		})
+	}
+}

@@ -194,7 +194,7 @@ func (s *Store) Decide(ctx context.Context, ops []*rules.Op) {
 	// After an outage, what this node admitted alone goes back into Redis first: no decision
 	// is made there before it.
 	if s.tr.owing.Load() > 0 {
-		wctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+		wctx, cancel := withTimeout(ctx, s.o.Timeout)
 		answered, err := s.tr.writeBack(wctx)
 		cancel()
 		if !answered {
@@ -215,7 +215,7 @@ func (s *Store) Decide(ctx context.Context, ops []*rules.Op) {
 		}
 	}
 
-	tctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+	tctx, cancel := withTimeout(ctx, s.o.Timeout)
 	start := time.Now()
 	s.st.tick(start)
 	held := 0
@@ -323,6 +323,17 @@ func (s *Store) fallback(op *rules.Op, err error, retry time.Duration) {
 	}
 }
 
+// withTimeout is context.WithTimeout(ctx, d), or ctx itself when ctx ends no later: Envoy sends
+// each rate limit call with a deadline of its own (the filter's timeout), and a context derived
+// from it would cost every call a context, a place among ctx's children and a Done channel for
+// the same end.
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if end, ok := ctx.Deadline(); ok && time.Until(end) <= d {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
+}
+
 // note counts the decided ops in Options.Shares, unless the caller went away.
 func (s *Store) note(ctx context.Context, ops []*rules.Op) {
 	if ctx.Err() != nil {
@@ -347,7 +358,7 @@ func (s *Store) Call(ctx context.Context, call func(ctx context.Context) error) 
 	if !ok {
 		return ErrOpen
 	}
-	tctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+	tctx, cancel := withTimeout(ctx, s.o.Timeout)
 	start := time.Now()
 	s.st.tick(start)
 	err := call(tctx)
