@@ -503,6 +503,11 @@ filter's timeout), now runs under that deadline instead of a context derived fro
 request's context took 30 allocations and about 2,360 bytes per request instead of 35 and 2,820,
 as many as without a deadline. BenchmarkRLS's clients send no deadline, so its figures do not
 show this.
+
+The counter's script formats its window's field and its cost once per call instead of having Redis
+format the Lua numbers it passes to every ` + "`" + `HINCRBY` + "`" + ` (about 2,500–3,000 instructions each). With a
+redis-server under callgrind behind dianad at 16 clients (3,000 requests, about 5.6 decisions per
+call), Redis counted 60,900 instructions per request instead of 66,900 (two runs each).
 `
 
 // num writes a measured figure to 3 significant digits, with thousands separators from 1,000.

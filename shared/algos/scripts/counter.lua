@@ -21,7 +21,13 @@ local idx = math.floor(now / window) -- the window the units count in, by its in
 local n, count = cost, 0
 local key = KEYS[1]
 if n > 0 and not dry then
-  local v = redis.call('HINCRBY', key, idx, n)
+  -- Redis formats each number given to redis.call, at a cost near the HINCRBY's own; a call's
+  -- decisions mostly share their window and cost, so each is formatted once per call.
+  decimals = decimals or {}
+  local field, by = decimals[idx], decimals[n]
+  if not field then field = string.format('%d', idx); decimals[idx] = field end
+  if not by then by = string.format('%d', n); decimals[n] = by end
+  local v = redis.call('HINCRBY', key, field, by)
   count = v - n
   if count == 0 then -- a new window: drop an older one, or count in a stored one ahead
     if redis.call('HLEN', key) > 1 then

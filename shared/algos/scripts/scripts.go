@@ -22,7 +22,7 @@ func Source(name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return "local clock\n" + body, nil
+	return callLocals + body, nil
 }
 
 // Batch returns the script that makes many decisions of the algorithm name in one call, in
@@ -44,7 +44,7 @@ func Batch(name string) (string, error) {
 	if whole[name] {
 		each = "for i = 1, #ARGV do\n  keys[1], argv[1] = KEYS[i], ARGV[i]\n"
 	}
-	return "local clock\nlocal function one(KEYS, ARGV)\n" + body + `end
+	return callLocals + "local function one(KEYS, ARGV)\n" + body + `end
 local out, keys, argv = {}, {}, {} -- one decision's KEYS and ARGV, the same tables for each
 ` + each + `  local ok, r = pcall(one, keys, argv)
   if not ok then
@@ -56,6 +56,10 @@ end
 return cmsgpack.pack(out)
 `, nil
 }
+
+// callLocals are what a script call's decisions share: clock, Redis's TIME in µs once read; and
+// decimals, the strings of numbers once formatted (see counter.lua), nil until a decision needs it.
+const callLocals = "local clock, decimals\n"
 
 // whole names the scripts that are a whole decision on their own, without the prelude and the
 // epilogue: the counter's (counter.lua), which runs on every hit of envoyproxy/ratelimit's
@@ -117,7 +121,7 @@ func WriteBack(name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return "local clock\nlocal function one(KEYS, ARGV)\n" + body + `end
+	return callLocals + "local function one(KEYS, ARGV)\n" + body + `end
 if redis.call('EXISTS', KEYS[3]) == 1 then return false end
 local ago = tonumber(ARGV[4]) or 0
 if ago > 0 then
