@@ -505,7 +505,7 @@ as many as without a deadline. BenchmarkRLS's clients send no deadline, so its f
 show this.
 
 The counter's script formats its window's field and its cost once per call instead of having Redis
-format the Lua numbers it passes to every ` + "`" + `HINCRBY` + "`" + ` (about 2,500–3,000 instructions each). With a
+format the Lua numbers it passes to every ` + "`" + `HINCRBY` + "`" + ` (about 2,000–3,000 instructions each). With a
 redis-server under callgrind behind dianad at 16 clients (3,000 requests, about 5.6 decisions per
 call), Redis counted 60,900 instructions per request instead of 66,900 (two runs each).
 `
