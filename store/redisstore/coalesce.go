@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -10,11 +11,18 @@ import (
 	"github.com/diana-gw/diana/shared/rules"
 )
 
-// Concurrent decisions share round trips. A caller that finds fewer than maxSending round trips
-// under way sends its calls at once, so a lone caller waits for nothing but Redis. One that finds
-// them all busy queues its calls; when a round trip ends, every call queued meanwhile goes in one
-// pipeline. Redis then reads, runs and answers many scripts per system call instead of one per
-// decision (BenchmarkRedis, 64 goroutines).
+// Concurrent decisions share round trips. A caller that finds no round trip under way sends its
+// calls at once, so a lone caller waits for nothing but Redis. One that finds fewer than
+// maxSending under way queues its calls and starts a round trip of its own, but first yields
+// its CPU once (runtime.Gosched): the goroutines ready to run meanwhile, such as the other
+// requests of a read from the same client connection, queue their calls behind it, and all go
+// in that one round trip (a gathering; one at a time). One that finds them all busy queues its
+// calls; when a round trip ends, every call queued meanwhile goes in one pipeline. Redis then
+// reads, runs and answers many scripts per system call instead of one per decision
+// (BenchmarkRedis, 64 goroutines), and the callers of one round trip go on together, so that a
+// server's answers to them leave together too (BenchmarkRLS). Gathering costs a few goroutines
+// that do nothing but decide some of their decisions per second, the round trips they would
+// have had under way each (docs/performance.md).
 //
 // Each caller's calls stay together and in order, so they run as one Decide always ran them;
 // calls of different callers are independent, as they were when they raced for connections.
@@ -28,10 +36,11 @@ import (
 // to two other goroutines where this sends it at once, and it cannot put one DecideAll's several
 // script calls in one round trip.
 
-// maxSending is the number of round trips under way at once. A queued caller waits for a round
-// trip to end and for two goroutine switches, which pays only when Redis, not the wait, is what
-// holds decisions up: chosen with BenchmarkRedis beside the code without sharing, where fewer
-// made a few goroutines slower than no sharing and more made 64 gain less (docs/autopipeline.md).
+// maxSending is the number of round trips under way at once. A caller queued behind them waits
+// for a round trip to end and for two goroutine switches, which pays only when Redis, not the
+// wait, is what holds decisions up: chosen with BenchmarkRedis beside the code without sharing,
+// where fewer made a few goroutines slower than no sharing and more made 64 gain less
+// (docs/autopipeline.md).
 const maxSending = 4
 
 // flusherIdle is how long a flusher waits for the next queue before it exits. A flusher is a
@@ -42,10 +51,11 @@ const flusherIdle = time.Second
 
 // coalescer queues the calls that wait for a round trip.
 type coalescer struct {
-	mu      sync.Mutex
-	sending int            // round trips under way
-	queue   []*waiter      // calls that came while maxSending were
-	work    chan []*waiter // unbuffered: a queue handed to an idle flusher
+	mu        sync.Mutex
+	sending   int            // round trips under way, a gathering's among them
+	gathering bool           // a caller has queued its calls and yields before it sends them
+	queue     []*waiter      // calls that wait for a gathering or for a round trip to end
+	work      chan []*waiter // unbuffered: a queue handed to an idle flusher
 }
 
 // waiter is one Decide's calls in the queue. They are a copy, decided in place, so that a
@@ -77,13 +87,11 @@ func (s *Store) Decide(ctx context.Context, calls []*rules.Op) {
 	}
 	co := &s.co
 	co.mu.Lock()
-	if co.sending < maxSending {
+	if co.sending == 0 {
 		co.sending++
 		co.mu.Unlock()
 		s.send(ctx, calls)
-		if q := s.next(); q != nil {
-			s.hand(q)
-		}
+		s.ended()
 		return
 	}
 	w := &waiter{ctx: ctx, calls: make([]rules.Op, len(calls)), done: make(chan struct{})}
@@ -91,7 +99,27 @@ func (s *Store) Decide(ctx context.Context, calls []*rules.Op) {
 		w.calls[i] = *c
 	}
 	co.queue = append(co.queue, w)
+	gather := co.sending < maxSending && !co.gathering
+	if gather {
+		co.sending++
+		co.gathering = true
+	}
 	co.mu.Unlock()
+	if gather {
+		runtime.Gosched()
+		co.mu.Lock()
+		co.gathering = false
+		q := co.queue // w among them, unless a round trip that ended took it
+		co.queue = nil
+		if len(q) == 0 {
+			co.sending--
+		}
+		co.mu.Unlock()
+		if len(q) > 0 {
+			s.flush(q)
+			s.ended()
+		}
+	}
 	select {
 	case <-w.done:
 		for i, c := range calls {
@@ -101,6 +129,13 @@ func (s *Store) Decide(ctx context.Context, calls []*rules.Op) {
 		for _, c := range calls {
 			c.Dec, c.Err = algos.Decision{}, fmt.Errorf("redisstore: %s on %q: %w", scriptName(c), c.Key, s.dials.explain(ctx.Err()))
 		}
+	}
+}
+
+// ended ends a round trip: the calls queued meanwhile go in the next one.
+func (s *Store) ended() {
+	if q := s.next(); q != nil {
+		s.hand(q)
 	}
 }
 

@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -55,6 +57,52 @@ func TestConcurrentCallsShareRoundTrips(t *testing.T) {
 	}
 }
 
+// TestNoCallLeftQueued: callers that come and go at random moments, so that round trips end,
+// gatherings yield and lone callers send in every order, each get their answer (none is left
+// in a queue that no round trip will take), each decision counts once (a bucket of 700 admits
+// exactly 700 of 2,400), and afterwards no round trip is counted as under way.
+func TestNoCallLeftQueued(t *testing.T) {
+	srv := redistest.Start(t)
+	s := New(srv.Client(), Options{})
+	g := must(algos.NewGCRA(1, algos.Hour, 700))
+	ctx := context.Background()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 48 {
+		wg.Go(func() {
+			rnd := rand.New(rand.NewPCG(uint64(i), 1))
+			for range 50 {
+				if d := rnd.IntN(400); d < 200 {
+					time.Sleep(time.Duration(d) * time.Microsecond)
+				} else if d < 300 {
+					runtime.Gosched()
+				}
+				d, err := s.DecideOne(ctx, "hot", g, algos.Request{Cost: 1})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatalf("after a minute, calls have not returned: %d round trips under way", s.sendingNow())
+	}
+	if got := admitted.Load(); got != 700 {
+		t.Fatalf("admitted %d of 2,400, want exactly 700", got)
+	}
+	if n := s.sendingNow(); n != 0 {
+		t.Fatalf("%d round trips still counted as under way", n)
+	}
+}
+
 // TestQueuedCallerLeavesAtItsDeadline: while Redis does not answer, a caller queued behind the
 // round trips under way gets its own deadline's error at that deadline, and once Redis is back
 // decisions go on.
@@ -69,11 +117,11 @@ func TestQueuedCallerLeavesAtItsDeadline(t *testing.T) {
 	long, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
-	for range maxSending { // they take every round trip
+	for i := range maxSending { // they take every round trip, one each
 		wg.Go(func() { s.DecideOne(long, "k", g, algos.Request{Cost: 1}) })
-	}
-	for s.sendingNow() < maxSending {
-		time.Sleep(time.Millisecond)
+		for s.sendingNow() <= i {
+			time.Sleep(time.Millisecond)
+		}
 	}
 	short, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel2()
