@@ -536,15 +536,14 @@ At 16 clients dianad made 1.29 write and 2.05 read system calls per request, the
 decides nothing 0.32 and 0.55 (` + "`" + `perf stat` + "`" + ` on the process, 40,000 requests). Of dianad's writes
 0.50 per request went to Redis, one per round trip (redis-server counted 0.50 EVALSHA per
 request), and 0.79 carried answers to clients, where that server's answers left about three to a
-write: the requests that came in one read from a client's connection were answered together. A
-profile put gRPC's writer at about 11 µs of dianad's CPU per request, against 4.7 µs in that
-server. In dianad such requests mostly went to Redis each on a round trip of its own, and their
-answers came back at different moments.
+write. A profile put gRPC's writer at about 11 µs of dianad's CPU per request, against 4.7 µs in
+that server: dianad's answers came back from Redis at different moments, about two requests a
+round trip.
 
 The coalescer now lets a caller that finds a round trip under way (but fewer than 4) queue its
 calls and yield its CPU once before it sends them: the goroutines ready to run meanwhile, such as
-the other requests of the same read, queue theirs behind it, and all go in that one round trip
-and go on together. A lone caller still sends at once (store/redisstore/coalesce.go). Counted in
+the handlers of other requests that have just come in, queue theirs behind it, and all go in that
+one round trip and go on together. A lone caller still sends at once (store/redisstore/coalesce.go). Counted in
 the same way, dianad then made 1.00 writes and 1.61 reads per request: 0.32 round trips to Redis
 per request and 0.68 writes of answers. Measured by hand with BenchmarkRLS against dianad built
 from the commit before (cc527fb), 10,000 requests per count, 10 counts, medians [min–max]:

@@ -14,9 +14,9 @@ import (
 // Concurrent decisions share round trips. A caller that finds no round trip under way sends its
 // calls at once, so a lone caller waits for nothing but Redis. One that finds fewer than
 // maxSending under way queues its calls and starts a round trip of its own, but first yields
-// its CPU once (runtime.Gosched): the goroutines ready to run meanwhile, such as the other
-// requests of a read from the same client connection, queue their calls behind it, and all go
-// in that one round trip (a gathering; one at a time). One that finds them all busy queues its
+// its CPU once (runtime.Gosched): the goroutines ready to run meanwhile, such as the handlers
+// of other requests that have just come in, queue their calls behind it, and all go in that one
+// round trip (a gathering; one at a time). One that finds them all busy queues its
 // calls; when a round trip ends, every call queued meanwhile goes in one pipeline. Redis then
 // reads, runs and answers many scripts per system call instead of one per decision
 // (BenchmarkRedis, 64 goroutines), and the callers of one round trip go on together, so that a

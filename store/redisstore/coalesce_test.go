@@ -35,13 +35,8 @@ func TestConcurrentCallsShareRoundTrips(t *testing.T) {
 	for range 32 {
 		wg.Go(func() {
 			for range 50 {
-				d, err := s.DecideOne(ctx, "hot", g, algos.Request{Cost: 1})
-				if err != nil {
-					t.Error(err)
+				if !decideHot(t, s, g, &admitted) {
 					return
-				}
-				if d.Allowed {
-					admitted.Add(1)
 				}
 			}
 		})
@@ -65,7 +60,6 @@ func TestNoCallLeftQueued(t *testing.T) {
 	srv := redistest.Start(t)
 	s := New(srv.Client(), Options{})
 	g := must(algos.NewGCRA(1, algos.Hour, 700))
-	ctx := context.Background()
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	for i := range 48 {
@@ -77,13 +71,8 @@ func TestNoCallLeftQueued(t *testing.T) {
 				} else if d < 300 {
 					runtime.Gosched()
 				}
-				d, err := s.DecideOne(ctx, "hot", g, algos.Request{Cost: 1})
-				if err != nil {
-					t.Error(err)
+				if !decideHot(t, s, g, &admitted) {
 					return
-				}
-				if d.Allowed {
-					admitted.Add(1)
 				}
 			}
 		})
@@ -101,6 +90,20 @@ func TestNoCallLeftQueued(t *testing.T) {
 	if n := s.sendingNow(); n != 0 {
 		t.Fatalf("%d round trips still counted as under way", n)
 	}
+}
+
+// decideHot decides one unit on the key "hot", counting it in admitted if it is admitted; false
+// after an error, which it reports.
+func decideHot(t *testing.T, s *Store, g algos.Algorithm, admitted *atomic.Int64) bool {
+	d, err := s.DecideOne(context.Background(), "hot", g, algos.Request{Cost: 1})
+	if err != nil {
+		t.Error(err)
+		return false
+	}
+	if d.Allowed {
+		admitted.Add(1)
+	}
+	return true
 }
 
 // TestQueuedCallerLeavesAtItsDeadline: while Redis does not answer, a caller queued behind the
