@@ -520,9 +520,9 @@ the variant ÷ cc527fb) and dropped; the coalescer keeps up to 4 round trips und
 | 2 | 1.05 [1.01–1.08] | 1.03 [1.01–1.10] |
 
 2 round trips would gain the rate limit service about 5% at 16 clients, but in process
-(BenchmarkRedis, the two builds' test binaries taking turns, 8 counts) a decision took 41.6 µs at
-4 goroutines instead of 26.6, 16.6 µs at 16 as with 4 round trips, and 9.24 µs at 64 instead of
-8.86.
+(BenchmarkRedis, the two builds' test binaries taking turns, 8 counts) a fixed-window decision
+took 41.6 µs at 4 goroutines instead of 26.6, 16.6 µs at 16 as with 4 round trips, and 9.24 µs
+at 64 instead of 8.86.
 
 Without the per-call context of the Redis timeout at all (an upper bound of what a cheaper timer
 could gain; a profile puts the context at 4–5% of dianad's CPU): 1.00 [0.98–1.04] at 16 clients,
