@@ -9,7 +9,7 @@ import (
 
 // TestThreeInstancesBatched runs three dianad servers on one Redis in batched mode under
 // concurrent load: no client gets more than its limit, most of the limit is used, and Redis sees
-// a call per batch, not per request.
+// calls for batches, far fewer than the requests.
 func TestThreeInstancesBatched(t *testing.T) {
 	const limit = 40
 	tests := []struct{ name, limit string }{

@@ -525,10 +525,10 @@ took 41.6 µs at 4 goroutines instead of 26.6, 16.6 µs at 16 as with 4 round tr
 at 64 instead of 8.86.
 
 Without the per-call context of the Redis timeout at all (an upper bound of what a cheaper timer
-could gain; a profile puts the context at 4–5% of dianad's CPU): 1.00 [0.98–1.04] at 16 clients,
-0.99 [0.96–1.01] at 64. At 16 clients a request costs about 100 µs of CPU on the machine (the
-clients', dianad's and Redis's), so a change must save several µs to show beyond the spread of a
-run.
+could gain; perf put the call that makes it at 2.1% of dianad's CPU at 16 clients): 1.00
+[0.98–1.04] at 16 clients, 0.99 [0.96–1.01] at 64. At 16 clients a request costs about 100 µs of
+CPU on the machine (dianad's and Redis's as measured, the clients' estimated from the empty
+server's run), so a change must save several µs to show beyond the spread of a run.
 
 ### Callers that gather into one round trip (issue 26)
 
