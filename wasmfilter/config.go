@@ -216,6 +216,8 @@ func decodeRules(o *conf.Obj, consumer string, fallback bool) []*rules.Rule {
 			o.Fail(p+".by", "the Envoy filter does not read request bodies: a body:PATH dimension would never have a value; use dianad, which peeks at them")
 		case r.Usage != nil && r.Usage.EstimateBody != nil:
 			o.Fail(p+".usage.estimate_body", "the Envoy filter does not read request bodies: use usage.estimate, or dianad, which peeks at them")
+		case r.Usage != nil && r.Usage.Refuse:
+			o.Fail(p+".usage.unreadable", "the Envoy filter does not read request bodies, so no request's output cap is unreadable: each reserves usage.estimate; remove unreadable, or use dianad, which peeks at them")
 		case r.Alg != nil && r.Alg.Script().Words > 0:
 			o.Fail(p+".limit.subwindows", "the filter's shared-data slots hold 4 numbers per client: at most 2 sub-windows (subwindows + 2 numbers); use dianad for more")
 		}

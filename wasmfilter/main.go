@@ -225,6 +225,8 @@ type httpContext struct {
 	paused  bool        // the request waits for the callout to dianad
 	enforce bool        // a denial is answered (filter_enforced drew this request)
 
+	path string // the request's path, normalised, for dianad's usage rules
+
 	held    *holding  // while the request holds leases (adaptive slots); nil otherwise
 	metered *metering // while the request's response is metered for usage rules; nil otherwise
 	remote  *remote   // likewise for dianad's usage rules (cluster mode)
@@ -277,6 +279,9 @@ func (h *httpContext) input() rules.Input {
 		if v, err := proxywasm.GetProperty([]string{"xds", "route_name"}); err == nil {
 			in.Route = string(v)
 		}
+	}
+	if cfg.reads.Body { // a usage rule reserves input by the body's size: the filter reads no body
+		in.BodyLength, _ = strconv.ParseInt(header("content-length"), 10, 64)
 	}
 	return in
 }
