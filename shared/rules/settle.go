@@ -20,8 +20,8 @@ type Settled struct {
 
 // Settle charges the request res admitted its actual cost under each usage rule it reserved an
 // estimate under: cost(rule) is the cost read from the response, or an error, when the rule's
-// fallback is charged (or, if more, the cost cost returns with the error: what a stream cut short
-// counted). Call it once the response has ended, whatever its outcome (an upstream error, a
+// fallback is charged, or, if more, the cost cost returns with the error (what a stream cut short
+// counted) or the estimate: a usage that cannot be read never gives units back. Call it once the response has ended, whatever its outcome (an upstream error, a
 // client gone): nothing is free. It is a no-op for a result without reservations, and settles
 // each reservation once.
 func (e *Engine) Settle(ctx context.Context, res *Result, cost func(r *Rule) (int64, error)) {
@@ -36,8 +36,8 @@ func (e *Engine) Settle(ctx context.Context, res *Result, cost func(r *Rule) (in
 	for _, rv := range res.reserved {
 		r := rv.rule
 		n, err := cost(r)
-		if err != nil {
-			n = min(max(n, rv.fallback), algos.MaxCount)
+		if err != nil { // never less than what was reserved: an unreadable usage gives nothing back
+			n = min(max(n, rv.fallback, rv.estimate), algos.MaxCount)
 		}
 		age := now - rv.at
 		op := Op{Key: rv.key, Alg: algos.NewSettle(r.Alg, rv.estimate, age), Req: algos.Request{Cost: n}, OnError: r.OnError}

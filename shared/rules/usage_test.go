@@ -238,6 +238,13 @@ func TestSettleFallback(t *testing.T) {
 	if got := f.check(request("a", 0)); got.Decision.Remaining != 200 {
 		t.Fatalf("with a fallback of 800: remaining %d, want 200", got.Decision.Remaining)
 	}
+	// A fallback below the reservation gives nothing back: the 300 reserved stay charged.
+	g := newSettleEnv(t, strings.Replace(tokens, `"estimate": 10`, `"estimate": 10, "fallback": 50`, 1))
+	res = g.check(request("a", 300))
+	g.eng.Settle(ctx, &res, missing)
+	if got := g.check(request("a", 0)); got.Decision.Remaining != 700 || g.settled[0].Cost != 300 {
+		t.Fatalf("with a fallback of 50: remaining %d, charged %d, want 700 and 300", got.Decision.Remaining, g.settled[0].Cost)
+	}
 }
 
 // TestSettleDenied: a request refused by another rule reserves nothing and settles nothing.
