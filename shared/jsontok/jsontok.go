@@ -12,13 +12,13 @@
 // It is strict: exactly one value, surrounded by whitespace only (space, tab, CR, LF); no
 // comments, trailing commas, NaN, leading zeros, byte order mark, or unescaped control characters;
 // strings must be valid UTF-8. Escaped UTF-16 surrogate pairs decode to their character and a
-// lone escaped surrogate to U+FFFD, as in encoding/json. Every error is an *SyntaxError with its offset.
+// lone escaped surrogate to U+FFFD, as in encoding/json. Every error is a *SyntaxError with its
+// offset. The files: jsontok.go the tokens and the structure between them, number.go and string.go
+// the two tokens with grammars of their own, errors.go what goes wrong and its message.
 //
 // The package uses only the standard library's strconv and unicode/utf8, and no reflection: TinyGo
 // builds it into the Envoy filter.
 package jsontok
-
-import "unicode/utf8"
 
 // Kind is the kind of a token.
 type Kind uint8
@@ -86,7 +86,7 @@ type Tokenizer struct {
 	hex      rune
 	highSur  rune  // a \u high surrogate awaiting its low half
 	seqStart int64 // the offset of the UTF-8 sequence under way
-	u8need   uint8 // continuation bytes still due
+	u8need   byte  // continuation bytes still due
 	u8lo     byte  // the range of the next continuation byte
 	u8hi     byte
 
@@ -111,18 +111,6 @@ const (
 	stNumber
 	stLiteral    // reading true, false or null
 	stLiteralEnd // the literal is read; the next byte must not continue a word
-)
-
-// The number grammar -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?, a state per position.
-const (
-	numMinus = iota // "-"
-	numZero         // a leading "0": no more integer digits
-	numInt          // integer digits
-	numDot          // "."
-	numFrac         // fraction digits
-	numE            // "e" or "E"
-	numESign        // the exponent's sign
-	numExp          // exponent digits
 )
 
 // Reset makes t read a new document, keeping its memory: at most maxDepth nested objects and
@@ -418,353 +406,6 @@ func (t *Tokenizer) readLiteral() Kind {
 	return Null
 }
 
-// readNumber reads a number's bytes; the number ends at the first byte that continues no number.
-func (t *Tokenizer) readNumber() Kind {
-	from := t.pos
-	for ; t.pos < len(t.in); t.pos++ {
-		c := t.in[t.pos]
-		next, ok := numStep(t.num, c)
-		if ok {
-			t.num = next
-			continue
-		}
-		t.spill(from)
-		if code := numError(t.num, c); code != 0 {
-			return t.failAt(t.start, code)
-		}
-		return t.endNumber()
-	}
-	t.spill(from)
-	if !t.eof {
-		return None
-	}
-	if code := numError(t.num, 0); code != 0 {
-		return t.failAt(t.start, code)
-	}
-	return t.endNumber()
-}
-
-// spill adds the number's bytes read from in[from:] to its text, when its text is no longer a
-// slice of the chunk (it began in an earlier one).
-func (t *Tokenizer) spill(from int) {
-	if t.textIn < 0 && from < t.pos {
-		t.appendText(t.in[from:t.pos])
-	}
-}
-
-// endNumber returns the number read.
-func (t *Tokenizer) endNumber() Kind {
-	t.finishText()
-	t.valueDone()
-	return Number
-}
-
-// numStep returns the grammar state after c, and false if c continues no number from s.
-func numStep(s uint8, c byte) (uint8, bool) {
-	switch s {
-	case numMinus:
-		switch {
-		case c == '0':
-			return numZero, true
-		case digit(c):
-			return numInt, true
-		}
-	case numZero, numInt:
-		switch {
-		case digit(c) && s == numInt:
-			return numInt, true
-		case c == '.':
-			return numDot, true
-		case c == 'e' || c == 'E':
-			return numE, true
-		}
-	case numDot, numFrac:
-		switch {
-		case digit(c):
-			return numFrac, true
-		case (c == 'e' || c == 'E') && s == numFrac:
-			return numE, true
-		}
-	case numE:
-		switch {
-		case c == '+' || c == '-':
-			return numESign, true
-		case digit(c):
-			return numExp, true
-		}
-	case numESign, numExp:
-		if digit(c) {
-			return numExp, true
-		}
-	}
-	return s, false
-}
-
-// numError returns the error of a number in state s followed by c (0: the input's end), or 0 when
-// the number is whole and c ends it.
-func numError(s uint8, c byte) errCode {
-	switch s {
-	case numMinus:
-		return codeNumMinus
-	case numDot:
-		return codeNumDot
-	case numE, numESign:
-		return codeNumExponent
-	case numZero:
-		if digit(c) {
-			return codeNumLeadingZero
-		}
-	}
-	if c != 0 && wordByte(c) { // "0x1F", "1.2.3", "10ms"
-		return codeNumWord
-	}
-	return 0
-}
-
-// IsNumber reports whether s is a whole JSON number, by the grammar Next reads numbers with.
-func IsNumber(s string) bool {
-	if s == "" || s[0] != '-' && !digit(s[0]) {
-		return false
-	}
-	st := uint8(numInt)
-	switch s[0] {
-	case '-':
-		st = numMinus
-	case '0':
-		st = numZero
-	}
-	for i := 1; i < len(s); i++ {
-		next, ok := numStep(st, s[i])
-		if !ok {
-			return false
-		}
-		st = next
-	}
-	return numError(st, 0) == 0
-}
-
-// startString starts a string or a key at its opening quote.
-func (t *Tokenizer) startString(key bool) {
-	t.start = t.Offset()
-	t.pos++
-	t.state, t.isKey, t.plain = stString, key, true
-	t.long, t.text, t.textIn = false, t.text[:0], t.pos
-	t.esc, t.highSur, t.u8need = 0, 0, 0
-}
-
-// readString reads a string's bytes up to its closing quote.
-func (t *Tokenizer) readString() Kind {
-	in := t.in
-	for t.pos < len(in) {
-		if t.esc == 0 && t.u8need == 0 && t.highSur == 0 {
-			// Most of a string is printable ASCII with no meaning of its own: read in bulk.
-			j := t.pos
-			for j < len(in) && plain(in[j]) {
-				j++
-			}
-			if j > t.pos {
-				if t.textIn < 0 {
-					t.appendText(in[t.pos:j])
-				}
-				t.pos = j
-				continue
-			}
-		}
-		c := in[t.pos]
-		switch {
-		case t.u8need > 0:
-			if c < t.u8lo || c > t.u8hi {
-				return t.failAt(t.seqStart, codeUTF8)
-			}
-			t.u8need--
-			t.u8lo, t.u8hi = 0x80, 0xBF
-			t.addByte(c)
-		case t.esc > 0:
-			if code := t.escape(c); code != 0 {
-				return t.failAt(t.escStart, code)
-			}
-		case c == '\\':
-			t.toText()
-			t.esc, t.escStart = 1, t.Offset()
-			t.escBuf[0] = c
-		case t.highSur != 0:
-			t.flushSurrogate()
-			continue // read c again, without the pending half
-		case c == '"':
-			t.pos++
-			if t.textIn >= 0 {
-				t.tok = t.cut(in[t.textIn : t.pos-1])
-				t.textIn = -1
-			} else {
-				t.tok = t.text
-			}
-			t.valueDone()
-			if t.isKey {
-				t.state = stColon
-				return Key
-			}
-			return String
-		case c < 0x20:
-			return t.fail(codeControl)
-		default: // c >= 0x80: the lead byte of a UTF-8 sequence
-			t.seqStart = t.Offset()
-			switch {
-			case 0xC2 <= c && c <= 0xDF:
-				t.u8need, t.u8lo, t.u8hi = 1, 0x80, 0xBF
-			case c == 0xE0:
-				t.u8need, t.u8lo, t.u8hi = 2, 0xA0, 0xBF
-			case c == 0xED:
-				t.u8need, t.u8lo, t.u8hi = 2, 0x80, 0x9F
-			case 0xE1 <= c && c <= 0xEF:
-				t.u8need, t.u8lo, t.u8hi = 2, 0x80, 0xBF
-			case c == 0xF0:
-				t.u8need, t.u8lo, t.u8hi = 3, 0x90, 0xBF
-			case 0xF1 <= c && c <= 0xF3:
-				t.u8need, t.u8lo, t.u8hi = 3, 0x80, 0xBF
-			case c == 0xF4:
-				t.u8need, t.u8lo, t.u8hi = 3, 0x80, 0x8F
-			default:
-				return t.fail(codeUTF8)
-			}
-			t.addByte(c)
-		}
-		t.pos++
-	}
-	if t.eof {
-		return t.failAt(t.start, codeUnterminated)
-	}
-	return None
-}
-
-// escape reads c, a byte of an escape; it returns the error of an invalid one.
-func (t *Tokenizer) escape(c byte) errCode {
-	if n := int(t.esc); n < len(t.escBuf) {
-		t.escBuf[n] = c
-	}
-	if t.esc == 1 {
-		if c == 'u' {
-			t.esc, t.hex = 2, 0
-			return 0
-		}
-		t.esc = 0
-		var r rune
-		switch c {
-		case '"', '\\', '/':
-			r = rune(c)
-		case 'b':
-			r = '\b'
-		case 'f':
-			r = '\f'
-		case 'n':
-			r = '\n'
-		case 'r':
-			r = '\r'
-		case 't':
-			r = '\t'
-		default:
-			if c <= ' ' || c >= 0x7f {
-				return codeEscapeControl
-			}
-			return codeEscapeUnknown
-		}
-		t.flushSurrogate()
-		t.appendRune(r)
-		return 0
-	}
-	var d byte
-	switch {
-	case digit(c):
-		d = c - '0'
-	case 'a' <= c && c <= 'f':
-		d = c - 'a' + 10
-	case 'A' <= c && c <= 'F':
-		d = c - 'A' + 10
-	default:
-		return codeEscapeHex
-	}
-	t.hex = t.hex<<4 | rune(d)
-	if t.esc++; t.esc < 6 {
-		return 0
-	}
-	t.esc = 0
-	r := t.hex
-	if t.highSur != 0 {
-		h := t.highSur
-		t.highSur = 0
-		if 0xDC00 <= r && r <= 0xDFFF {
-			t.appendRune(0x10000 + (h-0xD800)<<10 + (r - 0xDC00))
-			return 0
-		}
-		t.appendRune(utf8.RuneError)
-	}
-	switch {
-	case 0xD800 <= r && r <= 0xDBFF:
-		t.highSur = r
-	case 0xDC00 <= r && r <= 0xDFFF:
-		t.appendRune(utf8.RuneError)
-	default:
-		t.appendRune(r)
-	}
-	return 0
-}
-
-// flushSurrogate writes a pending high surrogate, which no low half followed, as U+FFFD.
-func (t *Tokenizer) flushSurrogate() {
-	if t.highSur != 0 {
-		t.highSur = 0
-		t.appendRune(utf8.RuneError)
-	}
-}
-
-// toText moves the string's text so far out of the chunk, for an escape to follow.
-func (t *Tokenizer) toText() {
-	if t.textIn >= 0 {
-		t.appendText(t.in[t.textIn:t.pos])
-		t.textIn = -1
-	}
-	t.plain = false
-}
-
-// addByte adds a byte of a UTF-8 sequence to the string's text, when it is not in the chunk.
-func (t *Tokenizer) addByte(c byte) {
-	if t.textIn < 0 {
-		t.appendText([]byte{c})
-	}
-}
-
-func (t *Tokenizer) appendRune(r rune) {
-	var b [utf8.UTFMax]byte
-	t.appendText(utf8.AppendRune(b[:0], r))
-}
-
-// appendText adds p to the token's text, up to maxText bytes.
-func (t *Tokenizer) appendText(p []byte) {
-	if t.maxText > 0 && len(t.text)+len(p) > t.maxText {
-		p = p[:max(t.maxText-len(t.text), 0)]
-		t.long = true
-	}
-	t.text = append(t.text, p...)
-}
-
-// cut returns p, at most maxText bytes of it.
-func (t *Tokenizer) cut(p []byte) []byte {
-	if t.maxText > 0 && len(p) > t.maxText {
-		t.long = true
-		return p[:t.maxText]
-	}
-	return p
-}
-
-// finishText sets the token's text once it has ended before t.pos.
-func (t *Tokenizer) finishText() {
-	if t.textIn >= 0 {
-		t.tok = t.cut(t.in[t.textIn:t.pos])
-		t.textIn = -1
-	} else {
-		t.tok = t.text
-	}
-}
-
 func (t *Tokenizer) fail(code errCode) Kind { return t.failAt(t.Offset(), code) }
 
 // failAt records the error code at offset off and returns Error.
@@ -801,10 +442,6 @@ func (t *Tokenizer) failAt(off int64, code errCode) Kind {
 func space(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 func digit(c byte) bool { return '0' <= c && c <= '9' }
-
-// plain reports whether c is a string byte with no meaning of its own: printable ASCII other than
-// the quote and the backslash.
-func plain(c byte) bool { return c >= 0x20 && c < 0x80 && c != '"' && c != '\\' }
 
 // wordByte reports whether c would continue a word: a number or a literal followed by one is
 // misspelt ("10ms", "nullx"), not a value followed by something else.

@@ -203,8 +203,9 @@ func TestDepth(t *testing.T) {
 }
 
 func TestIsNumber(t *testing.T) {
-	for s, want := range map[string]bool{"0": true, "-0": true, "1.5e+3": true, "12": true, "": false, "01": false,
-		"1.": false, "+1": false, "1e": false, "0x1": false, "-": false, "1 ": false, ".5": false} {
+	for s, want := range map[string]bool{"0": true, "-0": true, "1.5e+3": true, "12": true, "1.5": true, "-1.5e10": true, "1E+2": true, "1e-2": true,
+		"": false, "01": false, "1.": false, "+1": false, "1e": false, "1e+": false, "0x1": false, "-": false, "1 ": false, ".5": false,
+		"1_0": false, "1.5.2": false, "--1": false} {
 		if IsNumber(s) != want {
 			t.Errorf("IsNumber(%q) = %v", s, !want)
 		}
