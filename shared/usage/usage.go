@@ -1,29 +1,31 @@
-// Package usage reads the cost of a request from its response: the tokens an LLM upstream says
-// it used, from a response header, from a field path of a JSON body ("usage.total_tokens", or a
-// sum "usage.input_tokens+usage.output_tokens"), or from the data: event of a streamed
-// text/event-stream body that carries that path (OpenAI's last chunk with stream_options
-// include_usage, Anthropic's message_delta), or from the last of the events that carry it, for
-// an upstream that sends its running total in every event (vLLM's continuous_usage_stats;
-// Events).
+// Package usage reads what an LLM request used from its response, and what a gateway must know of
+// the request beforehand. A response's usage is read from a header, from a field path of a JSON
+// body or of a stream's usage event ("usage.total_tokens", or a sum
+// "usage.input_tokens+usage.output_tokens": Fields), or in a provider's own format (Format:
+// OpenAI's Chat, Completions and Embeddings, OpenAI's Responses, Anthropic's Messages, Gemini,
+// Ollama; each one small table), whose counts become token classes (Tokens) that Rates price. A
+// request's model, output cap and stream options are read by ReadRequest, which also edits a
+// streamed OpenAI request to ask for its usage; UsageChunks takes that usage back out of what the
+// client receives.
 //
-// A body is read incrementally: a Reader is an io.Writer fed the body chunk by chunk as it
-// passes to the client, and never keeps it. It holds a push-down JSON scanner (one byte of
-// state per open object or array, at most Limits.MaxDepth of them) and, for a stream, the SSE
-// line state (a field name of at most five bytes); nothing else grows with the body. A token
-// count is parsed as its digits arrive. So memory is bounded by Limits whatever the body:
-// enormous, endless, or one line of a gigabyte.
+// A body is read incrementally: a Reader is an io.Writer fed the body chunk by chunk as it passes
+// to the client, and never keeps it. It reads the body's documents — one JSON document, a
+// text/event-stream's events, JSON lines — with shared/jsontok, the project's one JSON
+// tokenizer, and follows the few paths it wants with a walker that keeps one frame per open
+// object or array; the tokenizer keeps at most 256 bytes of a key or a string. So memory is
+// bounded by Limits whatever the body: enormous, endless, or one line of a gigabyte.
 //
 // Bad input is an error, never a guess: a value that is negative, fractional, written with an
-// exponent, above MaxValue (10^15, algos.MaxCount) or not a number; a path found twice (a
-// duplicate key, a second event carrying usage unless the last counts); invalid JSON or UTF-8;
-// nesting deeper than MaxDepth; a body longer than MaxBytes; a body cut before its JSON value
-// ends; no usage at all. Every error wraps one of the Err values below, for a metric's label,
-// and names the path.
-// The caller then charges the rule's estimate or fallback: nothing is free. Write never fails,
-// so that a body the reader gives up on still reaches the client untouched.
+// exponent, above MaxValue (10^15, algos.MaxCount) or not a number; a running count that goes
+// down; a path found twice (a duplicate key, a second event carrying usage unless the last
+// counts); invalid JSON or UTF-8; nesting deeper than MaxDepth; a body longer than MaxBytes; a
+// body cut before its JSON value ends, or a stream before its provider's end; no usage at all.
+// Every error wraps one of the Err values below, for a metric's label, and names the path. The
+// caller then charges the rule's fallback: nothing is free. Write never fails, so that a body the
+// reader gives up on still reaches the client untouched.
 //
-// The package uses only the standard library's unicode/utf8, errors and strconv: TinyGo builds
-// it into the Envoy filter.
+// The package uses only the standard library (no reflection) and shared/jsontok: TinyGo builds it
+// into the Envoy filter.
 package usage
 
 import (
