@@ -52,7 +52,7 @@ func TestFormatLocal(t *testing.T) {
 func (e *emu) exchangePath(path string, hdrs [][2]string, chunks ...string) string {
 	e.t.Helper()
 	id := e.InitializeHttpContext()
-	e.CallOnRequestHeaders(id, [][2]string{{":method", "POST"}, {":path", path}, {":authority", "llm"}}, false)
+	e.CallOnRequestHeaders(id, [][2]string{{":method", "POST"}, {":path", path}, {":authority", "llm"}}, true)
 	if lr := e.GetSentLocalResponse(id); lr != nil {
 		e.CompleteHttpContext(id)
 		return "denied"
@@ -89,7 +89,7 @@ rules:
 			for i, want := range []string{"99000", "98572"} { // 100000 − 1000; 100000 − 428 − 1000
 				before := len(e.GetCalloutAttributesFromContext(proxytest.PluginContextID))
 				id := e.InitializeHttpContext()
-				if a := e.CallOnRequestHeaders(id, [][2]string{{":method", "POST"}, {":path", "/v1/messages"}, {":authority", "llm"}}, false); a != types.ActionPause {
+				if a := e.CallOnRequestHeaders(id, [][2]string{{":method", "POST"}, {":path", "/v1/messages"}, {":authority", "llm"}}, true); a != types.ActionPause {
 					t.Fatalf("request not paused for the callout: %v", a)
 				}
 				calls := e.GetCalloutAttributesFromContext(id)

@@ -141,7 +141,7 @@ func (h *httpContext) OnHttpResponseTrailers(int) types.Action {
 func (h *httpContext) OnHttpResponseBody(size int, endOfStream bool) types.Action {
 	local := h.metered != nil && h.metered.m.ReadsBody()
 	remote := h.remote != nil && h.remote.m.ReadsBody()
-	if size == 0 || !local && !remote {
+	if size == 0 && (h.strip == nil || !endOfStream) || !local && !remote && h.strip == nil {
 		return types.ActionContinue
 	}
 	chunk, err := proxywasm.GetHttpResponseBody(0, size)
@@ -153,6 +153,11 @@ func (h *httpContext) OnHttpResponseBody(size int, endOfStream bool) types.Actio
 	}
 	if remote {
 		h.remote.m.Write(chunk)
+	}
+	if h.strip != nil {
+		if err := proxywasm.ReplaceHttpResponseBody(h.stripped(chunk, endOfStream)); err != nil {
+			proxywasm.LogWarn("diana.wasm: taking the usage out of the stream: " + err.Error())
+		}
 	}
 	return types.ActionContinue
 }

@@ -31,12 +31,14 @@ type Input struct {
 type BodyState uint8
 
 const (
-	// BodyUnread: the front end does not read request bodies (the Envoy filter): a usage rule
-	// reserves its estimate, which no client chooses.
+	// BodyUnread: the front end did not read the body (the Kong plugin; a request the Envoy
+	// filter decides at its headers): a usage rule reserves its estimate, which no client
+	// chooses.
 	BodyUnread BodyState = iota
 	// BodyWhole: Body is the whole body ("" for none).
 	BodyWhole
-	// BodyPart: Body is the body's first MaxPeek bytes, and the body goes on.
+	// BodyPart: Body is the body's first bytes (MaxPeek, or fewer where the front end reads
+	// fewer), and the body goes on.
 	BodyPart
 	// BodyEncoded: the body is compressed (a Content-Encoding other than identity): a usage
 	// rule cannot read it.

@@ -393,11 +393,10 @@ func (u *Usage) reserve(alg algos.Algorithm, l *LLMRequest) (est, fallback int64
 		if u.Refuse {
 			return 0, 0, "the request's output cap cannot be read: " + unread.Error()
 		}
-		est = worst
 		if fallback < 0 {
 			fallback = worst
 		}
-		return min(est, limit), fallback, ""
+		return min(fallback, limit), fallback, ""
 	}
 	est = min(sat(input, est), limit)
 	if fallback < 0 {
