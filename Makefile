@@ -8,7 +8,7 @@ TINYGO_FLAGS = -scheduler=none -target=wasip1 -buildmode=wasi-legacy -no-debug
 ## packages of Kong Manager's plugin form (cached by lockfile); builds diana.wasm.
 test: deps vet tinygo-check wasm
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./bench/ # the benchmarks still run
-	$(GO) test -race -count=1 -parallel 4 ./...
+	$(GO) test -race -count=1 -parallel 4 -timeout 30m ./... # the compiled filter under the race detector takes minutes; 10m, the default, leaves no room on a loaded machine
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
