@@ -5,7 +5,8 @@ TINYGO_FLAGS = -scheduler=none -target=wasip1 -buildmode=wasi-legacy -no-debug
 
 ## test: every test with the race detector, and the algorithms built and run under TinyGo.
 ## Installs redis-server, deck, chromium (and TinyGo's Debian packages) when missing, and the npm
-## packages of Kong Manager's plugin form (cached by lockfile); builds diana.wasm.
+## packages of Kong Manager's plugin form and the official LLM clients (cached by lockfile); builds
+## diana.wasm.
 test: deps vet tinygo-check wasm
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./bench/ # the benchmarks still run
 	$(GO) test -race -count=1 -parallel 4 -timeout 30m ./... # the compiled filter under the race detector takes minutes; 10m, the default, leaves no room on a loaded machine
@@ -18,6 +19,7 @@ vet:
 deps:
 	@build/need-packages.sh
 	@build/kongmanager.sh >/dev/null
+	@build/llmclients.sh >/dev/null
 
 ## bench: the benchmarks, each beside its anchor (x/time/rate, go-redis/redis_rate, ...), and the
 ## Kong plugin's and the Envoy filter's cost per request beside an empty plugin and filter
