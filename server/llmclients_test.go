@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -12,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,8 +44,9 @@ func (c clientCall) tokens() int64 { return int64(max(1, (len(c.Prompt)+3)/4)) +
 // straight to the fake LLM and through dianad, whose format: auto budget per API key (both clients
 // send theirs as Authorization: Bearer KEY) is kept in a real redis-server. Through dianad each
 // call yields exactly what it yields direct: in particular the OpenAI streams that did not ask for
-// their usage (dianad asked for it) have no usage chunk and no "usage" field. Redis holds exactly
-// the tokens the fake counted, and no response was charged a fallback.
+// their usage (dianad asked for it) have no usage chunk and no "usage" field. The fake receives
+// the clients' bodies unchanged but for that ask. Redis holds exactly the tokens the fake
+// counted, and no response was charged a fallback.
 //
 // Nothing is skipped: without node and npm the test fails (make deps installs npm).
 func TestOfficialClients(t *testing.T) {
@@ -52,7 +56,18 @@ func TestOfficialClients(t *testing.T) {
 	}
 	dir := llmClients(t)
 	rs := redistest.Start(t)
-	up := httptest.NewServer(llmfake.Handler())
+	// The request bodies the fake receives, in order.
+	var mu sync.Mutex
+	var bodies []string
+	fake := llmfake.Handler()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(b))
+		mu.Unlock()
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		fake.ServeHTTP(w, r)
+	}))
 	defer up.Close()
 	ts := startFile(t, header+`upstreams:
   - name: llm
@@ -71,9 +86,11 @@ rules:
 	direct := runClients(t, node, dir, up.URL, key)
 	proxied := runClients(t, node, dir, ts.proxy, key)
 
-	if len(direct) != len(proxied) {
-		t.Fatalf("%d calls direct, %d through dianad", len(direct), len(proxied))
+	if len(direct) != len(proxied) || len(bodies) != 2*len(direct) {
+		t.Fatalf("%d calls direct, %d through dianad, %d requests", len(direct), len(proxied), len(bodies))
 	}
+	// The OpenAI streams that did not ask for their usage.
+	noUsage := map[string]bool{"chat stream": true, "chat.completions.stream finalChatCompletion": true, "completions stream": true}
 	var want int64
 	for i, d := range direct {
 		p := proxied[i]
@@ -84,6 +101,14 @@ rules:
 			t.Errorf("%s: through dianad the client yields other than direct:\n%s", d.Name, firstDiff(d.Yield, p.Yield))
 		}
 		want += p.tokens()
+		// The upstream gets the client's body, but for the usage dianad asks for.
+		sent, got := bodies[i], bodies[len(direct)+i]
+		if noUsage[d.Name] && strings.HasPrefix(sent, "{") {
+			sent = `{"stream_options":{"include_usage":true},` + sent[1:]
+		}
+		if got != sent {
+			t.Errorf("%s: the upstream got %.300s, want %.300s", d.Name, got, sent)
+		}
 		// The fake counts as the test does: the usage the client read, where there is one, says so.
 		var u struct {
 			Usage *struct {
@@ -103,16 +128,16 @@ rules:
 		}
 		// The test means something only if the OpenAI streams that did not ask for their usage
 		// have none and the one that asked has it.
-		switch d.Name {
-		case "chat stream", "chat.completions.stream finalChatCompletion", "completions stream":
+		switch {
+		case noUsage[d.Name]:
 			if bytes.Contains(d.Yield, []byte(`"usage"`)) {
 				t.Errorf("%s: a stream that did not ask for its usage has one: %.300s", d.Name, d.Yield)
 			}
-		case "embeddings": // the client decodes the base64 it asked for
+		case d.Name == "embeddings": // the client decodes the base64 it asked for
 			if !bytes.Contains(d.Yield, []byte(`"embedding":[0.00`)) {
 				t.Errorf("%s: the client read no vector: %.300s", d.Name, d.Yield)
 			}
-		case "chat stream with usage":
+		case d.Name == "chat stream with usage":
 			var chunks []struct {
 				Choices []any
 				Usage   *struct {
