@@ -126,7 +126,9 @@ func TestSettleRedisDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	in := func() *rules.Input { return &rules.Input{Method: "POST", Path: "/", Body: `{"max_tokens": 100}`, BodyState: rules.BodyWhole} }
+	in := func() *rules.Input {
+		return &rules.Input{Method: "POST", Path: "/", Body: `{"max_tokens": 100}`, BodyState: rules.BodyWhole}
+	}
 	res := eng.Check(ctx, in())
 	if !res.Allowed || res.Err != nil {
 		t.Fatalf("with Redis: %+v", res)
