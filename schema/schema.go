@@ -1,6 +1,7 @@
 // Package schema holds the JSON Schemas (draft 2020-12) of Diana's config documents, for
 // editors that validate configs, the Kong plugin's field table and the configuration docs.
-// Every one is generated (make generate; a stale file fails a test):
+// Every one is generated, by internal/gen (go generate ./schema, or make generate; a stale file
+// fails that program's test):
 //
 //   - rule.schema.json: one rule (name, match, by, cost, limit, mode, action, reply, ...), from
 //     shared/rules' reader (rules.ReadSpec) and src/rule.json;
@@ -21,6 +22,8 @@
 // The schemas reference each other by relative URLs ("rule.schema.json#/$defs/match"), resolved
 // against their $id, which all share the base BaseURL.
 package schema
+
+//go:generate go run ./internal/gen
 
 import (
 	"embed"
