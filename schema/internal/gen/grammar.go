@@ -50,12 +50,11 @@ func (g grammar) source() string {
 
 // grammarSchema returns the schema of g: its source with the decoder's facts merged in.
 func grammarSchema(g grammar) ([]byte, error) {
-	src := g.source()
-	b, err := os.ReadFile(src)
+	b, err := os.ReadFile(g.source())
 	if err != nil {
 		return nil, err
 	}
-	return merged(src, b, g.fields())
+	return merged(g.source(), b, g.fields())
 }
 
 // merged returns the schema of the source b (named src) with fields merged in.

@@ -1,6 +1,7 @@
 // Command gen writes the files derived from the grammar's declarations: the JSON Schemas of
-// schema/ (from the config readers with schema/src, and from shared/rules' algorithm registry)
-// and the tables of README.md and docs/configuration.md that come from the same declarations.
+// schema/ (from the config readers with schema/src, and from shared/rules' algorithm registry),
+// the algorithm tables of README.md and docs/configuration.md (from the registry) and the field
+// tables of docs/configuration.md (from the readers; see fields.go).
 //
 // go generate runs it in schema/ (//go:generate in schema.go; make generate runs every
 // directive). It writes only the files whose content changes, so a second run changes nothing.
@@ -37,9 +38,21 @@ func files() []file {
 		fs = append(fs, file{path.Join("schema", g.file), whole(func() ([]byte, error) { return grammarSchema(g) })})
 	}
 	return append(fs,
-		file{"docs/configuration.md", func(old []byte) ([]byte, error) { return splice(old, "algorithms", docsTable()) }},
-		file{"README.md", func(old []byte) ([]byte, error) { return splice(old, "algorithms", readmeTable()) }},
+		file{"docs/configuration.md", configurationPage},
+		file{"README.md", func(old []byte) ([]byte, error) { return splice(old, "algorithms", text(readmeTable())) }},
 	)
+}
+
+// configurationPage is docs/configuration.md with its algorithm table and field tables made.
+func configurationPage(page []byte) ([]byte, error) {
+	page, err := splice(page, "algorithms", text(docsTable()))
+	for _, t := range configurationTables {
+		if err != nil {
+			break
+		}
+		page, err = splice(page, t.section(), t.render)
+	}
+	return page, err
 }
 
 // generate returns what f holds after generation, and what it holds now (nil: no such file).

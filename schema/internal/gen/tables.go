@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -9,16 +10,27 @@ import (
 	"github.com/diana-gw/diana/shared/rules"
 )
 
-// splice returns page with the part between the markers of section replaced by body.
-func splice(page []byte, section, body string) ([]byte, error) {
-	begin := "<!-- " + section + ": generated from shared/rules by make generate -->\n"
-	end := "<!-- end of " + section + " -->\n"
+// splice returns page with the part between the markers of section replaced by what body makes
+// of it. The markers are the line "<!-- SECTION: ... -->", the rest of which says where the
+// part comes from, and the line "<!-- end of SECTION -->".
+func splice(page []byte, section string, body func(old string) (string, error)) ([]byte, error) {
 	s := string(page)
-	i, j := strings.Index(s, begin), strings.Index(s, end)
-	if i < 0 || j < i {
-		return nil, errors.New("no lines " + strings.TrimSpace(begin) + " and " + strings.TrimSpace(end))
+	begin := strings.Index(s, "<!-- "+section+": ")
+	end := strings.Index(s, "<!-- end of "+section+" -->\n")
+	if begin < 0 || end < begin {
+		return nil, errors.New("no lines <!-- " + section + ": ... --> and <!-- end of " + section + " -->")
 	}
-	return []byte(s[:i+len(begin)] + body + s[j:]), nil
+	i := begin + strings.Index(s[begin:], "-->\n") + len("-->\n")
+	b, err := body(s[i:end])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", section, err)
+	}
+	return []byte(s[:i] + b + s[end:]), nil
+}
+
+// text is a body for splice that does not depend on what the part holds now.
+func text(s string) func(string) (string, error) {
+	return func(string) (string, error) { return s, nil }
 }
 
 // docsTable is the algorithm table of docs/configuration.md.
@@ -78,8 +90,14 @@ func paramList(k rules.AlgorithmKind) string {
 	return strings.Join(ps, ", ")
 }
 
-// number writes n with thousands separators, or as a power of ten past a million.
+// number writes n with thousands separators, or as a power of ten past a million, or of two
+// from 2^16.
 func number(n int64) string {
+	for e := 16; e < 63; e++ {
+		if n == 1<<e {
+			return "2^" + strconv.Itoa(e)
+		}
+	}
 	for e, p := 7, int64(10_000_000); e <= 18 && p > 0; e, p = e+1, p*10 {
 		if n == p {
 			return "10^" + strconv.Itoa(e)
