@@ -16,8 +16,9 @@
 // records those calls. The files in src hold the rest: prose, the forms of strings (patterns),
 // and the rules that tie one field to another. Two markers there are the generator's own:
 // "x-required": "conditional" on a field the reader requires only when another field says so
-// (an allOf of the source states when), and "x-default": "computed" on a field whose default
-// is another field's value (its description says which).
+// (an allOf of the source states when), and "x-default" on a field whose default the reader
+// cannot state: "computed" (another field's value, as its description says) or "absent" (the
+// field not given, which no value of its type says).
 //
 // The schemas reference each other by relative URLs ("rule.schema.json#/$defs/match"), resolved
 // against their $id, which all share the base BaseURL.

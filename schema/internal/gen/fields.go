@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"strconv"
@@ -23,7 +24,8 @@ type fieldTable struct {
 	path string // the object's path in g's document: "" (the document), "admin", "upstreams[]"
 }
 
-// configurationTables are the field tables of docs/configuration.md.
+// configurationTables are the field tables of docs/configuration.md: dianad's document
+// (grammars[1]), then a rule's (grammars[0]).
 var configurationTables = []fieldTable{
 	{grammars[1], ""},
 	{grammars[1], "admin"},
@@ -118,13 +120,9 @@ func (g grammar) sourceTree() (*merge, error) {
 	if err != nil {
 		return nil, err
 	}
-	v, err := conf.ParseJSON(b)
+	root, err := parseSource(g.source(), b)
 	if err != nil {
 		return nil, err
-	}
-	root, ok := v.(*conf.Object)
-	if !ok {
-		return nil, errors.New(g.source() + ": not an object")
 	}
 	return &merge{root: root, src: g.source(), reached: map[*conf.Object]bool{}}, nil
 }
@@ -171,8 +169,8 @@ func defaultOf(f conf.Field, n *conf.Object) (string, bool) {
 		return "", false
 	}
 	if d, ok := n.Get("default"); ok { // a list's or an object's, which the source states
-		var b strings.Builder
-		writeCompact(&b, d)
+		var b bytes.Buffer
+		writeJSON(&b, d, "") // one line: a default is small
 		return "`" + b.String() + "`", true
 	}
 	switch d := f.Default.(type) {
@@ -199,39 +197,6 @@ func unstated(f conf.Field, n *conf.Object) string {
 		return "computed (see meaning)"
 	}
 	return "none"
-}
-
-// writeCompact writes v as JSON on one line, as YAML flow style reads it too.
-func writeCompact(b *strings.Builder, v conf.Value) {
-	switch v := v.(type) {
-	case *conf.Object:
-		b.WriteByte('{')
-		for i, k := range v.Keys {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(jsonString(k) + ": ")
-			writeCompact(b, v.Vals[i])
-		}
-		b.WriteByte('}')
-	case []conf.Value:
-		b.WriteByte('[')
-		for i, e := range v {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			writeCompact(b, e)
-		}
-		b.WriteByte(']')
-	case string:
-		b.WriteString(jsonString(v))
-	case conf.Number:
-		b.WriteString(string(v))
-	case bool:
-		b.WriteString(strconv.FormatBool(v))
-	case nil:
-		b.WriteString("null")
-	}
 }
 
 // describe is the source's description of node n, for a row the table lacks.

@@ -59,13 +59,9 @@ func grammarSchema(g grammar) ([]byte, error) {
 
 // merged returns the schema of the source b (named src) with fields merged in.
 func merged(src string, b []byte, fields []conf.Field) ([]byte, error) {
-	v, err := conf.ParseJSON(b)
+	root, err := parseSource(src, b)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", src, err)
-	}
-	root, ok := v.(*conf.Object)
-	if !ok {
-		return nil, fmt.Errorf("%s: not an object", src)
+		return nil, err
 	}
 	m := &merge{root: root, src: src, done: map[*conf.Object]bool{}, reached: map[*conf.Object]bool{}}
 	if d, ok := m.def("dimension"); ok {
@@ -87,6 +83,19 @@ func merged(src string, b []byte, fields []conf.Field) ([]byte, error) {
 	writeJSON(&out, root, "")
 	out.WriteByte('\n')
 	return out.Bytes(), nil
+}
+
+// parseSource parses the source b (named src), which is a JSON object.
+func parseSource(src string, b []byte) (*conf.Object, error) {
+	v, err := conf.ParseJSON(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", src, err)
+	}
+	root, ok := v.(*conf.Object)
+	if !ok {
+		return nil, fmt.Errorf("%s: not an object", src)
+	}
+	return root, nil
 }
 
 type merge struct {
