@@ -80,14 +80,16 @@ run:
 	@echo "  curl -s -X POST http://127.0.0.1:9090/v1/check -d '{\"client_ip\":\"192.0.2.1\",\"path\":\"/\"}'"
 	bin/dianad --config examples/diana.yaml
 
-## generate: the files derived from shared/rules' algorithm registry (schema/limit.schema.json, the
-## algorithm tables of README.md and docs/configuration.md), the JSON Schemas derived from the
-## config readers (schema/rule, dianad and rules.schema.json, with schema/src) and shared/algos' golden vectors
-## (shared/algos/testdata/golden.json, which the Lua scripts are tested against); make test
-## fails when one of them is stale
+## generate: every generated file, by the //go:generate directives of the packages that own
+## them: schema's (schema/internal/gen: the JSON Schemas from the config readers with schema/src
+## and from shared/rules' algorithm registry, and the tables of README.md and
+## docs/configuration.md) and shared/algos' (its tests' golden vectors, testdata/golden.json,
+## which the Lua scripts are tested against). A second run changes nothing; make test fails when
+## a generated file is stale. Not here: kongplugin/testdata/kongmanager/form.json, what Kong
+## Manager's form shows in a browser (go test ./kongplugin -run TestKongManagerForm -update-form),
+## and the measured reports (make report, make bench-report)
 generate:
-	$(GO) test -count=1 -run '^TestGenerated$$' ./schema/ -update
-	$(GO) test -count=1 ./shared/algos/ -update
+	$(GO) generate ./...
 
 ## kongmanager-screenshots: docs/img/kongmanager-*.png, Kong Manager's plugin form as
 ## TestKongManagerForm drives it in headless Chromium (used by docs/kong.md)
