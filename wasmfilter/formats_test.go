@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"strings"
 	"testing"
-
 )
 
 // anthropicStream is an Anthropic Messages stream: 25 input tokens, 10 written to the cache, 300
