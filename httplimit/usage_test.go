@@ -39,8 +39,14 @@ const budgetRule = `[{"name": "tokens", "usage": {"body": "usage.total_tokens", 
 
 func newTokenEnv(t *testing.T, usageExtra string, proxy bool) *tokenEnv {
 	t.Helper()
+	return newRulesEnv(t, strings.Replace(budgetRule, "%s", usageExtra, 1), proxy)
+}
+
+// newRulesEnv is newTokenEnv with the rules given.
+func newRulesEnv(t *testing.T, rulesDoc string, proxy bool) *tokenEnv {
+	t.Helper()
 	te := &tokenEnv{t: t}
-	doc, err := conf.ParseJSON([]byte(`{"rules":` + strings.Replace(budgetRule, "%s", usageExtra, 1) + `}`))
+	doc, err := conf.ParseJSON([]byte(`{"rules":` + rulesDoc + `}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,6 +170,34 @@ func TestUsageStreamPassesThrough(t *testing.T) {
 	// 13 events 40 ms apart: the first after one delay, the stream after 520 ms.
 	if first > 300*time.Millisecond || all < 500*time.Millisecond || early != 0 {
 		t.Fatalf("first event after %v, the stream after %v, %d settlements before its end", first, all, early)
+	}
+	if s := te.settled(1); s.Cost != 1+10 || s.Err != nil {
+		t.Fatalf("settled %+v", s)
+	}
+}
+
+// TestUsageAskedStreamPassesThrough: a stream whose usage the middleware asked for (the client
+// did not) still reaches the client event by event: the first event comes while the stream goes
+// on (nothing is settled yet), and the client's stream has no usage; the usage is charged.
+func TestUsageAskedStreamPassesThrough(t *testing.T) {
+	te := newRulesEnv(t, `[{"name": "tokens", "usage": {"format": "openai", "bytes_per_token": 0},
+		"limit": {"algorithm": "token_bucket", "rate": 10000, "period": "1m"}}]`, true)
+	res := te.post(`{"stream":true,"max_tokens":10}`, map[string]string{"X-Fake-Delay": "20ms"})
+	defer res.Body.Close()
+	rd := bufio.NewReader(res.Body)
+	line, err := rd.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	te.mu.Lock()
+	early := len(te.got)
+	te.mu.Unlock()
+	rest, _ := io.ReadAll(rd)
+	if early != 0 {
+		t.Fatalf("the first event came after the stream was settled: %d settlements", early)
+	}
+	if strings.Contains(line+string(rest), `"usage"`) || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+		t.Fatalf("the client's stream: %q", line+string(rest))
 	}
 	if s := te.settled(1); s.Cost != 1+10 || s.Err != nil {
 		t.Fatalf("settled %+v", s)
