@@ -39,7 +39,7 @@ type testServer struct {
 
 // startFile writes yaml to a config file and runs a server on it. The yaml should listen on
 // 127.0.0.1:0 (see the header helper).
-func startFile(t *testing.T, yaml string) *testServer {
+func startFile(t testing.TB, yaml string) *testServer {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "diana.yaml")
 	writeFile(t, file, yaml)
@@ -56,7 +56,7 @@ func startFile(t *testing.T, yaml string) *testServer {
 }
 
 // startConfig runs a server on cfg; file is the config file to watch, or "".
-func startConfig(t *testing.T, cfg *Config, file string) *testServer {
+func startConfig(t testing.TB, cfg *Config, file string) *testServer {
 	t.Helper()
 	s, err := New(cfg, Options{File: file, Logger: testLogger(t), ShutdownTimeout: waitFor})
 	if err != nil {
@@ -100,7 +100,7 @@ admin:
   listen: "127.0.0.1:0"
 `
 
-func writeFile(t *testing.T, name, data string) {
+func writeFile(t testing.TB, name, data string) {
 	t.Helper()
 	// Write then rename, so that the server never reads half a file.
 	tmp := name + ".tmp"
@@ -113,11 +113,11 @@ func writeFile(t *testing.T, name, data string) {
 }
 
 // testLogger logs to the test's log (shown on failure or with -v).
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))
