@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -424,5 +425,47 @@ func TestLimitRoutedByCaller(t *testing.T) {
 	}
 	if fmt.Sprint(denied) != "[alice-route alice bob-route bob]" {
 		t.Errorf("Denied saw %q, want the routes and consumers of the two refusals", denied)
+	}
+}
+
+// The middleware refuses a request that gives an identity header twice (one the rules count
+// by, or the consumer header) with 400 naming it, and does not hand it on: an exhausted key
+// cannot be spent again behind a fresh one.
+func TestRepeatedIdentityHeader(t *testing.T) {
+	e := engine(t, `[{"name": "key", "by": ["header:X-Api-Key"], "limit": {"algorithm": "fixed_window", "limit": 1, "window": "1h"}},
+		{"name": "consumer", "by": ["consumer"], "limit": {"algorithm": "fixed_window", "limit": 100, "window": "1h"}}]`, nil)
+	reached := 0
+	srv := serve(t, httplimit.New(e, httplimit.Options{TrustedProxies: loopback, ConsumerHeader: "X-Consumer"}),
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached++ }))
+	send := func(h [][2]string) (int, string) {
+		req, _ := http.NewRequest("GET", srv.URL+"/", nil)
+		for _, kv := range h {
+			req.Header.Add(kv[0], kv[1])
+		}
+		res, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(body)
+	}
+	if status, _ := send([][2]string{{"X-Api-Key", "victim"}}); status != 200 {
+		t.Fatalf("the key's first request: %d", status)
+	}
+	for _, tc := range []struct {
+		name    string
+		headers [][2]string
+		want    string
+	}{
+		{"key twice", [][2]string{{"X-Api-Key", "fresh"}, {"X-Api-Key", "victim"}}, "X-Api-Key"},
+		{"consumer twice", [][2]string{{"X-Api-Key", "other"}, {"X-Consumer", "a"}, {"X-Consumer", "b"}}, "X-Consumer"},
+	} {
+		if status, body := send(tc.headers); status != 400 || !strings.Contains(body, tc.want) {
+			t.Errorf("%s: %d %s, want 400 naming %s", tc.name, status, body, tc.want)
+		}
+	}
+	if reached != 1 {
+		t.Errorf("the handler saw %d requests, want only the first", reached)
 	}
 }

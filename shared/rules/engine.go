@@ -87,7 +87,10 @@ type Result struct {
 	ErrRule, Shadow *Rule
 	// BadPath: the path holds a control character, or an escaped slash which the engine refuses
 	// (RejectSlashes); no rule was asked, and the answer is 400.
-	BadPath  bool
+	BadPath bool
+	// Repeated names the identity header the request gives more than once (see
+	// MultiHeaders); no rule was asked, and the answer is 400.
+	Repeated string
 	leases   []lease
 	reserved []reservation // the usage rules' estimates, which Settle settles
 }
@@ -176,6 +179,9 @@ func (e *Engine) Normalize(in *Input) bool {
 func (e *Engine) Check(ctx context.Context, in *Input) Result {
 	if !e.Normalize(in) {
 		return Result{BadPath: true, Decision: algos.Decision{RetryAfter: algos.Never}}
+	}
+	if h := repeated(e.rules, in); h != "" {
+		return Result{Repeated: h, Decision: algos.Decision{RetryAfter: algos.Never}}
 	}
 	if r := e.exempted(in); r != nil {
 		if e.observe != nil {
