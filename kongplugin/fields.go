@@ -186,7 +186,7 @@ func fieldTable() []field {
 		field{Name: "fallback_nodes", Type: "integer", From: "#/properties/nodes", Default: int64(0), Min: nodesMin, Max: nodesMax, Applies: redis, Advanced: true,
 			Desc: "policy redis, when Redis cannot decide: if above 0, each node limits on its own at the share of the traffic it learned while Redis answered (plus 2%), or, without that history, with every limit divided by this number (the Kong nodes sharing the limit). 0: follow fail_closed."},
 		field{Name: "batch_max", Type: "integer", Default: int64(0), Min: batchMin, Max: batchMax, Applies: redis, Advanced: true,
-			Desc: "policy redis, batched mode: if above 0, each Kong node takes units from Redis in pre-debited batches of up to this many and spends them on its own: one Redis call per batch, never over the limit. 0: one call per request."},
+			Desc: "policy redis, batched mode: if above 0, each Kong node takes units from Redis in pre-debited batches of up to this many and spends them on its own: one Redis call per batch, adding no over-admission. 0: one call per request."},
 		field{Name: "batch_max_age", Type: "string", From: "#/properties/batch/properties/max_age", Default: "0s", Match: spanMatch, Applies: redis, Advanced: true,
 			Desc: "policy redis with batch_max: how long a node may hold batched units before they expire unspent, e.g. 200ms. 0s: the algorithm's default."},
 		field{Name: "hide_client_headers", Advanced: true, Type: "boolean", Default: false,
