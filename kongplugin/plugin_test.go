@@ -64,7 +64,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"concurrency", map[string]any{"algorithm": "concurrency", "limit": 10}, "", ""},
 		{"sub-windows", map[string]any{"algorithm": "sliding_window", "limit": 10, "window": "1m", "subwindows": 60, "ip_limit": 5}, "", ""},
 		{"too many sub-windows", map[string]any{"subwindows": 61}, "subwindows: ", ""},
-		{"sub-windows shorter than 1 µs", map[string]any{"window": "2us", "subwindows": 3}, "subwindows: must be at most the window in µs (2)", ""},
+		{"sub-windows shorter than 1 µs", map[string]any{"window": "2us", "subwindows": 3}, "", "subwindows: is lowered to 2 for the rule diana.main.sliding_window"},
 		{"sub-windows of another algorithm", map[string]any{"algorithm": "token_bucket", "limit": 10, "subwindows": 6}, "", "subwindows: is ignored"},
 		{"redis", map[string]any{"policy": "redis", "redis_addrs": []string{"a:1", "b:2"}, "fallback_nodes": 3}, "", ""},
 		{"leased", map[string]any{"policy": "redis", "batch_max": 50, "batch_max_age": "200ms", "ip_limit": 5}, "", ""},
