@@ -20,6 +20,7 @@ import (
 	kpp "github.com/Kong/go-pdk/server/kong_plugin_protocol"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/diana-gw/diana/internal/logbuf"
 	"github.com/diana-gw/diana/internal/redistest"
 )
 
@@ -75,25 +76,7 @@ type pluginServer struct {
 	inst   int      // the last __seq__: Kong numbers instances across all plugins, and go-pdk uses it as the instance id
 	conn   net.Conn // reopened after each exit, which closes it (go-pdk's Response.Exit)
 	cmd    *exec.Cmd
-	logs   *lockedBuffer // what it wrote to its standard error (Kong's error log)
-}
-
-// lockedBuffer is a buffer a process writes to while a test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	logs   *logbuf.Buffer // what it wrote to its standard error (Kong's error log)
 }
 
 func startServer(t testing.TB, bin string, args ...string) *pluginServer {
@@ -105,7 +88,7 @@ func startServer(t testing.TB, bin string, args ...string) *pluginServer {
 func startServerIn(t testing.TB, prefix, bin string, args ...string) *pluginServer {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"-kong-prefix", prefix}, args...)...)
-	logs := &lockedBuffer{}
+	logs := &logbuf.Buffer{}
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/diana-gw/diana/internal/logbuf"
 )
 
 // dial opens a raw connection to the host:port of base (http://host:port).
@@ -286,7 +288,7 @@ func TestOpenAdminWarned(t *testing.T) {
 		{Admin{Listen: "0.0.0.0:0", Token: "t"}, false},
 		{Admin{Listen: "127.0.0.1:0"}, false},
 	} {
-		var logs lockedBuffer
+		var logs logbuf.Buffer
 		// New listens, but nothing is served: the listener is closed at once.
 		s, err := New(&Config{Admin: c.admin}, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		if err != nil {

@@ -253,14 +253,7 @@ func TestGRPCConnectionFlood(t *testing.T) {
 		h := dialH2(t, ts.RLSAddr())
 		defer h.c.Close()
 	}
-	conn, err := grpc.NewClient(ts.RLSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+	if err := rlsHealth(ts.RLSAddr()); err != nil {
 		t.Fatalf("health check during the flood: %v", err)
 	}
 	if v := metric(t, ts, `diana_connections_open{listener="rls"}`); v > maxConnections {
@@ -269,6 +262,19 @@ func TestGRPCConnectionFlood(t *testing.T) {
 	if v := metric(t, ts, `diana_connections_reclaimed_total{listener="rls"}`); v < extra {
 		t.Errorf(`diana_connections_reclaimed_total{listener="rls"} %v, want at least %d`, v, extra)
 	}
+}
+
+// rlsHealth asks the gRPC health service at addr, on a connection of its own.
+func rlsHealth(addr string) error {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	return err
 }
 
 // budgetChild, set in the environment, makes TestDescriptorBudget the dianad it floods: with an
@@ -333,14 +339,7 @@ func TestDescriptorBudget(t *testing.T) {
 			t.Errorf("GET %s with the gRPC listener flooded: %d", u, resp.StatusCode)
 		}
 	}
-	conn, err := grpc.NewClient(rlsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+	if err := rlsHealth(rlsAddr); err != nil {
 		t.Errorf("rls health check with the gRPC listener flooded: %v", err)
 	}
 }

@@ -32,13 +32,11 @@ rules:
 		for _, kv := range h {
 			req.Header.Add(kv[0], kv[1])
 		}
-		resp, err := client.Do(req)
+		r, err := roundTrip(req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return reply{resp.StatusCode, resp.Header, string(b)}
+		return r
 	}
 	if r := send("GET", ts.proxy+"/", nil, [][2]string{{"X-Api-Key", "victim"}}); r.status != 200 {
 		t.Fatalf("the key's first request: %d %s", r.status, r.body)

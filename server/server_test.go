@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/diana-gw/diana/examples"
+	"github.com/diana-gw/diana/internal/logbuf"
 )
 
 // waitFor is the generous bound on anything a test waits for.
@@ -157,6 +157,11 @@ func do(method, url, xff string, body io.Reader, token string) (reply, error) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	return roundTrip(req)
+}
+
+// roundTrip sends req and reads its response whole.
+func roundTrip(req *http.Request) (reply, error) {
 	resp, err := client.Do(req)
 	if err != nil {
 		return reply{}, err
@@ -458,24 +463,6 @@ func TestExampleConfig(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log sink for one test, safe for the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // Denials and shadow denials are logged with the rule and the client, at most one line a second
 // each, with the count held back; the proxy and /v1/check alike.
 func TestDenialLogs(t *testing.T) {
@@ -490,7 +477,7 @@ func TestDenialLogs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	s, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), ShutdownTimeout: waitFor})
 	if err != nil {
 		t.Fatal(err)
@@ -537,7 +524,7 @@ rules:
 		if err != nil {
 			t.Fatal(err)
 		}
-		var logs lockedBuffer
+		var logs logbuf.Buffer
 		s, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), ShutdownTimeout: waitFor})
 		if err != nil {
 			t.Fatal(err)

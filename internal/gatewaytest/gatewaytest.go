@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/diana-gw/diana/internal/redistest"
 )
 
 // startTimeout bounds the wait for a gateway to listen.
@@ -65,16 +67,16 @@ func Caddy(t testing.TB, caddyfile func(port int) string) int {
 }
 
 // startAttempts bounds the starts of a gateway whose port another process took between
-// freePort and the gateway's bind.
+// FreePort and the gateway's bind.
 const startAttempts = 5
 
 // onFreePort calls start with a free port until the gateway it starts listens there: a port is
-// free when freePort returns it, but another process may bind it before the gateway does, which
+// free when FreePort returns it, but another process may bind it before the gateway does, which
 // then exits saying so (its log, which start returns with the error).
 func onFreePort(t testing.TB, start func(port int) (string, error)) int {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
-		port := freePort(t)
+		port := redistest.FreePort(t)
 		log, err := start(port)
 		if err == nil {
 			return port
@@ -83,17 +85,6 @@ func onFreePort(t testing.TB, start func(port int) (string, error)) int {
 			t.Fatalf("%v\n%s", err, log)
 		}
 	}
-}
-
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find a free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func write(t testing.TB, file, data string) {
