@@ -113,8 +113,20 @@ func (c *RedisCluster) Masters(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// replicaOf returns the replica of the master at addr.
+// replicaOf returns the replica of the master at addr. A node may see another as failing for a
+// moment (PFAIL: no answer within cluster-node-timeout, which a loaded machine can cause): it
+// asks again until a live replica shows, or ctx ends.
 func (c *RedisCluster) replicaOf(ctx context.Context, addr string) (*Server, error) {
+	var r *Server
+	err := waitFor(ctx, func() (err error) {
+		r, err = c.liveReplicaOf(ctx, addr)
+		return err
+	})
+	return r, err
+}
+
+// liveReplicaOf returns the replica of the master at addr that a running node sees as live.
+func (c *RedisCluster) liveReplicaOf(ctx context.Context, addr string) (*Server, error) {
 	ns, err := c.nodes(ctx)
 	if err != nil {
 		return nil, err
