@@ -171,6 +171,16 @@ func (m *merge) node(path string) (n, parent *conf.Object, key string) {
 		if n = m.resolve(n); n == nil {
 			return nil, nil, ""
 		}
+		if part == "*" { // a value of an object_map: the source states it in additionalProperties
+			ap, _ := n.Get("additionalProperties")
+			if n, _ = ap.(*conf.Object); n == nil {
+				m.fail("%s: an object of objects needs its values' additionalProperties here", path)
+				return nil, nil, ""
+			}
+			m.reached[n] = true
+			parent, key = nil, ""
+			continue
+		}
 		props, _ := n.Get("properties")
 		po, _ := props.(*conf.Object)
 		if po == nil {
@@ -280,8 +290,12 @@ func (m *merge) field(f conf.Field) {
 		} else {
 			target.Set("$ref", RuleFile+"#/$defs/"+def)
 		}
-	case "object":
+	case "object", "object_map":
 		target.Set("type", "object")
+	case "number":
+		target.Set("type", "number")
+		target.Set("minimum", conf.Number(strconv.FormatInt(f.Min, 10)))
+		target.Set("maximum", conf.Number(strconv.FormatInt(f.Max, 10)))
 	case "string_map":
 		target.Set("type", "object")
 		ap, _ := target.Get("additionalProperties")

@@ -74,7 +74,7 @@ func (e *emu) llmAdmit(admin string) (id uint32, before int) {
 	e.t.Helper()
 	before = len(e.GetCalloutAttributesFromContext(proxytest.PluginContextID))
 	id = e.InitializeHttpContext()
-	if a := e.CallOnRequestHeaders(id, [][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "llm"}}, false); a != types.ActionPause {
+	if a := e.CallOnRequestHeaders(id, [][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "llm"}}, true); a != types.ActionPause {
 		e.t.Fatalf("request not paused for the callout: %v", a)
 	}
 	calls := e.GetCalloutAttributesFromContext(id)

@@ -34,7 +34,7 @@ rules:
 			for i, want := range []string{"900", "893"} { // 1000 − 100; 1000 − 7 − 100
 				before := len(e.GetCalloutAttributesFromContext(proxytest.PluginContextID))
 				id := e.InitializeHttpContext()
-				if a := e.CallOnRequestHeaders(id, [][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "llm"}}, false); a != types.ActionPause {
+				if a := e.CallOnRequestHeaders(id, [][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "llm"}}, true); a != types.ActionPause {
 					t.Fatalf("request not paused for the callout: %v", a)
 				}
 				calls := e.GetCalloutAttributesFromContext(id)

@@ -37,7 +37,7 @@ func TestRepeatedIdentityHeader(t *testing.T) {
 			if tc.want == "" {
 				return
 			}
-			if status, body := res.Denial(); status != 400 || !strings.Contains(string(body), tc.want) || !res.Refused() {
+			if status, body := res.Denial(); status != 400 || !strings.Contains(string(body), tc.want) || !res.Invalid() {
 				t.Errorf("denial %d %s; want 400 naming %s", status, body, tc.want)
 			}
 			if obs := e.observed(); len(obs) != 0 {
