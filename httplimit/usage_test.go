@@ -39,8 +39,14 @@ const budgetRule = `[{"name": "tokens", "usage": {"body": "usage.total_tokens", 
 
 func newTokenEnv(t *testing.T, usageExtra string, proxy bool, wrap ...func(http.Handler) http.Handler) *tokenEnv {
 	t.Helper()
+	return newRulesEnv(t, strings.Replace(budgetRule, "%s", usageExtra, 1), proxy, wrap...)
+}
+
+// newRulesEnv is newTokenEnv with the rules given; wrap wrap the upstream's handler.
+func newRulesEnv(t *testing.T, rulesDoc string, proxy bool, wrap ...func(http.Handler) http.Handler) *tokenEnv {
+	t.Helper()
 	te := &tokenEnv{t: t}
-	doc, err := conf.ParseJSON([]byte(`{"rules":` + strings.Replace(budgetRule, "%s", usageExtra, 1) + `}`))
+	doc, err := conf.ParseJSON([]byte(`{"rules":` + rulesDoc + `}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,6 +206,34 @@ func (g *gatedWriter) Write(p []byte) (int, error) {
 }
 
 func (g *gatedWriter) Unwrap() http.ResponseWriter { return g.ResponseWriter }
+
+// TestUsageAskedStreamPassesThrough: a stream whose usage the middleware asked for (the client
+// did not) still reaches the client event by event: the first event comes while the stream goes
+// on (nothing is settled yet), and the client's stream has no usage; the usage is charged.
+func TestUsageAskedStreamPassesThrough(t *testing.T) {
+	te := newRulesEnv(t, `[{"name": "tokens", "usage": {"format": "openai", "bytes_per_token": 0},
+		"limit": {"algorithm": "token_bucket", "rate": 10000, "period": "1m"}}]`, true)
+	res := te.post(`{"stream":true,"max_tokens":10}`, map[string]string{"X-Fake-Delay": "20ms"})
+	defer res.Body.Close()
+	rd := bufio.NewReader(res.Body)
+	line, err := rd.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	te.mu.Lock()
+	early := len(te.got)
+	te.mu.Unlock()
+	rest, _ := io.ReadAll(rd)
+	if early != 0 {
+		t.Fatalf("the first event came after the stream was settled: %d settlements", early)
+	}
+	if strings.Contains(line+string(rest), `"usage"`) || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+		t.Fatalf("the client's stream: %q", line+string(rest))
+	}
+	if s := te.settled(1); s.Cost != 1+10 || s.Err != nil {
+		t.Fatalf("settled %+v", s)
+	}
+}
 
 // TestUsageMissing: a response without a usable usage is charged the fallback (or the
 // estimate), with the reason.

@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"strings"
 	"testing"
-
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
 // anthropicStream is an Anthropic Messages stream: 25 input tokens, 10 written to the cache, 300
@@ -87,32 +84,16 @@ rules:
 			e := start(t, rn.vm(t), `{"cluster": {"name": "dianad", "token": "s3cret"}}`)
 			e.from(map[string]string{"go": "198.51.100.31:1", "wasm": "198.51.100.32:1"}[rn.name])
 			for i, want := range []string{"99000", "98572"} { // 100000 − 1000; 100000 − 428 − 1000
-				before := len(e.GetCalloutAttributesFromContext(proxytest.PluginContextID))
-				id := e.InitializeHttpContext()
-				if a := e.CallOnRequestHeaders(id, [][2]string{{":method", "POST"}, {":path", "/v1/messages"}, {":authority", "llm"}}, true); a != types.ActionPause {
-					t.Fatalf("request not paused for the callout: %v", a)
-				}
-				calls := e.GetCalloutAttributesFromContext(id)
-				if len(calls) != 1 {
-					t.Fatalf("check callouts %+v", calls)
-				}
-				if st := e.relay(calls[0], admin); st != "200" {
-					t.Fatalf("check: %s", st)
-				}
-				e.CallOnResponseHeaders(id, [][2]string{{":status", "200"}, {"content-type", "text/event-stream"}}, false)
-				if rem := toMap(e.GetCurrentResponseHeaders(id))["ratelimit-remaining"]; rem != want {
+				id, before := e.llmAdmitTo(admin, "/v1/messages")
+				if rem := e.respondStream(id, anthropicStream...); rem != want {
 					t.Fatalf("request %d: remaining %s, want %s", i+1, rem, want)
 				}
-				for j, c := range anthropicStream {
-					e.CallOnResponseBody(id, []byte(c), j == len(anthropicStream)-1)
+				settle := e.llmDone(id, before)
+				if !bytes.Contains(settle.Body, []byte(`"tokens":{"input":25,"cached_input":300,"cache_write":10,"cache_write_1h":0,"output":15,"reasoning":0}`)) ||
+					!strings.Contains(string(settle.Body), `"model":"claude-sonnet-4-5"`) {
+					t.Fatalf("request %d: settlement %s, want the stream's tokens and model", i+1, settle.Body)
 				}
-				e.CompleteHttpContext(id)
-				settles := e.GetCalloutAttributesFromContext(proxytest.PluginContextID)
-				if len(settles) != before+1 || !bytes.Contains(settles[before].Body, []byte(`"tokens":{"input":25,"cached_input":300,"cache_write":10,"cache_write_1h":0,"output":15,"reasoning":0}`)) ||
-					!strings.Contains(string(settles[before].Body), `"model":"claude-sonnet-4-5"`) {
-					t.Fatalf("request %d: settlements %+v, want the stream's tokens and model", i+1, settles[before:])
-				}
-				if got := e.relay(settles[before], admin); got != "204" {
+				if got := e.relay(settle, admin); got != "204" {
 					t.Fatalf("request %d: settlement answered %s", i+1, got)
 				}
 			}

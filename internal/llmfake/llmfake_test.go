@@ -1,8 +1,12 @@
 package llmfake_test
 
 import (
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -205,6 +209,42 @@ func TestFormats(t *testing.T) {
 	for _, name := range []string{"openai stream", "anthropic stream", "gemini sse"} {
 		if _, err := read(t, calls[name], map[string]string{"X-Fake-Hostile": "down", "X-Fake-Deltas": "2"}); !errors.Is(err, usage.ErrValue) {
 			t.Errorf("%s going down: %v", name, err)
+		}
+	}
+}
+
+// TestEmbeddingsBase64: embeddings asked for in base64, as the official OpenAI clients ask by
+// default, are the float vector's little-endian float32s.
+func TestEmbeddingsBase64(t *testing.T) {
+	srv := httptest.NewServer(llmfake.Handler())
+	defer srv.Close()
+	embedding := func(format string) json.RawMessage {
+		resp, err := http.Post(srv.URL+"/v1/embeddings", "application/json", strings.NewReader(`{"model":"m","input":"hi"`+format+`}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Data []struct{ Embedding json.RawMessage }
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || len(body.Data) != 1 {
+			t.Fatalf("%v: %+v", err, body)
+		}
+		return body.Data[0].Embedding
+	}
+	var floats []float32
+	if err := json.Unmarshal(embedding(""), &floats); err != nil || len(floats) == 0 {
+		t.Fatalf("float embedding %v: %v", floats, err)
+	}
+	var s string
+	json.Unmarshal(embedding(`,"encoding_format":"base64"`), &s)
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil || len(b) != 4*len(floats) {
+		t.Fatalf("base64 embedding %q: %d bytes (%v), want %d", s, len(b), err, 4*len(floats))
+	}
+	for i, f := range floats {
+		if got := math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])); got != f {
+			t.Errorf("base64 embedding [%d] = %v, the float one %v", i, got, f)
 		}
 	}
 }

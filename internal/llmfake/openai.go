@@ -1,6 +1,9 @@
 package llmfake
 
 import (
+	"encoding/base64"
+	"encoding/binary"
+	"math"
 	"net/http"
 	"strings"
 )
@@ -118,8 +121,18 @@ type openAIEmbeddings struct{}
 func (openAIEmbeddings) fail(w http.ResponseWriter, code int, msg string) { openAIError(w, code, msg) }
 
 func (openAIEmbeddings) answer(c *call) {
+	vector := []float32{0.0023064255, -0.009327292, -0.0028842222}
+	var embedding any = vector
+	// The official clients ask for base64 (little-endian float32s) unless told otherwise.
+	if c.req["encoding_format"] == "base64" {
+		b := make([]byte, 0, 4*len(vector))
+		for _, f := range vector {
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(f))
+		}
+		embedding = base64.StdEncoding.EncodeToString(b)
+	}
 	m := map[string]any{"object": "list", "model": c.model(),
-		"data": []any{map[string]any{"object": "embedding", "index": 0, "embedding": []float64{0.0023064255, -0.009327292, -0.0028842222}}}}
+		"data": []any{map[string]any{"object": "embedding", "index": 0, "embedding": embedding}}}
 	if c.withUsage() {
 		m["usage"] = c.duplicated(map[string]any{"prompt_tokens": c.count(c.u.Prompt), "total_tokens": c.count(c.u.Prompt)}, "prompt_tokens")
 	}

@@ -12,12 +12,19 @@ import (
 	"testing"
 )
 
+// The golden file is a recording of the tests below, so it is made by running them.
+//go:generate go test -count=1 . -update
+
 // The golden vectors of this package's tests (replay, lreplay) are recorded as they run, and
 // testdata/golden.json holds them: store/redisstore replays that file against the Lua scripts on
 // a real redis-server, so the scripts are pinned by the same vectors as the Go. A run of the
-// whole package fails when the file differs from the vectors; go test -update (make generate)
-// rewrites it.
+// whole package fails when the file differs from the vectors; go generate (the directive
+// above, which runs them with -update; make generate) rewrites it: the vectors are the tests'
+// tables, and the decisions recorded are the ones they check.
 var updateGolden = flag.Bool("update", false, "rewrite testdata/golden.json from the golden vectors")
+
+// regenerate is what fixes a stale testdata/golden.json.
+const regenerate = "go generate ./shared/algos (or make generate)"
 
 const goldenFile = "testdata/golden.json"
 
@@ -109,7 +116,7 @@ func checkGolden() error {
 	}
 	b, err := os.ReadFile(goldenFile)
 	if err != nil {
-		return fmt.Errorf("%s: %v (go test -update writes it)", goldenFile, err)
+		return fmt.Errorf("%s: %v (%s writes it)", goldenFile, err, regenerate)
 	}
 	var file []goldenTrace
 	if err := json.NewDecoder(bytes.NewReader(b)).Decode(&file); err != nil {
@@ -123,11 +130,11 @@ func checkGolden() error {
 	for _, tr := range traces {
 		j, _ := json.Marshal(tr)
 		if in[tr.Test] != string(j) {
-			return fmt.Errorf("%s: the golden vector %s is not what the file holds: go test ./shared/algos -update", goldenFile, tr.Test)
+			return fmt.Errorf("%s: the golden vector %s is not what the file holds: run %s", goldenFile, tr.Test, regenerate)
 		}
 	}
 	if ranEveryTest() && len(file) != len(traces) {
-		return fmt.Errorf("%s holds %d golden vectors, the tests %d: go test ./shared/algos -update", goldenFile, len(file), len(traces))
+		return fmt.Errorf("%s holds %d golden vectors, the tests %d: run %s", goldenFile, len(file), len(traces), regenerate)
 	}
 	return nil
 }

@@ -17,38 +17,40 @@ func tokens(doc []byte, size, maxText int) string {
 	var t Tokenizer
 	t.Reset(0, maxText)
 	var b strings.Builder
-	read := func() bool {
-		for {
-			k := t.Next()
-			switch k {
-			case None:
-				return true
-			case Error:
-				b.WriteString("error@" + strconv.FormatInt(t.Err().Offset, 10) + ": " + t.Err().Message(nil))
-				return false
-			case Key, String, Number:
-				b.WriteString(k.String() + "(" + strconv.Quote(string(t.Text())) + ")")
-				if t.Long() {
-					b.WriteString("…")
-				}
-			default:
-				b.WriteString(k.String())
-			}
-			b.WriteString(" ")
-		}
-	}
 	if size == 0 {
 		size = max(len(doc), 1)
 	}
 	for i := 0; i < len(doc); i += size {
 		t.Feed(doc[i:min(i+size, len(doc))])
-		if !read() {
+		if !drain(&t, &b) {
 			return b.String()
 		}
 	}
 	t.End()
-	read()
+	drain(&t, &b)
 	return b.String()
+}
+
+// drain renders the tokens t has until it needs more input; false after an error.
+func drain(t *Tokenizer, b *strings.Builder) bool {
+	for {
+		k := t.Next()
+		switch k {
+		case None:
+			return true
+		case Error:
+			b.WriteString("error@" + strconv.FormatInt(t.Err().Offset, 10) + ": " + t.Err().Message(nil))
+			return false
+		case Key, String, Number:
+			b.WriteString(k.String() + "(" + strconv.Quote(string(t.Text())) + ")")
+			if t.Long() {
+				b.WriteString("…")
+			}
+		default:
+			b.WriteString(k.String())
+		}
+		b.WriteString(" ")
+	}
 }
 
 var golden = []struct{ in, want string }{
@@ -124,35 +126,19 @@ func twoChunks(t *Tokenizer, d []byte, i int) string {
 	// The chunks are copies, overwritten once read: a token's text must not keep pointing into them.
 	a, b := append([]byte(nil), d[:i]...), append([]byte(nil), d[i:]...)
 	var out strings.Builder
-	read := func() bool {
-		for {
-			k := t.Next()
-			switch k {
-			case None:
-				return true
-			case Error:
-				out.WriteString("error@" + strconv.FormatInt(t.Err().Offset, 10) + ": " + t.Err().Message(nil))
-				return false
-			case Key, String, Number:
-				out.WriteString(k.String() + "(" + strconv.Quote(string(t.Text())) + ") ")
-			default:
-				out.WriteString(k.String() + " ")
-			}
-		}
-	}
 	t.Feed(a)
-	if !read() {
+	if !drain(t, &out) {
 		return out.String()
 	}
 	t.Feed(b)
 	for j := range a {
 		a[j] = '#'
 	}
-	if !read() {
+	if !drain(t, &out) {
 		return out.String()
 	}
 	t.End()
-	read()
+	drain(t, &out)
 	return out.String()
 }
 

@@ -183,6 +183,34 @@ type scan struct {
 // run reads doc; whole says whether the document ends with it. A string is taken at a path when
 // text, else a number; a value of another kind is ErrValue.
 func (s *scan) run(paths [][]string, doc string, whole, text bool) {
+	_, err := walkPeek(paths, doc, whole, func(k jsontok.Kind, leaf uint64, t *jsontok.Tokenizer) error {
+		if leaf == 0 || s.err != nil {
+			return nil
+		}
+		p := firstPath(leaf)
+		want := jsontok.Number
+		if text {
+			want = jsontok.String
+		}
+		if k != want {
+			s.fail(wrap(ErrValue, strings.Join(paths[p], ".")+": "+kindName(k)+", not "+kindName(want)))
+			return nil
+		}
+		s.found |= leaf
+		s.vals[p], s.long[p] = string(t.Text()), t.Long()
+		return nil
+	})
+	if err != nil {
+		s.fail(err)
+	}
+}
+
+// walkPeek reads doc, the first bytes of a JSON document (whole: all of them), and calls token
+// with each token and the paths whose value it is (leaf, 0 for none), until token returns an
+// error. It returns whether the document was read to its end, and the first error: token's, a
+// key on a path given twice, or the document's own (one cut short is none unless whole; an empty
+// one is none).
+func walkPeek(paths [][]string, doc string, whole bool, token func(k jsontok.Kind, leaf uint64, t *jsontok.Tokenizer) error) (bool, error) {
 	var t jsontok.Tokenizer
 	var w walker
 	t.Reset(DefaultMaxDepth, maxText)
@@ -195,35 +223,20 @@ func (s *scan) run(paths [][]string, doc string, whole, text bool) {
 		k := t.Next()
 		switch k {
 		case jsontok.None:
-			return
+			return t.Done(), nil
 		case jsontok.Error:
-			if !t.Started() {
-				return // an empty document holds nothing
+			if e := t.Err(); t.Started() && (!e.Truncated() || whole) {
+				return false, syntaxErr(e)
 			}
-			if e := t.Err(); !e.Truncated() || whole {
-				s.fail(syntaxErr(e))
-			}
-			return
+			return false, nil
 		}
 		leaf, err := w.token(k, t.Text(), t.Long())
+		if err == nil {
+			err = token(k, leaf, &t)
+		}
 		if err != nil {
-			s.fail(err)
-			return
+			return false, err
 		}
-		if leaf == 0 || s.err != nil {
-			continue
-		}
-		p := firstPath(leaf)
-		want := jsontok.Number
-		if text {
-			want = jsontok.String
-		}
-		if k != want {
-			s.fail(wrap(ErrValue, strings.Join(paths[p], ".")+": "+kindName(k)+", not "+kindName(want)))
-			continue
-		}
-		s.found |= leaf
-		s.vals[p], s.long[p] = string(t.Text()), t.Long()
 	}
 }
 

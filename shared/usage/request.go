@@ -89,40 +89,21 @@ type requestReader struct {
 }
 
 func (rd *requestReader) read(q *Request, doc string, whole bool) {
-	var t jsontok.Tokenizer
-	var w walker
-	t.Reset(DefaultMaxDepth, maxText)
-	w.reset(requestPaths)
-	t.Feed(readOnly(doc))
-	if whole {
-		t.End()
-	}
 	rd.rootAt = -1
-	for q.Err == nil {
-		k := t.Next()
-		if k == jsontok.None {
-			break
-		}
-		if k == jsontok.Error {
-			if e := t.Err(); t.Started() && (!e.Truncated() || whole) {
-				q.Err = syntaxErr(e)
-			}
-			break
-		}
+	done, err := walkPeek(requestPaths, doc, whole, func(k jsontok.Kind, leaf uint64, t *jsontok.Tokenizer) error {
 		if rd.afterSoOb {
 			rd.afterSoOb, rd.soEmpty = false, k == jsontok.EndObject
 		}
 		if k == jsontok.BeginObject && t.Depth() == 1 {
 			rd.rootAt = int(t.Start())
 		}
-		leaf, err := w.token(k, t.Text(), t.Long())
-		if err != nil {
-			q.Err = err
-		} else if leaf != 0 {
-			q.Err = rd.value(q, firstPath(leaf), k, &t)
+		if leaf == 0 {
+			return nil
 		}
-	}
-	rd.results(q, whole && t.Done())
+		return rd.value(q, firstPath(leaf), k, t)
+	})
+	q.Err = err
+	rd.results(q, whole && done)
 }
 
 // value reads the value of request field p.
