@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/diana-gw/diana/internal/gatewaytest"
-	"github.com/diana-gw/diana/internal/redistest"
 )
 
 // authConfig is dianad's config for BenchmarkForwardAuth: the decision service only, trusting
@@ -46,13 +45,14 @@ func BenchmarkForwardAuth(b *testing.B) {
 		b.Fatal(err)
 	}
 	nginx := func(auth bool) string {
-		port := redistest.FreePort(b)
-		c := strings.NewReplacer("127.0.0.1:9090", s.AdminAddr(), "127.0.0.1:8000", strings.TrimPrefix(up.URL, "http://"),
-			"listen 8080;", "listen 127.0.0.1:"+strconv.Itoa(port)+";").Replace(string(conf))
-		if !auth {
-			c = strings.Replace(c, "auth_request /_diana;", "auth_request off;", 1)
-		}
-		gatewaytest.Nginx(b, c, port)
+		port := gatewaytest.Nginx(b, func(port int) string {
+			c := strings.NewReplacer("127.0.0.1:9090", s.AdminAddr(), "127.0.0.1:8000", strings.TrimPrefix(up.URL, "http://"),
+				"listen 8080;", "listen 127.0.0.1:"+strconv.Itoa(port)+";").Replace(string(conf))
+			if !auth {
+				c = strings.Replace(c, "auth_request /_diana;", "auth_request off;", 1)
+			}
+			return c
+		})
 		return "http://127.0.0.1:" + strconv.Itoa(port) + "/api/items"
 	}
 	targets := [2]string{nginx(false), nginx(true)}

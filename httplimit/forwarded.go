@@ -36,10 +36,11 @@ const MaxForwardedURI = 16 << 10
 // count by them (API keys, the consumer header from a trusted peer).
 //
 // err says why the request cannot be decided (answer 400): a trusted peer told no URI, one
-// longer than MaxForwardedURI, a method that is not an HTTP token, or two different values for
-// one of them (a client's forged header beside the gateway's own: Traefik and Caddy pass the
-// client's headers on, so a forged X-Original-URI would otherwise win over their
-// X-Forwarded-Uri).
+// longer than MaxForwardedURI, a method that is not an HTTP token, one of these headers more
+// than once, or two different values between X-Original-* and X-Forwarded-* (a client's forged
+// header beside the gateway's own: Traefik and Caddy pass the client's headers on, so a forged
+// X-Original-URI would otherwise win over their X-Forwarded-Uri). X-Forwarded-For is a list
+// (each proxy appends to it): its lines are read as one, as ClientIP reads them.
 func (o *Options) ForwardedInput(r *http.Request) (in rules.Input, ignored bool, err error) {
 	in = o.Input(r)
 	if !o.TrustedPeer(r) {
@@ -84,18 +85,20 @@ func (o *Options) TrustedPeer(r *http.Request) bool {
 	return isTrusted(parseAddr(r.RemoteAddr), o.TrustedProxies)
 }
 
-// single returns the one value the headers names give between them ("" when none does); two
-// different values are an error naming the headers.
+// single returns the one value the headers names give between them ("" when none does); a
+// header given more than once, or two different values, is an error naming the headers.
 func single(h http.Header, names ...string) (string, error) {
 	v, from := "", ""
 	for _, name := range names {
-		for _, x := range h.Values(name) {
+		xs := h.Values(name)
+		if len(xs) > 1 {
+			return "", fmt.Errorf("the header %s is given %d times: it tells the original request, so it must be given once (a client's forged header beside the gateway's?)", name, len(xs))
+		}
+		for _, x := range xs {
 			switch {
 			case x == "" || x == v:
 			case v == "":
 				v, from = x, name
-			case from == name:
-				return "", fmt.Errorf("two %s headers disagree (%.40q, %.40q): a client's forged header beside the gateway's?", name, v, x)
 			default:
 				return "", fmt.Errorf("%s and %s disagree (%.40q, %.40q): a client's forged header beside the gateway's?", from, name, v, x)
 			}

@@ -98,7 +98,13 @@ func (o *Options) Input(r *http.Request) rules.Input {
 	in := rules.Input{Method: r.Method, Host: r.Host, Path: path, Headers: r.Header}
 	in.SetClient(o.ClientIP(r), o.ipv6Prefix())
 	if o.ConsumerHeader != "" && isTrusted(parseAddr(r.RemoteAddr), o.TrustedProxies) {
-		in.Consumer = r.Header.Get(o.ConsumerHeader)
+		vs := r.Header.Values(o.ConsumerHeader)
+		if len(vs) > 0 {
+			in.Consumer = vs[0]
+		}
+		if len(vs) > 1 { // the rules refuse the request (rules.Input.Repeated)
+			in.Repeated = http.CanonicalHeaderKey(o.ConsumerHeader)
+		}
 	}
 	if o.Route != nil {
 		in.Route = o.Route(r)

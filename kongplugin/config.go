@@ -41,6 +41,7 @@ type settings struct {
 type needs struct {
 	IP, Consumer, Credential, Path, Service bool
 	Headers                                 bool // GetHeader, per header a rule reads
+	Identity                                bool // GetHeaders, once: a rule counts by a header, which must be given once
 	Leases                                  bool // Log must give concurrency leases back
 	Settles                                 bool // Log must charge the responses' usage (usage_header)
 }
@@ -139,6 +140,7 @@ func decode(doc conf.Value, strict bool) (*settings, error) {
 	s.needs = needs{IP: rd.Addr, Consumer: rd.Consumer, Service: rd.Route, Headers: rd.Headers,
 		// Refusing escaped slashes needs every request's path, whatever the rules count by.
 		Path: rd.Path || s.Path.Slashes == rules.RejectSlashes}
+	s.needs.Identity = slices.ContainsFunc(rules.IdentityHeaders(s.Rules), func(h string) bool { return h != credentialHeader })
 	for _, r := range s.Rules {
 		s.needs.Credential = s.needs.Credential || slices.Contains(r.By, "header:"+credentialHeader)
 		s.needs.Leases = s.needs.Leases || r.Leases
@@ -420,6 +422,12 @@ func readField(o *conf.Obj, doc conf.Value, f field) any {
 	case "boolean":
 		return o.Bool(f.Name, false)
 	case "array":
+		if e, ok := raw.(*conf.Object); ok && len(e.Keys) == 0 {
+			// Lua's cjson encodes an empty table as {} unless it carries the array metatable:
+			// Kong may send an empty list so.
+			o.Raw(f.Name) // marks it read, for strict decoding
+			return []string(nil)
+		}
 		l := o.Strings(f.Name)
 		for i, e := range l {
 			if reason := checkString(f, e); reason != "" {

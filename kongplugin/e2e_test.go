@@ -20,6 +20,7 @@ import (
 	kpp "github.com/Kong/go-pdk/server/kong_plugin_protocol"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/diana-gw/diana/internal/logbuf"
 	"github.com/diana-gw/diana/internal/redistest"
 )
 
@@ -75,6 +76,7 @@ type pluginServer struct {
 	inst   int      // the last __seq__: Kong numbers instances across all plugins, and go-pdk uses it as the instance id
 	conn   net.Conn // reopened after each exit, which closes it (go-pdk's Response.Exit)
 	cmd    *exec.Cmd
+	logs   *logbuf.Buffer // what it wrote to its standard error (Kong's error log)
 }
 
 func startServer(t testing.TB, bin string, args ...string) *pluginServer {
@@ -86,8 +88,8 @@ func startServer(t testing.TB, bin string, args ...string) *pluginServer {
 func startServerIn(t testing.TB, prefix, bin string, args ...string) *pluginServer {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"-kong-prefix", prefix}, args...)...)
-	var logs bytes.Buffer
-	cmd.Stderr = &logs
+	logs := &logbuf.Buffer{}
+	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +100,7 @@ func startServerIn(t testing.TB, prefix, bin string, args ...string) *pluginServ
 			t.Logf("plugin server log:\n%s", logs.String())
 		}
 	})
-	s := &pluginServer{t: t, socket: filepath.Join(prefix, filepath.Base(bin)+".socket"), cmd: cmd}
+	s := &pluginServer{t: t, socket: filepath.Join(prefix, filepath.Base(bin)+".socket"), cmd: cmd, logs: logs}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		c, err := net.Dial("unix", s.socket)
@@ -226,6 +228,35 @@ func TestE2E(t *testing.T) {
 	})
 
 	s := startServer(t, bin)
+	// A header the limit counts by, given twice, is refused with 400 naming it: which value
+	// counts would be a guess, and the upstream may read the other one. An exhausted key
+	// cannot be spent again behind a fresh one.
+	t.Run("repeated identity header", func(t *testing.T) {
+		for _, tc := range []struct {
+			name   string
+			cfg    map[string]any
+			header string
+		}{
+			{"header", map[string]any{"limit_by": "header", "header_name": "X-Api-Key"}, "x-api-key"},
+			{"device", map[string]any{"limit_by": "global", "limit": 1000, "device_limit": 1}, "x-device-id"},
+		} {
+			tc.cfg["algorithm"], tc.cfg["window"] = "fixed_window", "1h"
+			if tc.cfg["limit"] == nil {
+				tc.cfg["limit"] = 1
+			}
+			id := s.start(tc.cfg, "e2e-repeated-"+tc.name)
+			if res := s.access(id, &kongReq{IP: "192.0.2.9", Headers: map[string]string{tc.header: "victim"}}); res.Exit {
+				t.Fatalf("%s: first request refused: %+v", tc.name, res)
+			}
+			if res := s.access(id, &kongReq{IP: "192.0.2.9", Headers: map[string]string{tc.header: "victim"}}); !res.Exit || res.Status != 429 {
+				t.Fatalf("%s: second request: %+v, want 429", tc.name, res)
+			}
+			res := s.access(id, &kongReq{IP: "192.0.2.9", Headers: map[string]string{tc.header: "fresh"}, Again: map[string][]string{tc.header: {"victim"}}})
+			if !res.Exit || res.Status != 400 || !strings.Contains(strings.ToLower(res.Body), tc.header) {
+				t.Errorf("%s: the header given twice: %+v, want 400 naming it", tc.name, res)
+			}
+		}
+	})
 	t.Run("per IP", func(t *testing.T) {
 		id := s.start(map[string]any{"algorithm": "fixed_window", "limit": 3, "window": "1h"}, "e2e-ip")
 		for _, ip := range []string{"192.0.2.1", "192.0.2.2", "198.51.100.7"} {

@@ -37,7 +37,8 @@ type field struct {
 	Applies *cond
 	// Advanced fields are optional in Kong's schema though they have a default (Kong fills it in
 	// when the field is absent, as for its own rate-limiting's Redis settings): Kong Manager
-	// then shows them under "Show additional settings", below the limits an operator sets.
+	// then shows them under "Show additional settings". The first screen keeps what a per-IP
+	// limit needs: limit_by, algorithm, limit, window and policy (and Kong's protocols).
 	Advanced bool
 	// Secret fields as Kong's own Redis settings mark them: encrypted in Kong's database (with
 	// keyring encryption on), and referenceable, so a vault reference such as
@@ -115,11 +116,11 @@ func fieldTable() []field {
 			Desc: "The main limit: requests admitted per window (token_bucket, leaky_bucket, warm_up: the rate per window; concurrency: requests in flight; adaptive: the most requests in flight it may learn)."},
 		{Name: "window", Type: "string", From: "limit.schema.json#/properties/window", Default: "1m", Match: windowMatch,
 			Desc: "The window of the main limit (the period of a rate), a duration such as 1s, 1m, 1h or 1d; for concurrency, how long a slot stays taken if its request's end is never seen."},
-		{Name: "burst", Type: "integer", From: "limit.schema.json#/properties/burst", Default: int64(0), Min: zeroMin, Max: zeroMax, Applies: usedBy(rules.Burst),
+		{Name: "burst", Advanced: true, Type: "integer", From: "limit.schema.json#/properties/burst", Default: int64(0), Min: zeroMin, Max: zeroMax, Applies: usedBy(rules.Burst),
 			Desc: "token_bucket: the bucket size (0: the limit); leaky_bucket: excess requests admitted beyond the rate, as nginx's burst. Ignored by the other algorithms."},
-		{Name: "warmup", Type: "string", From: "limit.schema.json#/properties/warmup", Default: "10s", Match: windowMatch, Applies: usedBy(rules.Warmup),
+		{Name: "warmup", Advanced: true, Type: "string", From: "limit.schema.json#/properties/warmup", Default: "10s", Match: windowMatch, Applies: usedBy(rules.Warmup),
 			Desc: "warm_up: how long a cold limiter takes to reach its full rate, a duration such as 10s. Ignored by the other algorithms."},
-		{Name: "subwindows", Type: "integer", From: "limit.schema.json#/properties/subwindows", Default: int64(1), Applies: usedBy(rules.SubWindows),
+		{Name: "subwindows", Advanced: true, Type: "integer", From: "limit.schema.json#/properties/subwindows", Default: int64(1), Applies: usedBy(rules.SubWindows),
 			Desc: "sliding_window: the sub-windows of window / subwindows it counts in (1 to 60): 1 is Cloudflare's weighted estimate of two windows; more bring it closer to the exact count (any (subwindows - 1) / subwindows of a window holds at most limit). Ignored by the other algorithms."},
 		{Name: "usage_header", Type: "string", From: "#/properties/usage/properties/header", Match: headerMatch, None: usageNone,
 			Desc: "LLM token budgets: the upstream response header holding a request's cost (x-usage-total-tokens; several joined by + add up). Each limit then counts that cost, charged in the log phase against usage_estimate, reserved when the request was admitted; the budget may go below zero. With token_bucket, fixed_window or sliding_window. Empty: every request costs 1."},
@@ -130,20 +131,20 @@ func fieldTable() []field {
 	}
 	for _, g := range groups {
 		fs = append(fs,
-			field{Name: g.Name + "_limit", Type: "integer", Default: int64(0), Min: zeroMin, Max: zeroMax,
+			field{Name: g.Name + "_limit", Advanced: true, Type: "integer", Default: int64(0), Min: zeroMin, Max: zeroMax,
 				Desc: "An extra limit by " + g.Doc + ", with the same algorithm; 0 turns it off. A request must pass every limit."},
-			field{Name: g.Name + "_window", Type: "string", From: "limit.schema.json#/properties/window", Default: "1m", Match: windowMatch,
+			field{Name: g.Name + "_window", Advanced: true, Type: "string", From: "limit.schema.json#/properties/window", Default: "1m", Match: windowMatch,
 				Desc: "The window of " + g.Name + "_limit, a duration such as 1s, 1m or 1h."},
 		)
 		if g.Name == "device" {
-			fs = append(fs, field{Name: "device_header", Type: "string", Default: "X-Device-Id", Match: headerMatch,
+			fs = append(fs, field{Name: "device_header", Advanced: true, Type: "string", Default: "X-Device-Id", Match: headerMatch,
 				Desc: "The request header that carries the device id, for device_limit."})
 		}
 	}
 	fs = append(fs,
-		field{Name: "shadow", Type: "boolean", Default: false,
+		field{Name: "shadow", Advanced: true, Type: "boolean", Default: false,
 			Desc: "Shadow mode: never refuse a request, only log and count what would have been refused. Use it to try a limit on live traffic."},
-		field{Name: "ban", Type: "string", From: "#/properties/ban", Default: "0s", Match: spanMatch,
+		field{Name: "ban", Advanced: true, Type: "string", From: "#/properties/ban", Default: "0s", Match: spanMatch,
 			Desc: "After a refusal, refuse everything from the same identity for this long, a duration such as 10m; 0s is no ban."},
 		field{Name: "policy", Type: "string", Default: "local", OneOf: []string{"local", "redis"},
 			Desc: "Where the counts live: local (in this Kong node, shared by its workers) or redis (shared by every node, decided atomically by Lua scripts in Redis)."},
@@ -186,7 +187,7 @@ func fieldTable() []field {
 		field{Name: "fallback_nodes", Type: "integer", From: "#/properties/nodes", Default: int64(0), Min: nodesMin, Max: nodesMax, Applies: redis, Advanced: true,
 			Desc: "policy redis, when Redis cannot decide: if above 0, each node limits on its own at the share of the traffic it learned while Redis answered (plus 2%), or, without that history, with every limit divided by this number (the Kong nodes sharing the limit). 0: follow fail_closed."},
 		field{Name: "batch_max", Type: "integer", Default: int64(0), Min: batchMin, Max: batchMax, Applies: redis, Advanced: true,
-			Desc: "policy redis, batched mode: if above 0, each Kong node takes units from Redis in pre-debited batches of up to this many and spends them on its own: one Redis call per batch, never over the limit. 0: one call per request."},
+			Desc: "policy redis, batched mode: if above 0, each Kong node takes units from Redis in pre-debited batches of up to this many and spends them on its own: one Redis call per batch, adding no over-admission. 0: one call per request."},
 		field{Name: "batch_max_age", Type: "string", From: "#/properties/batch/properties/max_age", Default: "0s", Match: spanMatch, Applies: redis, Advanced: true,
 			Desc: "policy redis with batch_max: how long a node may hold batched units before they expire unspent, e.g. 200ms. 0s: the algorithm's default."},
 		field{Name: "hide_client_headers", Advanced: true, Type: "boolean", Default: false,

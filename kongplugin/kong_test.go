@@ -31,8 +31,11 @@ type kongReq struct {
 	Path       string
 	Service    string
 	Headers    map[string]string // lower-case names
-	Shared     map[string]any    // kong.ctx.shared, kept from access to log
-	Status     int               // the response's status, for kong.response.get_status
+	// Again are further values of headers (lower-case names), after Headers' own: a header
+	// given more than once, which kong.request.get_headers shows and get_header does not.
+	Again  map[string][]string
+	Shared map[string]any // kong.ctx.shared, kept from access to log
+	Status int            // the response's status, for kong.response.get_status
 	// Upstream are the service response's headers, for kong.service.response.get_headers;
 	// nil answers no response from the service.
 	Upstream map[string][]string
@@ -120,6 +123,19 @@ func answer(conn net.Conn, r *kongReq, rpcReturn bool) (res kongResult, closed b
 				return res, false, err
 			}
 			ret = bridge.WrapString(r.Headers[strings.ToLower(name.V)])
+		case "kong.request.get_headers":
+			all := map[string][]string{}
+			for k, v := range r.Headers {
+				all[k] = []string{v}
+			}
+			for k, vs := range r.Again {
+				all[k] = append(all[k], vs...)
+			}
+			st, err := bridge.WrapHeaders(all)
+			if err != nil {
+				return res, false, err
+			}
+			ret = st
 		case "kong.response.get_status":
 			ret = &kpp.Int{V: int32(r.Status)}
 		case "kong.service.response.get_headers":

@@ -502,6 +502,17 @@ func TestKongManagerForm(t *testing.T) {
 				}
 			}
 		}
+		// The first screen holds what a per-IP limit needs, as Kong's rate-limiting's form leads
+		// with its limits and policy: at most 6 fields, protocols included.
+		var first []string
+		for _, sf := range api.schema.fields {
+			if !got["config-"+sf.name].Advanced {
+				first = append(first, sf.name)
+			}
+		}
+		if want := []string{"limit_by", "algorithm", "limit", "window", "policy"}; !reflect.DeepEqual(first, want) {
+			t.Errorf("the first screen holds %v and protocols, want %v and protocols", first, want)
+		}
 		// protocols: Kong's protocols_http, prefilled (without them Kong never runs the plugin).
 		if p := got["protocols"]; !reflect.DeepEqual(p.Selected, httpProtocols) || !reflect.DeepEqual(p.Options, httpProtocols) {
 			t.Errorf("protocols: %v selected of %v, want %v of %v", p.Selected, p.Options, httpProtocols, httpProtocols)

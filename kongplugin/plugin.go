@@ -337,6 +337,9 @@ func (c *Config) input(kong *pdk.PDK) (rules.Input, bool) {
 				h.credential = cred.Id
 			}
 		}
+		if n.Identity { // every header at once: the rules refuse an identity header given twice
+			h.fetch()
+		}
 		in.Headers = h
 	}
 	if n.IP && slices.ContainsFunc(c.s.Rules, func(r *rules.Rule) bool { return r.ReadsAddr(&in) }) {
@@ -351,16 +354,30 @@ func (c *Config) input(kong *pdk.PDK) (rules.Input, bool) {
 }
 
 // pdkHeaders gives the rules the request headers they read, one PDK call per header however
-// often it is read, and the credential id under credentialHeader.
+// often it is read, and the credential id under credentialHeader. It is rules.MultiHeaders:
+// Kong's get_header gives a header's first value only, so Values asks for every header at once
+// (one call, which Get then reads from too), and a header the rules count by, given twice, is
+// refused.
 type pdkHeaders struct {
 	kong       *pdk.PDK
 	credential string
-	read       [][2]string // the headers asked for so far, name and value
+	read       [][2]string         // the headers asked for so far, name and value
+	all        map[string][]string // every header, by lower-case name, once Values asked Kong
+	truncated  bool                // the request has maxHeaders header lines or more
 }
+
+// maxHeaders is the most header lines Kong's get_headers gives (its own upper bound).
+const maxHeaders = 1000
 
 func (h *pdkHeaders) Get(name string) string {
 	if name == credentialHeader {
 		return h.credential
+	}
+	if h.all != nil {
+		if vs := h.all[strings.ToLower(name)]; len(vs) > 0 {
+			return vs[0]
+		}
+		return ""
 	}
 	for _, kv := range h.read {
 		if strings.EqualFold(kv[0], name) {
@@ -373,4 +390,39 @@ func (h *pdkHeaders) Get(name string) string {
 	}
 	h.read = append(h.read, [2]string{name, v})
 	return v
+}
+
+// fetch asks Kong for every header of the request, once.
+func (h *pdkHeaders) fetch() {
+	if h.all != nil {
+		return
+	}
+	all, err := h.kong.Request.GetHeaders(maxHeaders)
+	if err != nil || all == nil {
+		all = map[string][]string{}
+	}
+	h.all = make(map[string][]string, len(all))
+	n := 0
+	for k, vs := range all {
+		h.all[strings.ToLower(k)] = append(h.all[strings.ToLower(k)], vs...)
+		n += len(vs)
+	}
+	h.truncated = n >= maxHeaders
+}
+
+// Values returns every value of a header. A request with maxHeaders header lines or more may
+// have been cut short by Kong: it counts as giving the header twice (it cannot be told once).
+func (h *pdkHeaders) Values(name string) []string {
+	if name == credentialHeader {
+		if h.credential == "" {
+			return nil
+		}
+		return []string{h.credential}
+	}
+	h.fetch()
+	vs := h.all[strings.ToLower(name)]
+	if h.truncated {
+		return append(vs, "", "")
+	}
+	return vs
 }

@@ -14,7 +14,9 @@ import (
 	"github.com/Kong/go-pdk"
 	"github.com/Kong/go-pdk/bridge"
 	"github.com/Kong/go-pdk/bridge/bridgetest"
+	kpp "github.com/Kong/go-pdk/server/kong_plugin_protocol"
 	"github.com/Kong/go-pdk/test"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/diana-gw/diana/internal/algotest"
 	"github.com/diana-gw/diana/shared/rules"
@@ -62,7 +64,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"concurrency", map[string]any{"algorithm": "concurrency", "limit": 10}, "", ""},
 		{"sub-windows", map[string]any{"algorithm": "sliding_window", "limit": 10, "window": "1m", "subwindows": 60, "ip_limit": 5}, "", ""},
 		{"too many sub-windows", map[string]any{"subwindows": 61}, "subwindows: ", ""},
-		{"sub-windows shorter than 1 µs", map[string]any{"window": "2us", "subwindows": 3}, "subwindows: must be at most the window in µs (2)", ""},
+		{"sub-windows shorter than 1 µs", map[string]any{"window": "2us", "subwindows": 3}, "", "subwindows: is lowered to 2 for the rule diana.main.sliding_window"},
 		{"sub-windows of another algorithm", map[string]any{"algorithm": "token_bucket", "limit": 10, "subwindows": 6}, "", "subwindows: is ignored"},
 		{"redis", map[string]any{"policy": "redis", "redis_addrs": []string{"a:1", "b:2"}, "fallback_nodes": 3}, "", ""},
 		{"leased", map[string]any{"policy": "redis", "batch_max": 50, "batch_max_age": "200ms", "ip_limit": 5}, "", ""},
@@ -216,7 +218,7 @@ func TestDimensions(t *testing.T) {
 			kongReq{Consumer: "c1"}, kongReq{Consumer: "c2"}, &kongReq{}, nil},
 		{"credential", map[string]any{"limit_by": "credential"}, []string{"kong.client.get_credential"},
 			kongReq{Credential: "k1"}, kongReq{Credential: "k2"}, &kongReq{Headers: map[string]string{strings.ToLower(credentialHeader): "forged"}}, nil},
-		{"header", map[string]any{"limit_by": "header", "header_name": "X-Api-Key"}, []string{"kong.request.get_header"},
+		{"header", map[string]any{"limit_by": "header", "header_name": "X-Api-Key"}, []string{"kong.request.get_headers"},
 			kongReq{Headers: map[string]string{"x-api-key": "a"}}, kongReq{Headers: map[string]string{"x-api-key": "b"}}, &kongReq{}, nil},
 		{"path", map[string]any{"limit_by": "path"}, []string{"kong.request.get_path"},
 			kongReq{Path: "/a"}, kongReq{Path: "/b"}, nil, nil},
@@ -225,7 +227,7 @@ func TestDimensions(t *testing.T) {
 		{"service from router", map[string]any{"limit_by": "service"}, []string{"kong.router.get_service"},
 			kongReq{Service: "s1"}, kongReq{Service: "s2"}, &kongReq{}, nil},
 		{"global", map[string]any{"limit_by": "global"}, nil, kongReq{}, kongReq{}, nil, nil},
-		{"device group", map[string]any{"limit_by": "global", "limit": 1000, "device_limit": 1}, []string{"kong.request.get_header"},
+		{"device group", map[string]any{"limit_by": "global", "limit": 1000, "device_limit": 1}, []string{"kong.request.get_headers"},
 			kongReq{Headers: map[string]string{"x-device-id": "d1"}}, kongReq{Headers: map[string]string{"x-device-id": "d2"}}, &kongReq{}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -375,11 +377,20 @@ func TestBridgetestSequence(t *testing.T) {
 	c := newConfig(t, map[string]any{"limit_by": "header", "header_name": "X-Api-Key", "ip_limit": 5})
 	mustValid(t, c)
 	conn := bridgetest.Mock(t, []bridgetest.MockStep{
-		{Method: "kong.request.get_header", Args: bridge.WrapString("X-Api-Key"), Ret: bridge.WrapString("key-1")},
+		{Method: "kong.request.get_headers", Args: &kpp.Int{V: maxHeaders}, Ret: mustStruct(t, map[string][]string{"x-api-key": {"key-1"}})},
 		{Method: "kong.client.get_forwarded_ip", Ret: bridge.WrapString("10.1.1.1")},
 		{Method: "kong.response.set_headers"},
 	})
 	c.Access(pdk.Init(conn))
+}
+
+func mustStruct(t *testing.T, h map[string][]string) *structpb.Struct {
+	t.Helper()
+	st, err := bridge.WrapHeaders(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 // go-pdk's test environment: a full request through the plugin (client IP 10.10.10.1).

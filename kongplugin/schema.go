@@ -12,12 +12,13 @@ import (
 	"github.com/diana-gw/diana/shared/rules"
 )
 
-// Version and Priority are what Kong is told about the plugin. The priority sits just below
-// Kong's authentication plugins (1000 to 1450), so the consumer is known when Diana runs, and
-// above Kong's own rate-limiting (910).
+// Version and Priority are what Kong is told about the plugin. The priority is Kong's own
+// rate-limiting's (910): after the authentication plugins (1000 to 1450), so the consumer is
+// known, and after ip-restriction (990) and acl (950), so a request they refuse spends no
+// client's limit.
 const (
 	Version  = "0.1.0"
-	Priority = 999
+	Priority = 910
 )
 
 // logPhase says whether the plugin takes Kong's log phase, which gives concurrency leases back

@@ -50,8 +50,8 @@ func TestDump(t *testing.T) {
 		t.Fatalf("envelope %+v", info)
 	}
 	p := info.Plugins[0]
-	if p.Name != "diana" || p.Schema.Name != "diana" || p.Version == "" || p.Priority >= 1000 || p.Priority <= 910 {
-		t.Fatalf("plugin %s %s priority %d: want diana, below auth (1000) and above rate-limiting (910)", p.Name, p.Version, p.Priority)
+	if p.Name != "diana" || p.Schema.Name != "diana" || p.Version == "" || p.Priority >= 950 || p.Priority < 910 {
+		t.Fatalf("plugin %s %s priority %d: want diana, below auth (1000), ip-restriction (990) and acl (950), at rate-limiting's (910)", p.Name, p.Version, p.Priority)
 	}
 	if !reflect.DeepEqual(p.Phases, []string{"access", "log"}) {
 		t.Fatalf("phases %v", p.Phases)

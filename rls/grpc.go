@@ -37,9 +37,9 @@ func ServerOptions() []grpc.ServerOption {
 // caches in turn. Chosen with BenchmarkRLS (docs/performance.md).
 const workersPerCPU = 32
 
-// NewGRPC returns a gRPC server serving s, with ServerOptions.
-func NewGRPC(s *Service) *GRPC {
-	g := &GRPC{Server: grpc.NewServer(ServerOptions()...), health: health.NewServer()}
+// NewGRPC returns a gRPC server serving s, with ServerOptions and opts (the listener's bounds).
+func NewGRPC(s *Service, opts ...grpc.ServerOption) *GRPC {
+	g := &GRPC{Server: grpc.NewServer(append(ServerOptions(), opts...)...), health: health.NewServer()}
 	pb.RegisterRateLimitServiceServer(g.Server, s)
 	healthpb.RegisterHealthServer(g.Server, g.health)
 	reflection.Register(g.Server)

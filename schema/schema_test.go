@@ -210,7 +210,8 @@ const fullServer = `
 	"remote": {"redis_key": "diana:rules", "redis_channel": "diana:changed", "interval": "10s"},
 	"rls": {"listen": "127.0.0.1:8081", "config_dir": "/etc/dianad/ratelimit", "mode": "cluster", "on_error": "local", "nodes": 3, "response_headers": true,
 		"response_dynamic_metadata": true, "quota_mode": false, "shadow_mode": false, "merge_domain_config": true,
-		"quota": {"max_buckets_per_stream": 500, "max_buckets": 20000, "max_streams": 100, "assignment_ttl": "30s"}},`
+		"quota": {"max_buckets_per_stream": 500, "max_buckets": 20000, "max_streams": 100, "assignment_ttl": "30s"},
+		"connections": {"max": 1000, "keepalive_timeout": "2m", "header_timeout": "5s", "max_streams": 200, "max_header_bytes": 32768}},`
 
 // validDocs are documents both the schema and the decoder must accept: every algorithm, with
 // every field of the rule and of the server set, and the short forms (a string for a list).

@@ -18,10 +18,18 @@ import (
 // maxCheckBody bounds the body of a /v1/check request.
 const maxCheckBody = 64 << 10
 
-// headerMap is a request's headers by lower-case name; it implements rules.Headers.
-type headerMap map[string]string
+// headerMap is a request's headers by lower-case name, each with every value given; it
+// implements rules.MultiHeaders.
+type headerMap map[string][]string
 
-func (h headerMap) Get(name string) string { return h[strings.ToLower(name)] }
+func (h headerMap) Get(name string) string {
+	if vs := h[strings.ToLower(name)]; len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}
+
+func (h headerMap) Values(name string) []string { return h[strings.ToLower(name)] }
 
 // adminHandler serves the decision API (/v1/check, and /v1/auth for forward auth: auth.go), the admin operations (admin.go), the metrics and the
 // health check.
@@ -162,7 +170,12 @@ func (l *live) input(w http.ResponseWriter, req *check.Request) (rules.Input, bo
 	}
 	h := make(headerMap, len(req.Headers))
 	for _, kv := range req.Headers {
-		h[strings.ToLower(kv[0])] = kv[1]
+		k := strings.ToLower(kv[0])
+		h[k] = append(h[k], kv[1])
+	}
+	for _, name := range req.Repeated { // given twice: a second value, so that the rules see it
+		k := strings.ToLower(name)
+		h[k] = append(h[k], "")
 	}
 	in.Headers = h
 	// The body is the gateway's: a usage rule reserves the input its length stands for.

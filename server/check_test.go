@@ -195,8 +195,8 @@ func TestCheckBadRequests(t *testing.T) {
 		errPart            string
 	}{
 		{"not JSON", "POST", `{"method":`, 400, "not valid JSON"},
-		{"empty body", "POST", ``, 400, "must be a JSON object of the fields method, host, path, client_ip, consumer, route, headers, settle, got nothing"},
-		{"null", "POST", `null`, 400, "must be a JSON object of the fields method, host, path, client_ip, consumer, route, headers, settle, got null"},
+		{"empty body", "POST", ``, 400, "must be a JSON object of the fields method, host, path, client_ip, consumer, route, headers, repeated, settle, got nothing"},
+		{"null", "POST", `null`, 400, "must be a JSON object of the fields method, host, path, client_ip, consumer, route, headers, repeated, settle, got null"},
 		{"not an object", "POST", `[1]`, 400, "must be a JSON object"},
 		{"unknown field", "POST", `{"path": "/", "clientip": "192.0.2.1"}`, 400, "clientip: unknown field; the fields are method, host, path"},
 		{"two objects", "POST", `{"path": "/"} {"path": "/"}`, 400, "only whitespace may follow"},

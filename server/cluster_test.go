@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/diana-gw/diana/internal/logbuf"
 	"github.com/diana-gw/diana/internal/redistest"
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/redisstore"
@@ -733,7 +734,7 @@ func TestRedisStartCheck(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var logs lockedBuffer
+		var logs logbuf.Buffer
 		s, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), ShutdownTimeout: waitFor})
 		if err != nil {
 			t.Fatal(err)
@@ -765,7 +766,7 @@ func TestUnsplitWarning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	s, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), ShutdownTimeout: waitFor})
 	if err != nil {
 		t.Fatal(err)

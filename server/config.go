@@ -62,6 +62,8 @@ type RLS struct {
 	Shadow    bool             // every answer OK (its SHADOW_MODE)
 	Merge     bool             // the files of one domain merged (its MERGE_DOMAIN_CONFIG)
 	Quota     Quota            // the rate limit quota service on the same listener
+	// Connections bound the listener's connections and their streams.
+	Connections GRPCConnections
 }
 
 // Quota bounds Envoy's rate limit quota service (package rlqs), served beside the RLS.
@@ -399,8 +401,23 @@ func decodeRLS(o *conf.Obj, redis bool) *RLS {
 	r.Shadow = o.Bool("shadow_mode", false)
 	r.Merge = o.Bool("merge_domain_config", false)
 	r.Quota = decodeQuota(o.Obj("quota"))
+	r.Connections = decodeGRPCConnections(o.Obj("connections"))
 	o.Done()
 	return r
+}
+
+// decodeGRPCConnections reads the rate limit service's connections section (grpcconns.go).
+func decodeGRPCConnections(o *conf.Obj) GRPCConnections {
+	d := defaultGRPCConnections
+	c := GRPCConnections{
+		Max:              int(o.Int("max", int64(d.Max), 0, 1<<24)),
+		KeepaliveTimeout: duration(o, "keepalive_timeout", d.KeepaliveTimeout, time.Second, 24*time.Hour),
+		HeaderTimeout:    duration(o, "header_timeout", d.HeaderTimeout, time.Millisecond, 24*time.Hour),
+		MaxStreams:       int(o.Int("max_streams", int64(d.MaxStreams), 1, 1<<20)),
+		MaxHeaderBytes:   int(o.Int("max_header_bytes", int64(d.MaxHeaderBytes), 4<<10, 16<<20)),
+	}
+	o.Done()
+	return c
 }
 
 func decodeQuota(o *conf.Obj) Quota {

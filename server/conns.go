@@ -31,15 +31,29 @@ import (
 //     new ones) until one ends or goes idle: a request in flight is never cut. The listeners have
 //     caps of their own, and the default caps share the open-file limit between them (maxConns),
 //     so that a flood on the proxy leaves the admin listener its room.
+//
+// The rate limit service's gRPC listener has the same cap (grpcconns.go), a connection being
+// idle there while it has no stream open.
 
 // connReserve is the part of the open-file limit the default caps leave to everything but the
-// two listeners: the Redis pool, the rate limit service, config and log files.
+// listeners: the Redis pool, config and log files.
 const connReserve = 128
 
-// maxConns returns a listener's cap: set if not 0, else its share of the open-file limit. A proxy
-// connection may hold two files (the client's and the upstream's), an admin connection one; the
-// proxy's caps take two fifths of what connReserve leaves, the admin's one fifth.
-func maxConns(set int, proxy bool) int {
+// The listeners whose default caps share the open-file limit.
+type listenerKind int
+
+const (
+	proxyListener listenerKind = iota
+	adminListener
+	rlsListener
+)
+
+// maxConns returns a listener's cap: set if not 0, else its share of the open-file limit less
+// connReserve, cut in parts: the proxy's cap is two parts (a proxy connection may hold two
+// files, the client's and the upstream's: four parts of files), the admin listener's one, and
+// the rate limit service's one when it listens (withRLS). Every listener's connections together
+// then stay within the limit, and a flood of one leaves the others their room.
+func maxConns(set int, kind listenerKind, withRLS bool) int {
 	if set > 0 {
 		return set
 	}
@@ -48,8 +62,12 @@ func maxConns(set int, proxy bool) int {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err == nil && rl.Cur > 0 {
 		limit = int(min(rl.Cur, 1<<24)) // the Go runtime raised it to the hard limit at start
 	}
-	share := max(limit-connReserve, 64) / 5
-	if proxy {
+	parts := 5
+	if withRLS {
+		parts++
+	}
+	share := max(limit-connReserve, 64) / parts
+	if kind == proxyListener {
 		share *= 2
 	}
 	return max(share, 16)
@@ -61,6 +79,8 @@ type connLimiter struct {
 	net.Listener
 	max       int
 	reclaimed func() // told of each idle connection closed to make room
+
+	grpc bool // its connections carry gRPC streams (grpcConn), each tells its own
 
 	mu      sync.Mutex
 	cond    *sync.Cond // signalled when a connection closes or goes idle, and on Close
@@ -75,6 +95,7 @@ type limitedConn struct {
 	l       *connLimiter
 	waiting *list.Element // in l.waiting, nil when busy or closed; guarded by l.mu
 	closed  bool          // released; guarded by l.mu
+	streams int           // a gRPC connection's streams open; guarded by l.mu
 	once    sync.Once
 }
 
@@ -115,6 +136,9 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 	l.open++
 	c.waiting = l.waiting.PushBack(c)
 	l.mu.Unlock()
+	if l.grpc {
+		return grpcConn{c}, nil
+	}
 	return c, nil
 }
 
@@ -170,14 +194,31 @@ func connState(nc net.Conn, st http.ConnState) {
 		c.once.Do(func() { c.l.release(c) })
 		return
 	}
+	switch st {
+	case http.StateActive, http.StateHijacked:
+		c.busy()
+	case http.StateIdle:
+		c.idle()
+	}
+}
+
+// busy takes c off the waiting list: it has a request (or a stream) under way.
+func (c *limitedConn) busy() {
 	l := c.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if c.waiting != nil && st != http.StateNew {
+	if c.waiting != nil {
 		l.waiting.Remove(c.waiting)
 		c.waiting = nil
 	}
-	if st == http.StateIdle && !c.closed {
+}
+
+// idle puts c at the back of the waiting list: it waits for its next request.
+func (c *limitedConn) idle() {
+	l := c.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c.waiting == nil && !c.closed {
 		c.waiting = l.waiting.PushBack(c)
 		l.cond.Signal()
 	}

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/diana-gw/diana/internal/logbuf"
 )
 
 // dial opens a raw connection to the host:port of base (http://host:port).
@@ -286,7 +288,7 @@ func TestOpenAdminWarned(t *testing.T) {
 		{Admin{Listen: "0.0.0.0:0", Token: "t"}, false},
 		{Admin{Listen: "127.0.0.1:0"}, false},
 	} {
-		var logs lockedBuffer
+		var logs logbuf.Buffer
 		// New listens, but nothing is served: the listener is closed at once.
 		s, err := New(&Config{Admin: c.admin}, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		if err != nil {
@@ -327,19 +329,28 @@ rules:
 	}
 }
 
-// The default caps share the open-file limit between the listeners, leaving room for the rest.
+// The default caps share the open-file limit between the listeners, the rate limit service's
+// included when it listens, leaving room for the rest.
 func TestDefaultCaps(t *testing.T) {
 	var rl syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
 		t.Fatal(err)
 	}
-	proxy, admin := maxConns(0, true), maxConns(0, false)
-	if 2*proxy+admin > int(rl.Cur)-connReserve || admin < 16 || proxy != 2*admin {
+	budget := int(rl.Cur) - connReserve
+	proxy, admin := maxConns(0, proxyListener, false), maxConns(0, adminListener, false)
+	if 2*proxy+admin > budget || admin < 16 || proxy != 2*admin {
 		t.Errorf("open-file limit %d: caps proxy %d, admin %d; want 2 × proxy + admin within the limit less %d, proxy twice admin",
 			rl.Cur, proxy, admin, connReserve)
 	}
-	if maxConns(7, true) != 7 || maxConns(7, false) != 7 {
-		t.Error("a cap set in the config is not the one used")
+	proxy, admin, rlsCap := maxConns(0, proxyListener, true), maxConns(0, adminListener, true), maxConns(0, rlsListener, true)
+	if 2*proxy+admin+rlsCap > budget || rlsCap < 16 || rlsCap != admin || proxy != 2*admin {
+		t.Errorf("open-file limit %d with rls: caps proxy %d, admin %d, rls %d; want 2 × proxy + admin + rls within the limit less %d",
+			rl.Cur, proxy, admin, rlsCap, connReserve)
+	}
+	for _, k := range []listenerKind{proxyListener, adminListener, rlsListener} {
+		if maxConns(7, k, true) != 7 {
+			t.Errorf("listener %d: a cap set in the config is not the one used", k)
+		}
 	}
 }
 

@@ -16,7 +16,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/diana-gw/diana/internal/gatewaytest"
-	"github.com/diana-gw/diana/internal/redistest"
 	"github.com/diana-gw/diana/shared/rules"
 )
 
@@ -84,18 +83,20 @@ func gatewaySetup(t *testing.T) (ts *testServer, upstream string, served *atomic
 
 func TestNginxExample(t *testing.T) {
 	ts, upstream, served := gatewaySetup(t)
-	port := redistest.FreePort(t)
-	gatewaytest.Nginx(t, example(t, "nginx.conf", "127.0.0.1:9090", strings.TrimPrefix(ts.admin, "http://"),
-		"127.0.0.1:8000", upstream, "listen 8080;", "listen 127.0.0.1:"+strconv.Itoa(port)+";"), port)
+	port := gatewaytest.Nginx(t, func(port int) string {
+		return example(t, "nginx.conf", "127.0.0.1:9090", strings.TrimPrefix(ts.admin, "http://"),
+			"127.0.0.1:8000", upstream, "listen 8080;", "listen 127.0.0.1:"+strconv.Itoa(port)+";")
+	})
 	gatewaySteps(t, "http://127.0.0.1:"+strconv.Itoa(port), served)
 	failsClosed(t, ts, "http://127.0.0.1:"+strconv.Itoa(port), served, http.StatusInternalServerError)
 }
 
 func TestCaddyExample(t *testing.T) {
 	ts, upstream, served := gatewaySetup(t)
-	port := redistest.FreePort(t)
-	gatewaytest.Caddy(t, example(t, "Caddyfile", "127.0.0.1:9090", strings.TrimPrefix(ts.admin, "http://"),
-		"127.0.0.1:8000", upstream, ":8080 {", "http://:"+strconv.Itoa(port)+" {\n\tbind 127.0.0.1"), port)
+	port := gatewaytest.Caddy(t, func(port int) string {
+		return example(t, "Caddyfile", "127.0.0.1:9090", strings.TrimPrefix(ts.admin, "http://"),
+			"127.0.0.1:8000", upstream, ":8080 {", "http://:"+strconv.Itoa(port)+" {\n\tbind 127.0.0.1")
+	})
 	gatewaySteps(t, "http://127.0.0.1:"+strconv.Itoa(port), served)
 	failsClosed(t, ts, "http://127.0.0.1:"+strconv.Itoa(port), served, http.StatusBadGateway)
 }

@@ -31,9 +31,11 @@ type metrics struct {
 	authProblems  *prometheus.CounterVec
 	// connsReclaimed counts, by listener, the connections closed at the cap to make room.
 	connsReclaimed *prometheus.CounterVec
-	addrHeaders    *prometheus.CounterVec
-	rlqsActions    *prometheus.CounterVec // set with the rate limit quota service (rlqs.go)
-	rlqsRefused    *prometheus.CounterVec
+	// silentStreams counts the rate limit service's streams ended for sending no message.
+	silentStreams prometheus.Counter
+	addrHeaders   *prometheus.CounterVec
+	rlqsActions   *prometheus.CounterVec // set with the rate limit quota service (rlqs.go)
+	rlqsRefused   *prometheus.CounterVec
 	// usageTokens counts the units settled from responses, and usageUnread the responses
 	// whose usage could not be read (charged the fallback), by rule and reason.
 	usageTokens *prometheus.CounterVec
@@ -93,8 +95,12 @@ func newMetrics() *metrics {
 	}
 	m.connsReclaimed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "diana_connections_reclaimed_total",
-		Help: "Connections closed by a listener (proxy, admin) at its connection limit to make room: the one waiting the longest for a request.",
+		Help: "Connections closed by a listener (proxy, admin, rls) at its connection limit to make room: the one waiting the longest for a request.",
 	}, []string{"listener"})
+	m.silentStreams = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "diana_rls_silent_streams_total",
+		Help: "Streams of the rate limit service's gRPC listener ended for sending no message within rls.connections.header_timeout.",
+	})
 	for _, p := range []string{"bad_request", "unauthorized", "untrusted_peer"} {
 		m.authProblems.WithLabelValues(p) // shown as 0 from the start, for alerts
 	}
@@ -121,7 +127,7 @@ func newMetrics() *metrics {
 		m.settleRefused.WithLabelValues(r) // shown as 0 from the start, for alerts
 	}
 	m.reg.MustRegister(m.addrHeaders, m.usageTokens, m.usageUnread, m.settleRefused)
-	m.reg.MustRegister(m.decisions, m.backendErrors, m.redisDuration, m.breaker, m.starved, m.writeBackLost, m.reloads, m.info, m.rlsUnknown, m.adaptive, m.authProblems, m.connsReclaimed,
+	m.reg.MustRegister(m.decisions, m.backendErrors, m.redisDuration, m.breaker, m.starved, m.writeBackLost, m.reloads, m.info, m.rlsUnknown, m.adaptive, m.authProblems, m.connsReclaimed, m.silentStreams,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -174,7 +180,7 @@ func (m *metrics) conns(listener string, max int, open func() int) {
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "diana_connections_open",
-			Help:        "Open connections of a listener (proxy, admin).",
+			Help:        "Open connections of a listener (proxy, admin, rls).",
 			ConstLabels: labels,
 		}, func() float64 { return float64(open()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -324,11 +324,12 @@ func TestRLQSBreaker(t *testing.T) {
 			t.Fatalf("report %d with Redis stopped: %v, want DENY_ALL (on_error closed)", failed, a)
 		}
 	}
+	// With the breaker open, a report is answered without a round trip to Redis (counted
+	// below): what "at once" means, whatever the machine's load.
 	trips := metric(t, ts, redisTrips)
 	for i := range 5 {
-		start := time.Now()
-		if a := quotaReport(t, st, 10); !deny(a) || time.Since(start) > 100*time.Millisecond {
-			t.Fatalf("report %d with the breaker open: %v after %v, want DENY_ALL at once", i, a, time.Since(start))
+		if a := quotaReport(t, st, 10); !deny(a) {
+			t.Fatalf("report %d with the breaker open: %v, want DENY_ALL", i, a)
 		}
 	}
 	if got := metric(t, ts, redisTrips); got != trips {

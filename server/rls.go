@@ -59,14 +59,31 @@ func (s *Server) newRLS() error {
 		o.Store = rules.Each(s.mem.Decide)
 	}
 	st := &rlsState{svc: rls.New(cfg, o), reload: make(chan struct{}, 1), sig: sig}
-	st.grpc = rls.NewGRPC(st.svc)
-	s.newRLQS(st, cfg)
-	if st.ln, err = net.Listen("tcp", r.Listen); err != nil {
+	ln, err := net.Listen("tcp", r.Listen)
+	if err != nil {
 		return fmt.Errorf("server: rls.listen: %w", err)
 	}
+	c := r.Connections
+	if c == (GRPCConnections{}) { // a Config built without them
+		c = defaultGRPCConnections
+	}
+	l := s.limitConns(ln, "rls", maxConns(c.Max, rlsListener, true))
+	l.grpc = true
+	st.ln = l
+	st.grpc = rls.NewGRPC(st.svc, grpcOptions(c, &grpcGuard{timeout: c.HeaderTimeout, silent: s.silentStream})...)
+	s.newRLQS(st, cfg)
 	s.rls = st
 	s.log.Info("rls: descriptor config read", "dir", r.ConfigDir, "domains", cfg.Domains())
 	return nil
+}
+
+// silentStream counts and logs a gRPC stream ended for sending no message.
+func (s *Server) silentStream() {
+	s.met.silentStreams.Inc()
+	if ok, skipped := s.rlsConnLog.Allow(); ok {
+		s.log.Warn("rls: stream ended: no message within rls.connections.header_timeout",
+			"header_timeout", s.cfg.RLS.Connections.HeaderTimeout, "suppressed", skipped)
+	}
 }
 
 // RLSAddr returns the address the rate limit service listens on, "" without one.

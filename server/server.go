@@ -69,6 +69,7 @@ type Server struct {
 	denialLog  lograte.Limiter // denials (all counted in the metrics): likewise
 	proxyLog   lograte.Limiter // upstream errors: likewise
 	unknownLog lograte.Limiter // rls requests for an unknown domain: likewise
+	rlsConnLog lograte.Limiter // rls streams ended for sending nothing: likewise
 
 	authLog  lograte.Limiter // forward-auth requests refused or not believed: likewise
 	addrLog  lograte.Limiter // trusted peers' address headers not as client_ip_header expects: likewise
@@ -139,14 +140,14 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("server: listen: %w", err)
 		}
-		s.proxyLn = s.limitConns(ln, "proxy", maxConns(cfg.Connections.Max, true))
+		s.proxyLn = s.limitConns(ln, "proxy", maxConns(cfg.Connections.Max, proxyListener, cfg.RLS != nil))
 	}
 	if cfg.Admin.Listen != "" {
 		ln, err := net.Listen("tcp", cfg.Admin.Listen)
 		if err != nil {
 			return nil, fmt.Errorf("server: admin.listen: %w", err)
 		}
-		s.adminLn = s.limitConns(ln, "admin", maxConns(cfg.Admin.Connections.Max, false))
+		s.adminLn = s.limitConns(ln, "admin", maxConns(cfg.Admin.Connections.Max, adminListener, cfg.RLS != nil))
 		if cfg.Admin.Token == "" && !loopback(cfg.Admin.Listen) {
 			s.log.Warn("admin listener open to every client that reaches it (admin.allow_unauthenticated): anyone can spend any client's quota and start bans through /v1/check; set admin.token",
 				"addr", cfg.Admin.Listen)

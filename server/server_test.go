@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/diana-gw/diana/examples"
+	"github.com/diana-gw/diana/internal/logbuf"
 )
 
 // waitFor is the generous bound on anything a test waits for.
@@ -39,7 +39,7 @@ type testServer struct {
 
 // startFile writes yaml to a config file and runs a server on it. The yaml should listen on
 // 127.0.0.1:0 (see the header helper).
-func startFile(t *testing.T, yaml string) *testServer {
+func startFile(t testing.TB, yaml string) *testServer {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "diana.yaml")
 	writeFile(t, file, yaml)
@@ -56,7 +56,7 @@ func startFile(t *testing.T, yaml string) *testServer {
 }
 
 // startConfig runs a server on cfg; file is the config file to watch, or "".
-func startConfig(t *testing.T, cfg *Config, file string) *testServer {
+func startConfig(t testing.TB, cfg *Config, file string) *testServer {
 	t.Helper()
 	s, err := New(cfg, Options{File: file, Logger: testLogger(t), ShutdownTimeout: waitFor})
 	if err != nil {
@@ -100,7 +100,7 @@ admin:
   listen: "127.0.0.1:0"
 `
 
-func writeFile(t *testing.T, name, data string) {
+func writeFile(t testing.TB, name, data string) {
 	t.Helper()
 	// Write then rename, so that the server never reads half a file.
 	tmp := name + ".tmp"
@@ -113,11 +113,11 @@ func writeFile(t *testing.T, name, data string) {
 }
 
 // testLogger logs to the test's log (shown on failure or with -v).
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))
@@ -157,6 +157,11 @@ func do(method, url, xff string, body io.Reader, token string) (reply, error) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	return roundTrip(req)
+}
+
+// roundTrip sends req and reads its response whole.
+func roundTrip(req *http.Request) (reply, error) {
 	resp, err := client.Do(req)
 	if err != nil {
 		return reply{}, err
@@ -458,24 +463,6 @@ func TestExampleConfig(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log sink for one test, safe for the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // Denials and shadow denials are logged with the rule and the client, at most one line a second
 // each, with the count held back; the proxy and /v1/check alike.
 func TestDenialLogs(t *testing.T) {
@@ -490,7 +477,7 @@ func TestDenialLogs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	s, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), ShutdownTimeout: waitFor})
 	if err != nil {
 		t.Fatal(err)
@@ -537,7 +524,7 @@ rules:
 		if err != nil {
 			t.Fatal(err)
 		}
-		var logs lockedBuffer
+		var logs logbuf.Buffer
 		s, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), ShutdownTimeout: waitFor})
 		if err != nil {
 			t.Fatal(err)

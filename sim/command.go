@@ -201,8 +201,20 @@ func StandardBatch(l Limit) BatchOptions {
 var StandardOutage = [2]float64{1.0 / 3, 2.0 / 3}
 
 // StartRedis starts a redis-server without persistence on a free loopback port and returns its
-// address and a function that stops it and removes its directory.
+// address and a function that stops it and removes its directory. A port is free when the
+// kernel gives it, but another process may bind it before redis-server does: then it starts
+// again on another (a few times).
 func StartRedis(ctx context.Context) (addr string, stop func(), err error) {
+	for range 5 {
+		addr, stop, err = startRedis(ctx)
+		if err == nil || !strings.Contains(err.Error(), "Address already in use") {
+			break
+		}
+	}
+	return addr, stop, err
+}
+
+func startRedis(ctx context.Context) (addr string, stop func(), err error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return "", nil, fmt.Errorf("redis-server is not on PATH (install it, e.g. apt-get install redis-server, or give -redis ADDR): %w", err)

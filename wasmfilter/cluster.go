@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -43,18 +44,22 @@ func (h *httpContext) callout(in *rules.Input) types.Action {
 func (h *httpContext) checkBody(in *rules.Input, c *clusterConfig) []byte {
 	req := check.Request{Method: in.Method, Host: in.Host, Path: in.Path, ClientIP: h.addr,
 		Consumer: in.Consumer, Route: in.Route, Settle: true}
-	if c.headers != nil {
-		for _, k := range c.headers {
-			if v, err := proxywasm.GetHttpRequestHeader(k); err == nil {
-				req.Headers = append(req.Headers, [2]string{k, v})
-			}
-		}
-	} else if all, err := proxywasm.GetHttpRequestHeaders(); err == nil {
+	// Each header once, with its first value; those given more than once are named in
+	// Repeated, so that dianad refuses the request when its rules count by one of them.
+	if all, err := proxywasm.GetHttpRequestHeaders(); err == nil {
 		req.Headers = all[:0]
 		for _, kv := range all {
-			if k := strings.ToLower(kv[0]); k != "" && k[0] != ':' && !sensitive(k) {
-				req.Headers = append(req.Headers, [2]string{k, kv[1]})
+			k := strings.ToLower(kv[0])
+			if !(c.headers != nil && slices.Contains(c.headers, k) || c.headers == nil && k != "" && k[0] != ':' && !sensitive(k)) {
+				continue
 			}
+			if slices.ContainsFunc(req.Headers, func(x [2]string) bool { return x[0] == k }) {
+				if !slices.Contains(req.Repeated, k) {
+					req.Repeated = append(req.Repeated, k)
+				}
+				continue
+			}
+			req.Headers = append(req.Headers, [2]string{k, kv[1]})
 		}
 	}
 	return req.AppendJSON(make([]byte, 0, 512), maxCheckBody)

@@ -240,7 +240,8 @@ type httpContext struct {
 	remote  *remote   // likewise for dianad's usage rules (cluster mode)
 }
 
-// reqHeaders reads request headers from the host, only those the rules ask for.
+// reqHeaders reads request headers from the host, only those the rules ask for. It is
+// rules.MultiHeaders: a header the rules count by, given twice, is refused.
 type reqHeaders struct{}
 
 func (reqHeaders) Get(name string) string {
@@ -249,6 +250,22 @@ func (reqHeaders) Get(name string) string {
 		return ""
 	}
 	return v
+}
+
+// Values returns every value of a header. Envoy's host call for one header gives its first
+// value only, so this reads them all.
+func (reqHeaders) Values(name string) []string {
+	all, err := proxywasm.GetHttpRequestHeaders()
+	if err != nil {
+		return nil
+	}
+	var vs []string
+	for _, kv := range all {
+		if strings.EqualFold(kv[0], name) {
+			vs = append(vs, kv[1])
+		}
+	}
+	return vs
 }
 
 func header(name string) string {
@@ -281,7 +298,13 @@ func (h *httpContext) input() rules.Input {
 		h.addr = in.Addr.String()
 	}
 	if c := cfg.consumer; c != "" && cfg.reads.Consumer {
-		in.Consumer = header(c)
+		vs := reqHeaders{}.Values(c)
+		if len(vs) > 0 {
+			in.Consumer = vs[0]
+		}
+		if len(vs) > 1 { // refused (rules.Input.Repeated)
+			in.Repeated = c
+		}
 	}
 	if cfg.reads.Route {
 		if v, err := proxywasm.GetProperty([]string{"xds", "route_name"}); err == nil {
@@ -313,6 +336,9 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action
 		return h.deny(&rules.Result{BadPath: true})
 	}
 	in.Path = path
+	if in.Repeated != "" { // the consumer header twice: dianad would not be told
+		return h.deny(&rules.Result{Repeated: in.Repeated})
+	}
 	if !endOfStream && h.readsBody(&in) {
 		return h.waitBody(&in) // decided with the body's first bytes (body.go)
 	}
@@ -393,13 +419,13 @@ var ratelimited = [2]string{"x-envoy-ratelimited", "true"}
 
 // deny answers a request the local rules refused.
 func (h *httpContext) deny(res *rules.Result) types.Action {
-	if !res.BadPath && !h.enforced(ruleName(res.Rule)) {
+	if !res.Invalid() && !h.enforced(ruleName(res.Rule)) {
 		h.hdrs = appendHeaders(h.hdrs[:0], res)
 		return h.pass()
 	}
 	status, body := res.Denial()
 	hdrs := appendHeaders(make([][2]string, 0, 8), res)
-	if !res.BadPath {
+	if !res.Invalid() {
 		hdrs = append(hdrs, ratelimited)
 	}
 	return h.reply(status, hdrs, body)

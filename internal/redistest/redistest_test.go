@@ -2,6 +2,9 @@ package redistest
 
 import (
 	"context"
+	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -35,5 +38,33 @@ func TestTLSAndUsers(t *testing.T) {
 		}
 		c.Close()
 		s.Restart()
+	}
+}
+
+// A server whose port, or whose cluster bus's port, another process took after FreePort gave it
+// starts on fresh ones (issue 40: a cold CI run lost the cluster bus's port to another package's
+// redis-server).
+func TestStartRetriesTakenPorts(t *testing.T) {
+	for _, bus := range []bool{false, true} {
+		held, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Close()
+		taken := held.Addr().(*net.TCPAddr).Port
+		s := newServer(t, "redis-server")
+		if bus {
+			s.args = clusterArgs(t, s.dir)
+			s.args[slices.Index(s.args, "--cluster-port")+1] = strconv.Itoa(taken)
+		} else {
+			s.port, s.Addr = taken, net.JoinHostPort("127.0.0.1", strconv.Itoa(taken))
+		}
+		s.run()
+		if err := s.ping(); err != nil {
+			t.Fatalf("bus %v: the server does not answer on %s: %v", bus, s.Addr, err)
+		}
+		if s.port == taken || slices.Contains(s.args, strconv.Itoa(taken)) {
+			t.Errorf("bus %v: the server kept the taken port %d: %s %v", bus, taken, s.Addr, s.args)
+		}
 	}
 }

@@ -67,7 +67,9 @@ func TestFixedWindowBackwardsClock(t *testing.T) {
 		{999 * ms, Second, false, 0, 1001 * ms, 0}, // the stored window is full
 		{999 * ms, 1001 * ms, true, 1001 * ms, 0, 2},
 	} {
-		d := g.Decide(&s, Request{Now: c.at, Cost: 1, MaxWait: c.maxWait})
+		r := Request{Now: c.at, Cost: 1, MaxWait: c.maxWait}
+		d := g.Decide(&s, r)
+		record(t, g, &s, r, d) // a golden vector of the delay path
 		if d.Allowed != c.allowed || d.Delay != c.delay || d.RetryAfter != c.retry || d.Remaining != c.remaining {
 			t.Errorf("request %d: got %+v, want allowed=%v delay=%d retry=%d remaining=%d", i, d, c.allowed, c.delay, c.retry, c.remaining)
 		}
@@ -100,7 +102,9 @@ func TestFixedWindowMaxWait(t *testing.T) {
 		{2000 * ms, 2, 0, false, 0, 1000 * ms, 0, 1000 * ms},
 		{2000 * ms, 2, 1000 * ms, true, 1000 * ms, 0, 0, 2000 * ms},
 	} {
-		d := f.Decide(&st, Request{Now: c.at, Cost: c.cost, MaxWait: c.maxWait})
+		r := Request{Now: c.at, Cost: c.cost, MaxWait: c.maxWait}
+		d := f.Decide(&st, r)
+		record(t, f, &st, r, d) // a golden vector of the delay path
 		if d.Allowed != c.allowed || d.Delay != c.delay || d.RetryAfter != c.retry || d.Remaining != c.remaining || d.ResetAfter != c.reset {
 			t.Errorf("request %d: got %+v, want allowed=%v delay=%d retry=%d remaining=%d reset=%d",
 				i, d, c.allowed, c.delay, c.retry, c.remaining, c.reset)

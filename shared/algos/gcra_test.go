@@ -96,7 +96,9 @@ func TestGCRAMaxWait(t *testing.T) {
 		{Second, false, 0, 2 * Second}, // the next one pays for it
 		{2 * Second, true, 2 * Second, 0},
 	} {
-		d := g.Decide(&st, Request{Now: 0, Cost: 1, MaxWait: c.maxWait})
+		r := Request{Now: 0, Cost: 1, MaxWait: c.maxWait}
+		d := g.Decide(&st, r)
+		record(t, g, &st, r, d) // a golden vector of the delay path
 		if d.Allowed != c.allowed || d.Delay != c.delay || d.RetryAfter != c.retry {
 			t.Errorf("request %d: got %+v, want allowed=%v delay=%d retry=%d", i, d, c.allowed, c.delay, c.retry)
 		}

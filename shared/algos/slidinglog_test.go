@@ -126,7 +126,9 @@ func TestSlidingLogMaxWait(t *testing.T) {
 		{2000, 1, 0, true, 0, 0, []int64{1400, 2000}},
 	} {
 		before := slices.Clone(st.Log)
-		d := s.Decide(&st, Request{Now: c.at, Cost: c.cost, MaxWait: c.maxWait})
+		r := Request{Now: c.at, Cost: c.cost, MaxWait: c.maxWait}
+		d := s.Decide(&st, r)
+		record(t, s, &st, r, d) // a golden vector of the delay path
 		if d.Allowed != c.allowed || d.Delay != c.delay || d.RetryAfter != c.retry {
 			t.Errorf("request %d: got %+v, want allowed=%v delay=%d retry=%d", i, d, c.allowed, c.delay, c.retry)
 		}

@@ -160,13 +160,17 @@ func TestWarmUpTryAcquire(t *testing.T) {
 func TestWarmUpDecisionFields(t *testing.T) {
 	u := newWarmUp(t, 2, Second, 4*Second)
 	var st State
-	d := u.Decide(&st, Request{Now: 0, Cost: 1})
+	r := Request{Now: 0, Cost: 1}
+	d := u.Decide(&st, r)
+	record(t, u, &st, r, d) // the golden vector of the delay path below starts here
 	// nextFree = 1.375 s; stored 7 of 8: cold again 0.5 s (one permit) after nextFree.
 	want := Decision{Allowed: true, Limit: 1, Remaining: 0, ResetAfter: 1375 * Millisecond, Granted: 1, TTL: 1875 * Millisecond}
 	if d != want {
 		t.Fatalf("got %+v, want %+v", d, want)
 	}
-	d = u.Decide(&st, Request{Now: 375 * Millisecond, Cost: 2, MaxWait: Second})
+	r = Request{Now: 375 * Millisecond, Cost: 2, MaxWait: Second}
+	d = u.Decide(&st, r)
+	record(t, u, &st, r, d)
 	// Waits until 1.375 s; takes 2 stored permits: 1125 + 875 ms; 3 permits to cool.
 	want = Decision{Allowed: true, Limit: 1, ResetAfter: 3 * Second, Delay: Second, Granted: 2, TTL: 4500 * Millisecond}
 	if d != want {
@@ -175,7 +179,9 @@ func TestWarmUpDecisionFields(t *testing.T) {
 	if st.W != [4]int64{3375 * Millisecond, 0, 1500 * Millisecond, 0} {
 		t.Fatalf("state %v", st.W)
 	}
-	d = u.Decide(&st, Request{Now: 375 * Millisecond, Cost: 1, MaxWait: 3*Second - 1})
+	r = Request{Now: 375 * Millisecond, Cost: 1, MaxWait: 3*Second - 1}
+	d = u.Decide(&st, r)
+	record(t, u, &st, r, d)
 	want = Decision{Limit: 1, ResetAfter: 3 * Second, RetryAfter: 3 * Second, TTL: 4500 * Millisecond}
 	if d != want {
 		t.Fatalf("denied: got %+v, want %+v", d, want)

@@ -27,6 +27,10 @@ type Request struct {
 	// Headers are the request headers that rules may match or count by, in order; dianad
 	// matches their names without regard to case.
 	Headers [][2]string
+	// Repeated names the headers the request gives more than once (a JSON object holds each
+	// name once: Headers has their first value). dianad refuses the request with 400 when its
+	// rules count by one of them.
+	Repeated []string
 	// Settle: the caller reads the response's usage and settles it with POST /v1/settle, so
 	// dianad reserves a usage rule's estimate and answers with Response.Usage rather than charge
 	// the rule's fallback at once.
@@ -54,7 +58,7 @@ var requestFields = func() string {
 	for _, f := range new(Request).fields() {
 		names = append(names, f.name)
 	}
-	return strings.Join(append(names, "headers", "settle"), ", ")
+	return strings.Join(append(names, "headers", "repeated", "settle"), ", ")
 }()
 
 // AppendJSON appends r as JSON. Headers that would take b past max bytes are left out (dianad
@@ -68,6 +72,17 @@ func (r *Request) AppendJSON(b []byte, max int) []byte {
 	}
 	if r.Settle {
 		b = append(b, `,"settle":true`...)
+	}
+	for i, name := range r.Repeated {
+		if i == 0 {
+			b = append(b, `,"repeated":[`...)
+		} else {
+			b = append(b, ',')
+		}
+		b = conf.AppendJSONString(b, name)
+		if i == len(r.Repeated)-1 {
+			b = append(b, ']')
+		}
 	}
 	b = append(b, `,"headers":{`...)
 	first := true
@@ -96,6 +111,7 @@ func ParseRequest(body []byte) (Request, error) {
 			*f.v = o.String(f.name, "")
 		}
 		r.Settle = o.Bool("settle", false)
+		r.Repeated = o.Strings("repeated")
 		names, vals := o.StringMap("headers")
 		if len(names) > 0 {
 			r.Headers = make([][2]string, len(names))

@@ -20,6 +20,7 @@ type wireRequest struct {
 	Consumer string            `json:"consumer"`
 	Route    string            `json:"route"`
 	Headers  map[string]string `json:"headers"`
+	Repeated []string          `json:"repeated"`
 	Settle   bool              `json:"settle"`
 }
 
@@ -129,8 +130,8 @@ func TestRequestBound(t *testing.T) {
 
 func TestParseRequestErrors(t *testing.T) {
 	for _, tc := range []struct{ body, want string }{
-		{``, "the body must be a JSON object of the fields method, host, path, client_ip, consumer, route, headers, settle, got nothing"},
-		{`null`, "the body must be a JSON object of the fields method, host, path, client_ip, consumer, route, headers, settle, got null"},
+		{``, "the body must be a JSON object of the fields method, host, path, client_ip, consumer, route, headers, repeated, settle, got nothing"},
+		{`null`, "the body must be a JSON object of the fields method, host, path, client_ip, consumer, route, headers, repeated, settle, got null"},
 		{`[1]`, "must be a JSON object"},
 		{`{"method":`, "the body is not valid JSON"},
 		{`{"path": "/", "clientip": "192.0.2.1"}`, "clientip: unknown field; the fields are method, host, path"},
@@ -305,6 +306,10 @@ func TestUsageAndSettleRoundTrip(t *testing.T) {
 	out, err := ParseResponse(in.AppendJSON(nil))
 	if err != nil || !reflect.DeepEqual(out.Usage, in.Usage) {
 		t.Fatalf("usage %+v (%v), want %+v", out.Usage, err, in.Usage)
+	}
+	rep, err := ParseRequest((&Request{Path: "/", Repeated: []string{"x-api-key", "x-device-id"}}).AppendJSON(nil, 1<<10))
+	if err != nil || strings.Join(rep.Repeated, ",") != "x-api-key,x-device-id" {
+		t.Fatalf("repeated round trip: %+v, %v", rep, err)
 	}
 	req, err := ParseRequest((&Request{Path: "/", Settle: true}).AppendJSON(nil, 1<<10))
 	if err != nil || !req.Settle {

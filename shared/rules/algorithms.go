@@ -89,7 +89,9 @@ func init() {
 		Doc: "limit per sliding window, estimated from sub-windows: 1, Cloudflare's weighted estimate of two windows",
 		Params: []Param{windowLimit, window,
 			{Name: "subwindows", Type: Count, Role: SubWindows, Default: 1, Min: 1, Max: algos.MaxSubWindows,
-				Doc: "counted in sub-windows of window / subwindows: 1 is Cloudflare's weighted estimate of two windows; more bring it closer to exact (any (subwindows − 1) / subwindows of a window holds at most limit) for subwindows + 2 numbers of state"}},
+				// a sub-window lasts 1 µs at least
+				Largest: func(p Params) int64 { return min(p["window"], algos.MaxSubWindows) },
+				Doc:     "counted in sub-windows of window / subwindows: 1 is Cloudflare's weighted estimate of two windows; more bring it closer to exact (any (subwindows − 1) / subwindows of a window holds at most limit) for subwindows + 2 numbers of state"}},
 		Build: func(p Params, nodes int64) (algos.Algorithm, error) {
 			if p["subwindows"] > 1 {
 				return algorithm(algos.NewSlidingWindowSub(share(p["limit"], nodes), p["window"], p["subwindows"]))

@@ -90,7 +90,10 @@ type Result struct {
 	BadPath bool
 	// Refused says why a usage rule refused the request before deciding it (the request's output
 	// cap cannot be read and the rule refuses such requests); the answer is 400.
-	Refused  string
+	Refused string
+	// Repeated names the identity header the request gives more than once (see
+	// MultiHeaders); no rule was asked, and the answer is 400.
+	Repeated string
 	leases   []lease
 	reserved []reservation // the usage rules' estimates, which Settle settles
 	llm      *LLMRequest   // what the usage rules read of the request
@@ -182,6 +185,9 @@ func (e *Engine) Normalize(in *Input) bool {
 func (e *Engine) Check(ctx context.Context, in *Input) Result {
 	if !e.Normalize(in) {
 		return Result{BadPath: true, Decision: algos.Decision{RetryAfter: algos.Never}}
+	}
+	if h := repeated(e.rules, in); h != "" {
+		return Result{Repeated: h, Decision: algos.Decision{RetryAfter: algos.Never}}
 	}
 	if r := e.exempted(in); r != nil {
 		if e.observe != nil {

@@ -3,6 +3,7 @@ package rules
 import (
 	"encoding/hex"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"golang.org/x/crypto/blake2s"
@@ -25,6 +26,10 @@ type Input struct {
 	BodyState BodyState
 	// BodyLength is the body's length when the front end knows it (Content-Length), else 0.
 	BodyLength int64
+	// Repeated names a header the front end reads an identity from (its consumer header, a
+	// forward-auth header) that the request gives more than once: Check refuses the request
+	// with 400, as it does one that repeats a header the rules count by (see Repeated).
+	Repeated string
 }
 
 // BodyState says what Input.Body holds of the request body.
@@ -69,6 +74,56 @@ func (in *Input) ClientName() string {
 // headers they match or count by, which matters where each call costs (Kong's PDK).
 type Headers interface {
 	Get(name string) string
+}
+
+// MultiHeaders are Headers that also give every value a request gives a header, as
+// http.Header does. A front end whose Headers are MultiHeaders has a request that gives a header
+// the rules count by (header:NAME, device) more than once refused: which value is the identity
+// would be a guess, and an upstream may read another one than the gateway counted. Every front
+// end's are.
+type MultiHeaders interface {
+	Headers
+	Values(name string) []string
+}
+
+// RepeatedMessage is the message of the 400 that refuses a request giving an identity header
+// more than once.
+func RepeatedMessage(name string) string {
+	return "the request gives the header " + name + " more than once; it identifies the client, so it must be given once"
+}
+
+// IdentityHeaders returns the headers rs count by (header:NAME, device), each once, in the order
+// of the rules: those a request must give once at most.
+func IdentityHeaders(rs []*Rule) []string {
+	var names []string
+	for _, r := range rs {
+		for _, d := range r.dims {
+			if name, ok := d.(header); ok && !slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(n, string(name)) }) {
+				names = append(names, string(name))
+			}
+		}
+	}
+	return names
+}
+
+// repeated returns in.Repeated, or else the first header that rs count by and in gives more
+// than once; "" when there is none.
+func repeated(rs []*Rule, in *Input) string {
+	if in.Repeated != "" {
+		return in.Repeated
+	}
+	h, ok := in.Headers.(MultiHeaders)
+	if !ok {
+		return ""
+	}
+	for _, r := range rs {
+		for _, d := range r.dims {
+			if name, ok := d.(header); ok && len(h.Values(string(name))) > 1 {
+				return string(name)
+			}
+		}
+	}
+	return ""
 }
 
 func (in *Input) header(name string) string {

@@ -113,14 +113,21 @@ func Seconds(us int64) int64 { return (max(us, 0) + algos.Second - 1) / algos.Se
 // escaped slash under RejectSlashes.
 const BadPathMessage = "the request path holds a control character, or an encoded slash or a backslash, which this gateway refuses"
 
-// Denial is the status of a denied request (its rule's, 429 by default; 400 for a refused path)
-// and its JSON body.
+// Invalid reports whether the request was refused for what it is (a refused path, a repeated
+// identity header: 400) before any rule was asked.
+func (r *Result) Invalid() bool { return r.BadPath || r.Repeated != "" }
+
+// Denial is the status of a denied request (its rule's, 429 by default; 400 for a refused path
+// or a repeated identity header) and its JSON body.
 func (r *Result) Denial() (status int, body []byte) {
 	if r.BadPath {
 		return 400, DenialBody(BadPathMessage, -1)
 	}
 	if r.Refused != "" {
 		return 400, DenialBody(r.Refused, -1)
+	}
+	if r.Repeated != "" {
+		return 400, DenialBody(RepeatedMessage(r.Repeated), -1)
 	}
 	status, msg := 429, DefaultMessage
 	if r.Rule != nil {
