@@ -179,7 +179,7 @@ func (l *live) input(w http.ResponseWriter, req *check.Request) (rules.Input, bo
 	}
 	in.Headers = h
 	// The body is the gateway's: a usage rule reserves the input its length stands for.
-	in.BodyLength, _ = strconv.ParseInt(h["content-length"], 10, 64)
+	in.BodyLength, _ = strconv.ParseInt(h.Get("content-length"), 10, 64)
 	return in, true
 }
 
