@@ -261,4 +261,30 @@ rules:
 			})
 		}
 	}
+	// Twenty streams one after the other that leave out their usage, max_tokens past the bytes
+	// read: the first is charged the worst case, the others are refused.
+	t.Run("streams without usage", func(t *testing.T) {
+		ok := 0
+		for range 20 {
+			req, _ := http.NewRequest("POST", ts.proxy+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true,`+pad+`,"max_tokens":900}`))
+			req.Header.Set("X-Api-Key", "streams")
+			req.Header.Set("X-Fake-Usage", "none")
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				ok++
+			}
+		}
+		n, _, err := redisUnits(context.Background(), ts, rc, "w", "w|streams")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok != 1 || n != 1000 {
+			t.Fatalf("%d of 20 admitted, the window holds %d, want 1 and 1000 (the worst case)", ok, n)
+		}
+	})
 }
