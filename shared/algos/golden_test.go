@@ -13,7 +13,7 @@ import (
 )
 
 // The golden vectors of this package's tests (replay, lreplay) are recorded as they run, and
-// testdata/golden.json holds them: store/redisstore replays that file against the Lua scripts on
+// testdata/golden.json holds them (Together's, testdata/together.json: together_test.go): store/redisstore replays that file against the Lua scripts on
 // a real redis-server, so the scripts are pinned by the same vectors as the Go. A run of the
 // whole package fails when the file differs from the vectors; go test -update (make generate)
 // rewrites it.
@@ -74,9 +74,11 @@ func record(t *testing.T, a Algorithm, st *State, r Request, d Decision) {
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if code == 0 {
-		if err := checkGolden(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
+		for _, check := range []func() error{checkGolden, checkTogether} {
+			if err := check(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				code = 1
+			}
 		}
 	}
 	os.Exit(code)
