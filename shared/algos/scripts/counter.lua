@@ -15,7 +15,7 @@ if now < 0 then
 else
   pad = 3600000 -- a caller-given time, as in prelude.lua
 end
-local partial, dry = flags % 2 == 1, flags % 16 >= 8
+local partial, dry = flags % 2 == 1, flags % 16 >= 8 or dryrun -- dryrun: see Mixed
 local most = 1000000000000000 -- MaxCount
 local idx = math.floor(now / window) -- the window the units count in, by its index
 local n, count = cost, 0

@@ -12,7 +12,7 @@
 -- All numbers stay below 2^53, where Lua's doubles are exact integers.
 local now, cost, max_wait, flags, ban, limit, p1, p2, p3, p4 = cmsgpack.unpack(ARGV[1])
 local id = ARGV[2] or '0'
-local partial, release, dry, backdated = flags % 2 == 1, flags % 4 >= 2, flags % 16 >= 8, flags >= 16
+local partial, release, dry, backdated = flags % 2 == 1, flags % 4 >= 2, flags % 16 >= 8 or dryrun, flags >= 16
 local pad = 0
 if now < 0 then
   if not clock then -- Redis's clock, read once per script call (a batch's decisions share it)
@@ -57,7 +57,9 @@ end
 --   reply = {allowed (1/0), limit, remaining, reset_after, retry_after, delay, granted, ttl}
 --   write = the new string state, true when the code changed its sorted set itself, or nil.
 -- finish stores the state with its TTL, starts a ban on a denial, and returns the reply; on a dry
--- run it only returns the reply, the same as it would be without the flag. The reply to a partial
+-- run it only returns the reply, the same as it would be without the flag. In a group decided
+-- together (mixed.lua), defer holds the writes of a string state and of a ban back instead: key,
+-- value and ms appended to it, made once the group's verdict is known. The reply to a partial
 -- request ends with an eighth value, stamp: the time its units count at, which a refund of them
 -- names (now; the sliding log sets the time it records them at).
 local stamp = now
@@ -66,12 +68,18 @@ local function finish(r, write)
     local px = math.max(1, floor((r[8] + 999) / 1000)) + pad
     if write == true then
       redis.call('PEXPIRE', KEYS[1], px)
+    elseif defer then
+      local n = #defer
+      defer[n + 1], defer[n + 2], defer[n + 3] = KEYS[1], write, px
     else
       redis.call('SET', KEYS[1], write, 'PX', px)
     end
   end
   if ban > 0 and held == 0 and r[1] == 0 and cost > 0 and not release then
-    if not dry then
+    if defer and not dry then
+      local n = #defer
+      defer[n + 1], defer[n + 2], defer[n + 3] = KEYS[2], string.format('%d', now + ban), floor((ban + 999) / 1000) + pad
+    elseif not dry then
       redis.call('SET', KEYS[2], string.format('%d', now + ban), 'PX', floor((ban + 999) / 1000) + pad)
     end
     r[3] = 0

@@ -2,7 +2,8 @@
 // algorithm. At load time each is wrapped as the function decide(cost), between prelude.lua
 // (arguments, time, the ban, state words, write-back) and epilogue.lua (the call, and a ban's
 // reply); wide.lua (muldiv) comes first if the algorithm calls it (a Lua function costs Redis CPU
-// on every call that defines it, so only the scripts that need it do). Only Redis stores import
+// on every call that defines it, so only the scripts that need it do). Mixed puts every one of
+// them in one script, which makes a round trip's decisions in one call. Only Redis stores import
 // it, so the wasm build stays small.
 package scripts
 
@@ -10,6 +11,7 @@ import (
 	"embed"
 	"fmt"
 	"strings"
+	"sync"
 )
 
 //go:embed *.lua
@@ -25,41 +27,85 @@ func Source(name string) (string, error) {
 	return callLocals + body, nil
 }
 
-// Batch returns the script that makes many decisions of the algorithm name in one call, in
-// order, each as Source's script would make it: KEYS holds two keys per decision (its state and
-// its ban, which is read only when it bans), ARGV two arguments (the packed integers and the
-// lease id, "0" for none); for a Whole script, which neither bans nor holds a lease, one of
-// each (its state, its packed integers). The reply is one string, cmsgpack's packing of an array
-// that holds each decision's reply (an array of integers), or for one that failed (the others
-// still run) a map {err = its message}: a caller reads it without the array and the boxed
-// integer per number that Redis's own reply of nested arrays would cost it.
-// Redis's TIME is read once, for every decision of the call: one call costs Redis the call's
-// overhead and the clock once instead of once per decision.
-func Batch(name string) (string, error) {
-	body, err := decision(name)
-	if err != nil {
-		return "", err
-	}
-	each := "for i = 1, #ARGV / 2 do\n  keys[1], keys[2], argv[1], argv[2] = KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i - 1], ARGV[2 * i]\n"
-	if whole[name] {
-		each = "for i = 1, #ARGV do\n  keys[1], argv[1] = KEYS[i], ARGV[i]\n"
-	}
-	return callLocals + "local function one(KEYS, ARGV)\n" + body + `end
-local out, keys, argv = {}, {}, {} -- one decision's KEYS and ARGV, the same tables for each
-` + each + `  local ok, r = pcall(one, keys, argv)
-  if not ok then
-    if type(r) == 'table' then r = r.err end -- redis.call's errors are tables
-    r = {err = tostring(r)}
-  end
-  out[i] = r
-end
-return cmsgpack.pack(out)
-`, nil
+// Mixed returns the script that makes many decisions in one call, of any algorithms, in order:
+// every algorithm's decision (Source's), each made a function only when a call first needs it
+// (a Lua function costs Redis CPU on every call that defines it). The decisions come in groups:
+// a run of independent decisions, each as Source's script would make it; or the limits of one
+// request, decided together, all or nothing (algos.Together, its Go twin).
+//
+// ARGV[1] is the layout, MessagePack integers: for each group, n·4 + together·2 + denied (n its
+// decisions; denied: a limit decided elsewhere refused the request), then for each decision,
+// alg·8 + direct·4 + ban·2 + shadow, where alg is the algorithm's place in Names (from 1), direct
+// says that its script writes its state itself (a sorted set, or a Whole script), ban that it
+// bans, shadow that it counts towards no verdict. Then each decision's KEYS and ARGV follow, as
+// Source's script takes them: two keys (its state, and its ban or the state again) and two
+// arguments (the packed integers and the lease id, "0" for none); for a Whole script, one of each.
+//
+// A group decided together is decided as algos.Together decides it, atomically: each decision
+// is made once with its writes held back (a direct one as a dry run); the request is admitted
+// when no decision that is not a shadow's denies it and denied is 0. Then the writes held are
+// made (a direct decision is made again, for real); when the request is refused, only the bans
+// that its non-shadow denials start. If a decision of the group fails, every decision of the
+// group gets its error and nothing of the group is written.
+//
+// The reply is one string, cmsgpack's packing of an array that holds each decision's reply (an
+// array of integers), or for one that failed (the others still run) a map {err = its message}:
+// a caller reads it without the array and the boxed integer per number that Redis's own reply of
+// nested arrays would cost it. Redis's TIME is read once, for every decision of the call: one
+// call costs Redis the call's overhead and the clock once instead of once per decision.
+func Mixed() string {
+	mixedOnce.Do(func() { mixed = buildMixed() })
+	return mixed
 }
 
-// callLocals are what a script call's decisions share: clock, Redis's TIME in µs once read; and
-// decimals, the strings of numbers once formatted (see counter.lua), nil until a decision needs it.
-const callLocals = "local clock, decimals\n"
+var (
+	mixedOnce sync.Once
+	mixed     string
+)
+
+func buildMixed() string {
+	var b strings.Builder
+	b.WriteString(callLocals)
+	b.WriteString("local fns = {}\n-- The function of algorithm a (its place in Names), made on first use.\nlocal function get(a)\n  local f = fns[a]\n  if f then return f end\n")
+	var wholes []string
+	for i, name := range Names() {
+		body, err := decision(name)
+		if err != nil {
+			panic(err) // Names lists the files there are
+		}
+		kw := "elseif"
+		if i == 0 {
+			kw = "if"
+		}
+		fmt.Fprintf(&b, "  %s a == %d then f = function(KEYS, ARGV) -- %s\n%s\n  end\n", kw, i+1, name, uncommented(body))
+		if whole[name] {
+			wholes = append(wholes, fmt.Sprintf("[%d] = true", i+1))
+		}
+	}
+	b.WriteString("  end\n  fns[a] = f\n  return f\nend\n")
+	b.WriteString("local wholes = {" + strings.Join(wholes, ", ") + "}\n")
+	mixedLoop, _ := files.ReadFile("mixed.lua")
+	b.Write(mixedLoop)
+	return b.String()
+}
+
+// uncommented is src without its lines of comments alone, which make the mixed script, every
+// algorithm in one, a third larger for nothing.
+func uncommented(src string) string {
+	var b strings.Builder
+	for line := range strings.Lines(src) {
+		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}
+
+// callLocals are what a script call's decisions share: clock, Redis's TIME in µs once read;
+// decimals, the strings of numbers once formatted (see counter.lua), nil until a decision needs
+// it; and for a group decided together (see Mixed), defer, where a decision's writes are held
+// back, and dryrun, which makes a decision a dry run.
+const callLocals = "local clock, decimals, defer, dryrun\n"
 
 // whole names the scripts that are a whole decision on their own, without the prelude and the
 // epilogue: the counter's (counter.lua), which runs on every hit of envoyproxy/ratelimit's
@@ -68,7 +114,7 @@ const callLocals = "local clock, decimals\n"
 var whole = map[string]bool{"counter": true}
 
 // Whole reports whether the script of the algorithm name is a whole decision on its own (see
-// whole): it reads one key and one argument, and its batch script takes one of each per decision.
+// whole): it reads one key and one argument, and Mixed's script takes one of each per decision.
 func Whole(name string) bool { return whole[name] }
 
 // decision is the code of one decision of algorithm name: the prelude, the algorithm's code as
@@ -90,7 +136,7 @@ func decision(name string) (string, error) {
 	return string(src) + "local function decide(cost)\n" + string(body) + string(epilogue), nil
 }
 
-// Names lists the scripts: one per algorithm, named as the algorithm, one per refund
+// Names lists the scripts, in the order of Mixed's algorithm numbers: one per algorithm, named as the algorithm, one per refund
 // (NAME + algos.RefundSuffix, for algos.Refund) and one per settlement (NAME +
 // algos.SettleSuffix, for algos.Settle).
 func Names() []string {
@@ -98,7 +144,7 @@ func Names() []string {
 	var names []string
 	for _, e := range entries {
 		name := strings.TrimSuffix(e.Name(), ".lua")
-		if name != "prelude" && name != "wide" && name != "epilogue" {
+		if name != "prelude" && name != "wide" && name != "epilogue" && name != "mixed" {
 			names = append(names, name)
 		}
 	}
