@@ -157,10 +157,16 @@ func BenchmarkRLS(b *testing.B) {
 }
 
 // checkNoFallback fails b unless every decision of the dianad whose metrics are at url was
-// Redis's: none came from on_error.
-func checkNoFallback(b testing.TB, url string) {
-	if n := scrape(b, url, `diana_backend_errors_total{rule="rls:bench.remote_address"}`); n != 0 {
-		b.Fatalf("dianad: %v decisions made by on_error: Redis did not answer in time", n)
+// Redis's: none came from on_error, by the series of a limit's backend errors (default
+// BenchmarkRLS's first descriptor's).
+func checkNoFallback(b testing.TB, url string, series ...string) {
+	if len(series) == 0 {
+		series = []string{`diana_backend_errors_total{rule="rls:bench.remote_address"}`}
+	}
+	for _, sr := range series {
+		if n := scrape(b, url, sr); n != 0 {
+			b.Fatalf("dianad: %v decisions made by on_error (%s): Redis did not answer in time", n, sr)
+		}
 	}
 }
 
@@ -204,6 +210,11 @@ func BenchmarkRLSService(b *testing.B) {
 // startRatelimit builds (once, cached) and runs envoyproxy/ratelimit's server on redisAddr with
 // the config under root, and returns its gRPC address.
 func startRatelimit(b testing.TB, root, redisAddr string) (string, int) {
+	return startRatelimitWith(b, root, redisAddr, rlsRequest(0))
+}
+
+// startRatelimitWith is startRatelimit, the server's start told by its answer to probe.
+func startRatelimitWith(b testing.TB, root, redisAddr string, probe *pb.RateLimitRequest) (string, int) {
 	bin := ratelimitBinary(b)
 	grpcPort, httpPort, debugPort := freePort(b), freePort(b), freePort(b)
 	cmd := exec.Command(bin)
@@ -215,7 +226,7 @@ func startRatelimit(b testing.TB, root, redisAddr string) (string, int) {
 		"HOST=127.0.0.1", "PORT="+strconv.Itoa(httpPort),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(debugPort))
 	addr := "127.0.0.1:" + strconv.Itoa(grpcPort)
-	return addr, startProcess(b, cmd, addr)
+	return addr, startProcessWith(b, cmd, addr, probe)
 }
 
 // buildDianad builds dianad and returns its path.
@@ -265,6 +276,12 @@ func startEmptyRLS(b testing.TB) (string, int) {
 // startProcess starts cmd, stopped when the benchmark ends, waits until the rate limit service
 // at addr answers a request of the benchmark's with a limit, and returns the process id.
 func startProcess(b testing.TB, cmd *exec.Cmd, addr string) int {
+	return startProcessWith(b, cmd, addr, rlsRequest(0))
+}
+
+// startProcessWith is startProcess, waiting for an answer to probe with a limit on each of its
+// descriptors.
+func startProcessWith(b testing.TB, cmd *exec.Cmd, addr string, probe *pb.RateLimitRequest) int {
 	out := &lockedBuf{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -285,9 +302,10 @@ func startProcess(b testing.TB, cmd *exec.Cmd, addr string) int {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		resp, err := c.ShouldRateLimit(ctx, rlsRequest(0))
+		resp, err := c.ShouldRateLimit(ctx, probe)
 		cancel()
-		if err == nil && resp.Statuses[1].CurrentLimit != nil {
+		if err == nil && len(resp.Statuses) == len(probe.Descriptors) &&
+			!slices.ContainsFunc(resp.Statuses, func(st *pb.RateLimitResponse_DescriptorStatus) bool { return st.CurrentLimit == nil }) {
 			return cmd.Process.Pid
 		}
 		select {
@@ -377,67 +395,93 @@ func rlsRequest(i int) *pb.RateLimitRequest {
 // rlsLoad is the closed-loop load of one target.
 type rlsLoad struct {
 	name     string
-	pid      int                         // the server's process
-	cpu      time.Duration               // its CPU time in the rounds
-	redisPid int                         // redis-server's process
-	redisCPU time.Duration               // its CPU time in the rounds
-	clients  []pb.RateLimitServiceClient // one per connection
-	reqs     []*pb.RateLimitRequest
+	pid      int           // the server's process
+	cpu      time.Duration // its CPU time in the rounds
+	redisPid int           // redis-server's process
+	redisCPU time.Duration // its CPU time in the rounds
+	// call makes request i of worker w, an error if its answer is not the one expected.
+	call func(w, i int) error
+	// commands, if set, counts the commands redis-server has run; calls adds up their number in
+	// the rounds.
+	commands func() int64
+	calls    int64
 	lat      []time.Duration
 	elapsed  time.Duration
 	failures
 }
 
+// newRLSLoad is the load of BenchmarkRLS's requests (rlsRequest) on the rate limit service at
+// addr, served by process pid.
 func newRLSLoad(b testing.TB, name, addr string, pid int) *rlsLoad {
-	l := &rlsLoad{name: name, pid: pid}
+	reqs := make([]*pb.RateLimitRequest, rlsIPs)
+	for i := range reqs {
+		reqs[i] = rlsRequest(i)
+	}
+	return newGRPCLoad(b, name, addr, pid, reqs)
+}
+
+// newGRPCLoad is the load of reqs on the rate limit service at addr, served by process pid, over
+// rlsConns connections: an answer that is not OK with a limit on every descriptor is a failure.
+func newGRPCLoad(b testing.TB, name, addr string, pid int, reqs []*pb.RateLimitRequest) *rlsLoad {
+	var clients []pb.RateLimitServiceClient // one per connection
 	for range rlsConns {
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { conn.Close() })
-		l.clients = append(l.clients, pb.NewRateLimitServiceClient(conn))
+		clients = append(clients, pb.NewRateLimitServiceClient(conn))
 	}
-	for i := range rlsIPs {
-		l.reqs = append(l.reqs, rlsRequest(i))
-	}
-	return l
+	return &rlsLoad{name: name, pid: pid, call: func(w, i int) error {
+		req := reqs[(w*7919+i)%len(reqs)]
+		resp, err := clients[w%len(clients)].ShouldRateLimit(context.Background(), req)
+		if err != nil {
+			return err
+		}
+		if resp.OverallCode != pb.RateLimitResponse_OK || len(resp.Statuses) != len(req.Descriptors) ||
+			slices.ContainsFunc(resp.Statuses, func(st *pb.RateLimitResponse_DescriptorStatus) bool { return st.CurrentLimit == nil }) {
+			return errors.New("unexpected answer " + resp.String())
+		}
+		return nil
+	}}
 }
 
 func (l *rlsLoad) reset(n int) {
 	l.lat = make([]time.Duration, 0, n)
-	l.elapsed, l.cpu, l.redisCPU, l.failures = 0, 0, 0, failures{}
+	l.elapsed, l.cpu, l.redisCPU, l.calls, l.failures = 0, 0, 0, 0, failures{}
 }
 
 func (l *rlsLoad) round(clients, n int) {
+	var calls int64
+	if l.commands != nil {
+		calls = l.commands()
+	}
 	start, cpu, redisCPU := time.Now(), procCPU(l.pid), procCPU(l.redisPid)
 	l.run(clients, n, l.lat[len(l.lat):len(l.lat)+n])
 	l.elapsed += time.Since(start)
 	l.cpu += procCPU(l.pid) - cpu
 	l.redisCPU += procCPU(l.redisPid) - redisCPU
+	if l.commands != nil {
+		l.calls += l.commands() - calls
+	}
 	l.lat = l.lat[:len(l.lat)+n]
 }
 
 // run sends n requests from clients workers, recording request i's latency in lat[i] (nil:
-// none recorded). An answer that is not OK with a limit on both descriptors is a failure.
+// none recorded).
 func (l *rlsLoad) run(clients, n int, lat []time.Duration) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for w := range clients {
 		wg.Go(func() {
-			c := l.clients[w%len(l.clients)]
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= n {
 					return
 				}
 				start := time.Now()
-				resp, err := c.ShouldRateLimit(context.Background(), l.reqs[(w*7919+i)%len(l.reqs)])
+				err := l.call(w, i)
 				d := time.Since(start)
-				if err == nil && (resp.OverallCode != pb.RateLimitResponse_OK || len(resp.Statuses) != 2 ||
-					resp.Statuses[0].CurrentLimit == nil || resp.Statuses[1].CurrentLimit == nil) {
-					err = errors.New("unexpected answer " + resp.String())
-				}
 				switch {
 				case err != nil:
 					l.fail(err)

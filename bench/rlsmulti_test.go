@@ -1,0 +1,229 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"testing"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/diana-gw/diana/internal/redistest"
+)
+
+// The three limits of BenchmarkRLSMulti's requests, as envoyproxy/ratelimit's descriptors: per
+// client address, per path, and one global, with limits far above the load so that nothing is
+// refused. envoyproxy/ratelimit counts each in a fixed window; dianad, with Diana's algorithm
+// extension, the address in a token bucket and the path in a sliding window, the global one in a
+// fixed window (a plain rate_limit) as there.
+const (
+	multiDescriptors = `domain: multi
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: hour, requests_per_unit: 4000000000}
+  - key: path
+    rate_limit: {unit: minute, requests_per_unit: 4000000000}
+  - key: generic_key
+    value: global
+    rate_limit: {unit: second, requests_per_unit: 4000000000}
+`
+	multiDescriptorsDiana = `domain: multi
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: hour, requests_per_unit: 4000000000}
+    algorithm: token_bucket
+  - key: path
+    rate_limit: {unit: minute, requests_per_unit: 4000000000}
+    algorithm: sliding_window
+  - key: generic_key
+    value: global
+    rate_limit: {unit: second, requests_per_unit: 4000000000}
+`
+	// multiRulesYAML are the same three limits as dianad's rules, for its decision API.
+	multiRulesYAML = `rules:
+  - {name: ip, by: [ip], mode: cluster, limit: {algorithm: token_bucket, rate: 4000000000, period: 1h}}
+  - {name: path, by: [path], mode: cluster, limit: {algorithm: sliding_window, limit: 4000000000, window: 1m}}
+  - {name: global, mode: cluster, limit: {algorithm: fixed_window, limit: 4000000000, window: 1s}}
+`
+)
+
+// multiRequest is the i-th client's request of BenchmarkRLSMulti: its address, its path, and the
+// global descriptor; or, with one, its address alone.
+func multiRequest(i int, one bool) *pb.RateLimitRequest {
+	ip := "10.0." + strconv.Itoa(i%rlsIPs/256) + "." + strconv.Itoa(i%256)
+	entry := func(k, v string) []*rlv3.RateLimitDescriptor_Entry {
+		return []*rlv3.RateLimitDescriptor_Entry{{Key: k, Value: v}}
+	}
+	ds := []*rlv3.RateLimitDescriptor{{Entries: entry("remote_address", ip)}}
+	if !one {
+		ds = append(ds, &rlv3.RateLimitDescriptor{Entries: entry("path", "/api/items/"+strconv.Itoa(i%rlsPaths))},
+			&rlv3.RateLimitDescriptor{Entries: entry("generic_key", "global")})
+	}
+	return &pb.RateLimitRequest{Domain: "multi", Descriptors: ds}
+}
+
+// BenchmarkRLSMulti is a request that three limits apply to (per client address, per path, one
+// global), under the closed-loop load of BenchmarkRLS at 16 and 64 clients, on one redis-server:
+// envoyproxy/ratelimit's own server with three descriptors (the anchor); dianad's rate limit
+// service with the same three ("diana": a token bucket, a sliding window and a fixed window, in
+// one script call per round trip), and with the first alone ("diana-1", the one-rule request);
+// and dianad's decision API (POST /v1/check over HTTP/1.1 keep-alive connections, "check") with
+// the same limits as three cluster rules, decided together, all or nothing. The targets take turns
+// every 1,000 requests. It reports each one's requests per second, p99, CPU per request of its
+// process and of redis-server, and the commands it sends Redis per request (INFO commandstats:
+// script calls for dianad, INCRBY and EXPIRE for envoyproxy/ratelimit), and the ratios to the
+// anchor; and diana's Redis CPU per request over diana-1's.
+func BenchmarkRLSMulti(b *testing.B) {
+	rs := redistest.Start(b)
+	root := b.TempDir()
+	rlDir := filepath.Join(root, "rl", "config") // RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config
+	dianaDir := filepath.Join(root, "diana")
+	for dir, doc := range map[string]string{rlDir: multiDescriptors, dianaDir: multiDescriptorsDiana} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "multi.yaml"), []byte(doc), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rlAddr, rlPid := startRatelimitWith(b, root, rs.Addr, multiRequest(0, false))
+	grpcAddr, admin, dianaPid := startDianaMulti(b, buildDianad(b), dianaDir, rs.Addr)
+	ctx := context.Background()
+	// The commands a client sends: dianad's script calls (the commands a script makes count in
+	// INFO commandstats too, and are not counted here), envoyproxy/ratelimit's INCRBY and EXPIRE.
+	commands := func(scripts bool) func() int64 {
+		return func() int64 {
+			st, err := rs.CommandStats(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if scripts {
+				return st["evalsha"].Calls + st["eval"].Calls
+			}
+			return st["incrby"].Calls + st["expire"].Calls
+		}
+	}
+	reqs := func(one bool) []*pb.RateLimitRequest {
+		r := make([]*pb.RateLimitRequest, rlsIPs)
+		for i := range r {
+			r[i] = multiRequest(i, one)
+		}
+		return r
+	}
+	loads := []*rlsLoad{
+		newGRPCLoad(b, "ratelimit", rlAddr, rlPid, reqs(false)),
+		newGRPCLoad(b, "diana", grpcAddr, dianaPid, reqs(false)),
+		newGRPCLoad(b, "diana-1", grpcAddr, dianaPid, reqs(true)),
+		newCheckLoad(b, "check", admin, dianaPid),
+	}
+	for _, l := range loads {
+		l.redisPid, l.commands = rs.Pid(), commands(l.name != "ratelimit")
+		l.run(64, rlsWarmup, nil)
+		if err := l.err(); err != nil {
+			b.Fatalf("warm-up, %s: %v", l.name, err)
+		}
+	}
+	for _, clients := range []int{16, 64} {
+		b.Run("clients-"+strconv.Itoa(clients), func(b *testing.B) {
+			for _, l := range loads {
+				l.reset(b.N)
+			}
+			b.ResetTimer()
+			for k := 0; k*rlsRound < b.N; k++ {
+				n := min(rlsRound, b.N-k*rlsRound)
+				for j := range loads { // each round in another order
+					l := loads[(k+j)%len(loads)]
+					runtime.GC()
+					l.round(clients, n)
+				}
+			}
+			b.StopTimer()
+			for _, l := range loads {
+				if err := l.err(); err != nil {
+					b.Fatalf("%s: %v", l.name, err)
+				}
+			}
+			stats := make([]loadStats, len(loads))
+			for i, l := range loads {
+				stats[i] = l.stats()
+			}
+			b.ReportMetric(0, "ns/op")
+			for i, l := range loads {
+				st := stats[i]
+				b.ReportMetric(st.rps, l.name+"-req/s")
+				b.ReportMetric(st.p99, l.name+"-p99-µs")
+				b.ReportMetric(st.cpu, l.name+"-cpu-µs/req")
+				b.ReportMetric(st.redisCPU, l.name+"-redis-cpu-µs/req")
+				b.ReportMetric(float64(l.calls)/float64(len(l.lat)), l.name+"-redis-calls/req")
+				if i > 0 {
+					b.ReportMetric(st.rps/stats[0].rps, l.name+"/ratelimit-req/s")
+				}
+			}
+			if stats[2].redisCPU > 0 { // a run of a few requests can fall within one clock tick
+				b.ReportMetric(stats[1].redisCPU/stats[2].redisCPU, "diana/diana-1-redis-cpu")
+			}
+		})
+	}
+	checkNoFallback(b, "http://"+admin+"/metrics", `diana_backend_errors_total{rule="rls:multi.remote_address"}`)
+	checkNoFallback(b, "http://"+admin+"/metrics", `diana_backend_errors_total{rule="ip"}`)
+}
+
+// startDianaMulti runs dianad (the binary bin) with an rls section in cluster mode reading
+// cfgDir and the three rules of multiRulesYAML, on redisAddr, and returns its gRPC address, its
+// admin address (the decision API) and its process id.
+func startDianaMulti(b testing.TB, bin, cfgDir, redisAddr string) (string, string, int) {
+	grpcAddr := "127.0.0.1:" + strconv.Itoa(freePort(b))
+	admin := "127.0.0.1:" + strconv.Itoa(freePort(b))
+	cfg := filepath.Join(b.TempDir(), "diana.yaml")
+	// The Redis timeout is long, as in startDianaRLS.
+	doc := `version: 1
+listen: ""
+admin: {listen: "` + admin + `"}
+redis: {addrs: ["` + redisAddr + `"], timeout: 5s}
+rls: {listen: "` + grpcAddr + `", config_dir: "` + cfgDir + `", mode: cluster}
+` + multiRulesYAML
+	if err := os.WriteFile(cfg, []byte(doc), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--config", cfg, "--log-level", "warn")
+	return grpcAddr, admin, startProcessWith(b, cmd, grpcAddr, multiRequest(0, false))
+}
+
+// newCheckLoad is the load of the three-limit requests on dianad's decision API at admin (POST
+// /v1/check), served by process pid, over keep-alive connections: an answer that is not an
+// admission is a failure.
+func newCheckLoad(b testing.TB, name, admin string, pid int) *rlsLoad {
+	bodies := make([][]byte, rlsIPs)
+	for i := range bodies {
+		ip := "10.0." + strconv.Itoa(i%rlsIPs/256) + "." + strconv.Itoa(i%256)
+		bodies[i] = []byte(`{"client_ip":"` + ip + `","path":"/api/items/` + strconv.Itoa(i%rlsPaths) + `"}`)
+	}
+	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	b.Cleanup(c.CloseIdleConnections)
+	url := "http://" + admin + "/v1/check"
+	return &rlsLoad{name: name, pid: pid, call: func(w, i int) error {
+		resp, err := c.Post(url, "application/json", bytes.NewReader(bodies[(w*7919+i)%len(bodies)]))
+		if err != nil {
+			return err
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		var v struct{ Allowed bool }
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &v) != nil || !v.Allowed {
+			return fmt.Errorf("unexpected answer %d %s", resp.StatusCode, body)
+		}
+		return nil
+	}}
+}
