@@ -1,7 +1,7 @@
--- Diana: the loop of the mixed script (see Mixed in scripts.go), after get(a) and wholes.
+-- Diana: the loop of the mixed script (see Mixed in scripts.go), after prelude.lua, get(a) and
+-- wholes.
 -- ARGV[1] is the layout: per group n*4 + together*2 + denied, then per decision
 -- alg*8 + direct*4 + ban*2 + shadow. The decisions' KEYS and ARGV follow in order.
-local floor = math.floor
 local layout = {cmsgpack.unpack(ARGV[1])}
 local out, keys, argv = {}, {}, {} -- one decision's KEYS and ARGV, the same tables for each
 local li, ki, ai, o = 1, 0, 1, 0 -- the next layout entry; the KEYS and ARGV read; the replies
@@ -13,7 +13,8 @@ local function run(j)
   local a, k, v = floor(code[j] / 8), kat[j], aat[j]
   keys[1], argv[1] = KEYS[k + 1], ARGV[v + 1]
   if not wholes[a] then keys[2], argv[2] = KEYS[k + 2], ARGV[v + 2] end
-  local ok, r = pcall(get(a), keys, argv)
+  local ok, r
+  if wholes[a] then ok, r = pcall(get(a), keys, argv) else ok, r = pcall(apply, get(a), keys, argv) end
   if not ok then
     if type(r) == 'table' then r = r.err end -- redis.call's errors are tables
     r = {err = tostring(r)}

@@ -1,10 +1,9 @@
 // Package scripts holds the Redis Lua twin of every algorithm in shared/algos, one file per
-// algorithm. At load time each is wrapped as the function decide(cost), between prelude.lua
-// (arguments, time, the ban, state words, write-back) and epilogue.lua (the call, and a ban's
-// reply); wide.lua (muldiv) comes first if the algorithm calls it (a Lua function costs Redis CPU
-// on every call that defines it, so only the scripts that need it do). Mixed puts every one of
-// them in one script, which makes a round trip's decisions in one call. Only Redis stores import
-// it, so the wasm build stays small.
+// algorithm. At load time each is made the function decide, which prelude.lua's apply calls
+// (arguments, time, the ban, state words, write-back, a ban's reply); wide.lua (muldiv) comes
+// first if the algorithm calls it (a Lua function costs Redis CPU on every call that defines it,
+// so only the scripts that need it do). Mixed puts every one of them in one script, which makes a
+// round trip's decisions in one call. Only Redis stores import it, so the wasm build stays small.
 package scripts
 
 import (
@@ -20,11 +19,11 @@ var files embed.FS
 // Source returns the complete script for the algorithm whose Script().Name is name: one
 // decision, KEYS and ARGV as prelude.lua describes them.
 func Source(name string) (string, error) {
-	body, err := decision(name)
+	defs, call, err := decision(name)
 	if err != nil {
 		return "", err
 	}
-	return callLocals + body, nil
+	return callLocals + defs + "return " + call + "\n", nil
 }
 
 // Mixed returns the script that makes many decisions in one call, of any algorithms, in order:
@@ -66,27 +65,34 @@ var (
 func buildMixed() string {
 	var b strings.Builder
 	b.WriteString(callLocals)
-	b.WriteString("local fns = {}\n-- The function of algorithm a (its place in Names), made on first use.\nlocal function get(a)\n  local f = fns[a]\n  if f then return f end\n")
+	b.WriteString(uncommented(file("prelude.lua") + file("wide.lua")))
+	b.WriteString("local fns = {}\n-- The decision of algorithm a (its place in Names), made on first use.\nlocal function get(a)\n  local f = fns[a]\n  if f then return f end\n")
 	var wholes []string
 	for i, name := range Names() {
-		body, err := decision(name)
-		if err != nil {
-			panic(err) // Names lists the files there are
-		}
 		kw := "elseif"
 		if i == 0 {
 			kw = "if"
 		}
-		fmt.Fprintf(&b, "  %s a == %d then f = function(KEYS, ARGV) -- %s\n%s\n  end\n", kw, i+1, name, uncommented(body))
+		args := params
 		if whole[name] {
+			args = "KEYS, ARGV"
 			wholes = append(wholes, fmt.Sprintf("[%d] = true", i+1))
 		}
+		fmt.Fprintf(&b, "  %s a == %d then f = function(%s) -- %s\n%s\n  end\n", kw, i+1, args, name, uncommented(file(name+".lua")))
 	}
 	b.WriteString("  end\n  fns[a] = f\n  return f\nend\n")
 	b.WriteString("local wholes = {" + strings.Join(wholes, ", ") + "}\n")
-	mixedLoop, _ := files.ReadFile("mixed.lua")
-	b.Write(mixedLoop)
+	b.WriteString(file("mixed.lua"))
 	return b.String()
+}
+
+// file is the embedded file name, which exists.
+func file(name string) string {
+	b, err := files.ReadFile(name)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
 }
 
 // uncommented is src without its lines of comments alone, which make the mixed script, every
@@ -107,8 +113,8 @@ func uncommented(src string) string {
 // back, and dryrun, which makes a decision a dry run.
 const callLocals = "local clock, decimals, defer, dryrun\n"
 
-// whole names the scripts that are a whole decision on their own, without the prelude and the
-// epilogue: the counter's (counter.lua), which runs on every hit of envoyproxy/ratelimit's
+// whole names the scripts that are a whole decision on their own, without the prelude: the
+// counter's (counter.lua), which runs on every hit of envoyproxy/ratelimit's
 // counting, where reading and rewriting the prelude's string state would cost Redis several
 // times the count itself.
 var whole = map[string]bool{"counter": true}
@@ -117,23 +123,26 @@ var whole = map[string]bool{"counter": true}
 // whole): it reads one key and one argument, and Mixed's script takes one of each per decision.
 func Whole(name string) bool { return whole[name] }
 
-// decision is the code of one decision of algorithm name: the prelude, the algorithm's code as
-// the function decide(cost), and the epilogue; or the script alone if it is whole.
-func decision(name string) (string, error) {
+// params are the parameters of an algorithm's function decide, which apply (prelude.lua) calls.
+const params = "KEYS, now, cost, max_wait, partial, release, dry, backdated, limit, p1, p2, p3, p4, w1, w2, w3, w4, s, id"
+
+// decision returns the definitions of a script of algorithm name, and the call that makes its
+// decision of KEYS and ARGV: prelude.lua, wide.lua (muldiv) if the algorithm calls it, and the
+// algorithm's code as the function decide, called by apply; or a whole script's code as the
+// function decide(KEYS, ARGV).
+func decision(name string) (defs, call string, err error) {
 	body, err := files.ReadFile(name + ".lua")
 	if err != nil {
-		return "", fmt.Errorf("no Lua script for algorithm %q", name)
+		return "", "", fmt.Errorf("no Lua script for algorithm %q", name)
 	}
 	if whole[name] {
-		return string(body), nil
+		return "local function decide(KEYS, ARGV)\n" + string(body) + "end\n", "decide(KEYS, ARGV)", nil
 	}
-	src, _ := files.ReadFile("prelude.lua")
+	defs = file("prelude.lua")
 	if strings.Contains(string(body), "muldiv(") {
-		wide, _ := files.ReadFile("wide.lua")
-		src = append(src, wide...)
+		defs += file("wide.lua")
 	}
-	epilogue, _ := files.ReadFile("epilogue.lua")
-	return string(src) + "local function decide(cost)\n" + string(body) + string(epilogue), nil
+	return defs + "local function decide(" + params + ")\n" + string(body) + "end\n", "apply(decide, KEYS, ARGV)", nil
 }
 
 // Names lists the scripts, in the order of Mixed's algorithm numbers: one per algorithm, named as the algorithm, one per refund
@@ -144,7 +153,7 @@ func Names() []string {
 	var names []string
 	for _, e := range entries {
 		name := strings.TrimSuffix(e.Name(), ".lua")
-		if name != "prelude" && name != "wide" && name != "epilogue" && name != "mixed" {
+		if name != "prelude" && name != "wide" && name != "mixed" {
 			names = append(names, name)
 		}
 	}
@@ -163,12 +172,11 @@ func Names() []string {
 // applies it. The decision is the algorithm's own (a partial request, as the caller sends it):
 // its Go twin is the transition, and the golden vectors already hold the two equal.
 func WriteBack(name string) (string, error) {
-	body, err := decision(name)
+	defs, call, err := decision(name)
 	if err != nil {
 		return "", err
 	}
-	return callLocals + "local function one(KEYS, ARGV)\n" + body + `end
-if redis.call('EXISTS', KEYS[3]) == 1 then return false end
+	return callLocals + defs + "local function one(KEYS, ARGV) return " + call + " end\n" + `if redis.call('EXISTS', KEYS[3]) == 1 then return false end
 local ago = tonumber(ARGV[4]) or 0
 if ago > 0 then
   local t = redis.call('TIME')
