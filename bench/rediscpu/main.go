@@ -5,7 +5,7 @@
 // It starts redis-server under callgrind on a free loopback port, and for each limiter makes
 // warm-up calls, zeroes the counters, makes N decisions over 1,000 keys, and dumps the counters.
 //
-//	go run ./bench/rediscpu [-n 2000] [-parts]
+//	go run ./bench/rediscpu [-n 2000] [-parts] [-only REGEXP]
 //
 // With -parts it measures instead the parts a script is made of (a bare EVALSHA, its reply, TIME,
 // GET, SET, ...), one small script each, to tell where a script's instructions go.
@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -38,8 +39,9 @@ import (
 func main() {
 	n := flag.Int("n", 2000, "decisions per limiter")
 	parts := flag.Bool("parts", false, "measure the parts of a script instead of the limiters")
+	only := flag.String("only", "", "measure only the limiters whose names match this regular expression")
 	flag.Parse()
-	if err := run(*n, *parts); err != nil {
+	if err := run(*n, *parts, regexp.MustCompile(*only)); err != nil {
 		fmt.Fprintln(os.Stderr, "rediscpu:", err)
 		os.Exit(1)
 	}
@@ -70,7 +72,7 @@ func (l limiter) run(ctx context.Context, keys []string) error {
 	return nil
 }
 
-func run(n int, parts bool) error {
+func run(n int, parts bool, only *regexp.Regexp) error {
 	for _, tool := range []string{"valgrind", "callgrind_control", "redis-server"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("%s is needed (Debian packages valgrind, redis-server): %w", tool, err)
@@ -116,6 +118,9 @@ func run(n int, parts bool) error {
 		list = scriptParts(c)
 	}
 	for _, lim := range list {
+		if !only.MatchString(lim.name) {
+			continue
+		}
 		warm := make([]string, 96)
 		for i := range warm {
 			warm[i] = "warm" + strconv.Itoa(i)
@@ -200,6 +205,22 @@ func limiters(c *redis.Client) []limiter {
 			return err
 		}))
 	}
+	// A request under three rules, decided together in one call (rules.Together): per client a
+	// token bucket, per path a sliding window, one global fixed window (BenchmarkMultiRule's).
+	three := []algos.Algorithm{must(algos.NewGCRA(1_000_000, algos.Second, 1000)),
+		must(algos.NewSlidingWindow(1_000_000_000, algos.Minute)), must(algos.NewFixedWindow(1_000_000_000, algos.Second))}
+	out = append(out, single("Diana, a request of three rules decided together (per request)", func(ctx context.Context, key string) error {
+		calls := [3]rules.Op{{Key: "ip:" + key, Alg: three[0], Req: algos.Request{Cost: 1}},
+			{Key: "path:" + key[len(key)-1:], Alg: three[1], Req: algos.Request{Cost: 1}},
+			{Key: "global", Alg: three[2], Req: algos.Request{Cost: 1}}}
+		s.DecideTogether(ctx, []*rules.Op{&calls[0], &calls[1], &calls[2]}, false)
+		for _, c := range calls {
+			if c.Err != nil {
+				return c.Err
+			}
+		}
+		return nil
+	}))
 	for _, a := range []struct {
 		name string
 		alg  algos.Algorithm

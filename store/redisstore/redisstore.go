@@ -142,11 +142,10 @@ func answer(op *rules.Op, d algos.Decision, at int64, err error) {
 	}
 }
 
-// decision reads the reply {allowed, limit, remaining, reset_after, retry_after, delay, granted}
-// of script name on key, and the stamp that ends a partial request's reply (see answer).
-func (s *Store) decision(name, key string, cmd *redis.Cmd, unsent error) (algos.Decision, int64, error) {
+// decision reads the reply of e's script on key, or its error (see decisionOf).
+func (s *Store) decision(e *eval, key string, cmd *redis.Cmd, unsent error) (algos.Decision, int64, error) {
 	v, err := s.reply(cmd, unsent)
-	return decisionOf(name, key, v, err)
+	return decisionOf(e, key, v, err)
 }
 
 // reply is cmd's reply, or its error: the pipeline's when cmd was not sent at all.
@@ -157,28 +156,33 @@ func (s *Store) reply(cmd *redis.Cmd, unsent error) (any, error) {
 	return cmd.Val(), s.dials.explain(cmd.Err())
 }
 
-// decisionOf reads one decision's reply, v, or its error.
-func decisionOf(name, key string, v any, err error) (algos.Decision, int64, error) {
+// decisionOf reads the reply v of e's decision on key, or its error.
+func decisionOf(e *eval, key string, v any, err error) (algos.Decision, int64, error) {
 	if err != nil {
-		return algos.Decision{}, 0, fmt.Errorf("redisstore: %s on %q: %w", name, key, err)
+		return algos.Decision{}, 0, fmt.Errorf("redisstore: %s on %q: %w", e.name, key, err)
 	}
 	vs, _ := v.([]any)
 	var res [8]int64
 	for i, x := range vs {
 		n, ok := x.(int64)
 		if !ok || i == len(res) {
-			return algos.Decision{}, 0, fmt.Errorf("redisstore: %s on %q: reply %v: want 7 or 8 integers", name, key, v)
+			return algos.Decision{}, 0, fmt.Errorf("redisstore: %s on %q: reply %v: want 2, 7 or 8 integers", e.name, key, v)
 		}
 		res[i] = n
 	}
-	return decisionFrom(name, key, &res, len(vs))
+	return decisionFrom(e, key, &res, len(vs))
 }
 
-// decisionFrom reads a decision's reply, its n integers {allowed, limit, remaining, reset_after,
-// retry_after, delay, granted} and the stamp that ends a partial request's (see answer).
-func decisionFrom(name, key string, res *[8]int64, n int) (algos.Decision, int64, error) {
+// decisionFrom reads the n integers of a reply to e's decision on key: {allowed, limit,
+// remaining, reset_after, retry_after, delay, granted}, and the stamp that ends a partial
+// request's (see answer); or, for the usual answer, the whole cost admitted at once,
+// {remaining, reset_after} (see prelude.lua's apply).
+func decisionFrom(e *eval, key string, res *[8]int64, n int) (algos.Decision, int64, error) {
+	if n == 2 {
+		return algos.Decision{Allowed: true, Limit: e.limit, Remaining: res[0], ResetAfter: res[1], Granted: e.cost}, 0, nil
+	}
 	if n != 7 && n != 8 {
-		return algos.Decision{}, 0, fmt.Errorf("redisstore: %s on %q: reply %v: want 7 or 8 integers", name, key, res[:n])
+		return algos.Decision{}, 0, fmt.Errorf("redisstore: %s on %q: reply %v: want 2, 7 or 8 integers", e.name, key, res[:n])
 	}
 	d := algos.Decision{
 		Allowed: res[0] == 1, Limit: res[1], Remaining: res[2],

@@ -121,7 +121,7 @@ func (s *Store) send(ctx context.Context, gs []group) {
 			return
 		}
 		keys, args := e.single()
-		d, at, err := s.decision(e.name, op.Key, e.lua.single.Run(ctx, s.c, keys, args...), nil)
+		d, at, err := s.decision(&e, op.Key, e.lua.single.Run(ctx, s.c, keys, args...), nil)
 		answer(op, d, at, err)
 		return
 	}
@@ -207,7 +207,7 @@ func (s *Store) send(ctx context.Context, gs []group) {
 		cops := buf.cops[c.first : c.first+c.n]
 		if c.single(buf) {
 			op := ops[cops[0]]
-			d, at, err := s.decision(evals[cops[0]].name, op.Key, c.cmd, unsent)
+			d, at, err := s.decision(&evals[cops[0]], op.Key, c.cmd, unsent)
 			answer(op, d, at, err)
 		} else {
 			s.answerMixed(c, buf, unsent)
@@ -412,15 +412,15 @@ func (s *Store) answerMixed(c *command, b *sendBuf, unsent error) {
 	}
 	var res [8]int64
 	for _, i := range cops {
-		op, name := b.ops[i], b.evals[i].name
+		op, e := b.ops[i], &b.evals[i]
 		n, failed := u.entry(&res)
 		switch {
 		case u.err != nil:
-			op.Err = fmt.Errorf("redisstore: %s on %q: reply %q: %w", name, op.Key, packed, u.err)
+			op.Err = fmt.Errorf("redisstore: %s on %q: reply %q: %w", e.name, op.Key, packed, u.err)
 		case failed != nil:
-			op.Err = fmt.Errorf("redisstore: %s on %q: %w", name, op.Key, failed)
+			op.Err = fmt.Errorf("redisstore: %s on %q: %w", e.name, op.Key, failed)
 		default:
-			d, at, err := decisionFrom(name, op.Key, &res, n)
+			d, at, err := decisionFrom(e, op.Key, &res, n)
 			answer(op, d, at, err)
 		}
 	}
@@ -473,6 +473,8 @@ type eval struct {
 	direct     bool   // the script writes its state itself (a sorted set, a whole script)
 	packed     []byte // the integer arguments (see prelude.lua)
 	id         string // the lease id, "" for none
+	limit      int64  // the algorithm's limit and the request's cost, which a reply of the usual
+	cost       int64  // answer leaves out (see decisionFrom)
 }
 
 // single is the keys and arguments of e's script.
@@ -580,7 +582,7 @@ func (s *Store) evalInto(packed *[]byte, key string, alg algos.Algorithm, r algo
 		}
 		flags |= 8
 	}
-	e := eval{name: sc.Name, lua: l, banned: sc.Ban != 0, direct: sc.Log || l.whole}
+	e := eval{name: sc.Name, lua: l, banned: sc.Ban != 0, direct: sc.Log || l.whole, limit: sc.Limit, cost: r.Cost}
 	if r.Backdated {
 		flags |= 16
 	}

@@ -9,7 +9,7 @@ local pad = 0
 if now < 0 then
   if not clock then
     local t = redis.call('TIME')
-    clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    clock = t[1] * 1000000 + t[2]
   end
   now = clock
 else
@@ -67,8 +67,10 @@ if n == 0 and cost > 0 then
   if count == 0 then r = {0, most, most, 0, reset, 0, 0} else r = {0, most, most - count, reset, reset, 0, 0} end
 elseif count + n == 0 then
   r = {1, most, most, 0, 0, 0, 0}
-else
+elseif partial then
   r = {1, most, most - count - n, reset, 0, 0, n}
+else
+  r = {most - count - n, reset} -- the usual answer in two numbers, as prelude.lua's apply gives it
 end
 if partial then r[8] = now end
 return r

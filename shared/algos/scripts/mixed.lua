@@ -22,6 +22,9 @@ local function run(j)
   return r
 end
 
+-- denied reports whether r is a denial; an admission of the whole cost is two numbers (see apply).
+local function denied(r) return r[3] ~= nil and r[1] == 0 end
+
 -- set makes the writes held back in w (key, value, ms: three entries per write).
 local function set(w)
   for i = 1, #w, 3 do redis.call('SET', w[i], w[i + 1], 'PX', w[i + 2]) end
@@ -52,7 +55,7 @@ while layout[li] do
         break
       end
       out[o + j] = r
-      if r[1] == 0 and code[j] % 2 == 0 then -- a denial, not a shadow's: its ban starts anyway
+      if code[j] % 2 == 0 and denied(r) then -- a denial, not a shadow's: its ban starts anyway
         admit = false
         local to = #held
         for i = from + 1, to do
@@ -70,7 +73,7 @@ while layout[li] do
         local c = code[j]
         -- A direct decision is made again, for real: when the request is admitted, or when it
         -- is a denial, not a shadow's, that starts a ban.
-        if floor(c / 4) % 2 == 1 and (admit or c % 4 == 2 and out[o + j][1] == 0) then
+        if floor(c / 4) % 2 == 1 and (admit or c % 4 == 2 and denied(out[o + j])) then
           out[o + j] = run(j)
         end
       end

@@ -37,7 +37,7 @@ local function apply(decide, KEYS, ARGV)
   if now < 0 then
     if not clock then -- Redis's clock, read once per script call (a batch's decisions share it)
       local t = redis.call('TIME')
-      clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+      clock = t[1] * 1000000 + t[2] -- Lua reads the strings as numbers
     end
     now = clock
   else
@@ -95,7 +95,14 @@ local function apply(decide, KEYS, ARGV)
     if r[5] >= 0 then r[5] = math.max(r[5], ban) end
   end
   if partial then r[8] = at or now else r[8] = nil end
-  if held == 0 then return r end
+  if held == 0 then
+    -- The usual answer, the whole cost admitted at once, in two numbers, {remaining,
+    -- reset_after}: the others go without saying (allowed, the limit argument, no retry, no
+    -- delay, the cost granted), and Redis formats each number of a reply, at about 1,000
+    -- instructions a number.
+    if r[1] == 1 and r[5] == 0 and r[6] == 0 and r[7] == cost and not partial then return {r[3], r[4]} end
+    return r
+  end
 
   -- The twin of Ban.Decide in shared/algos/ban.go. During a ban the request is denied, and its
   -- Retry-After is the real wait: the ban's end, or later if the algorithm would still refuse
