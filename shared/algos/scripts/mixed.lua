@@ -7,8 +7,8 @@ local out, keys, argv = {}, {}, {} -- one decision's KEYS and ARGV, the same tab
 local li, ki, ai, o = 1, 0, 1, 0 -- the next layout entry; the KEYS and ARGV read; the replies
 local code, kat, aat = {}, {}, {} -- a group's decisions: layout code, KEYS and ARGV before each
 
--- run makes decision j of the group, from its KEYS and ARGV, and returns its reply, or
--- {err = message} if it failed.
+-- run makes decision j of a group decided together, from its KEYS and ARGV, and returns its
+-- reply, or {err = message} if it failed.
 local function run(j)
   local a, k, v = floor(code[j] / 8), kat[j], aat[j]
   keys[1], argv[1] = KEYS[k + 1], ARGV[v + 1]
@@ -33,15 +33,34 @@ end
 while layout[li] do
   local g = layout[li]
   local n = floor(g / 4)
-  for j = 1, n do
-    local c = layout[li + j]
-    code[j], kat[j], aat[j] = c, ki, ai
-    if wholes[floor(c / 8)] then ki, ai = ki + 1, ai + 1 else ki, ai = ki + 2, ai + 2 end
-  end
-  li = li + n + 1
-  if g % 4 < 2 then -- independent decisions
-    for j = 1, n do out[o + j] = run(j) end
+  if g % 4 < 2 then -- independent decisions, each as its own script would make it
+    for j = 1, n do
+      local a = floor(layout[li + j] / 8)
+      local f = fns[a] or get(a)
+      local ok, r
+      keys[1], argv[1] = KEYS[ki + 1], ARGV[ai + 1]
+      if wholes[a] then
+        ki, ai = ki + 1, ai + 1
+        ok, r = pcall(f, keys, argv)
+      else
+        keys[2], argv[2] = KEYS[ki + 2], ARGV[ai + 2]
+        ki, ai = ki + 2, ai + 2
+        ok, r = pcall(apply, f, keys, argv)
+      end
+      if not ok then
+        if type(r) == 'table' then r = r.err end -- redis.call's errors are tables
+        r = {err = tostring(r)}
+      end
+      out[o + j] = r
+    end
+    li = li + n + 1
   else -- one request's limits, all or nothing (algos.Together)
+    for j = 1, n do
+      local c = layout[li + j]
+      code[j], kat[j], aat[j] = c, ki, ai
+      if wholes[floor(c / 8)] then ki, ai = ki + 1, ai + 1 else ki, ai = ki + 2, ai + 2 end
+    end
+    li = li + n + 1
     local admit, failed = g % 2 == 0, nil
     local held, kept = {}, {} -- the writes held back; those made even if the request is refused
     for j = 1, n do
