@@ -8,7 +8,8 @@
 //	go run ./bench/rediscpu [-n 2000] [-parts] [-only REGEXP]
 //
 // With -parts it measures instead the parts a script is made of (a bare EVALSHA, its reply, TIME,
-// GET, SET, ...), one small script each, to tell where a script's instructions go.
+// GET, SET, ...), one small script each, and the token bucket's script stopped after each of its
+// steps, to tell where a script's instructions go.
 package main
 
 import (
@@ -32,6 +33,7 @@ import (
 	ululeredis "github.com/ulule/limiter/v3/drivers/store/redis"
 
 	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/algos/scripts"
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/redisstore"
 )
@@ -266,6 +268,31 @@ func scriptParts(c *redis.Client) []limiter {
 	}
 	args := []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10} // ten MessagePack integers, as Diana's scripts get
 	var out []limiter
+	// The token bucket's own script (GCRA: 1,000,000 a second, bursts of 1,000), whole and stopped
+	// after each of its steps, each an early return of a reply of 7 integers: where a lone
+	// decision's instructions go.
+	tb, _ := scripts.Source("token_bucket")
+	stop := func(before string) string {
+		i := strings.Index(tb, before)
+		if i < 0 {
+			panic("token_bucket.lua: no " + before)
+		}
+		return tb[:i] + "  do return {1, 2, 3, 4, 5, 6, 7} end\n" + tb[i:]
+	}
+	// now -1 (Redis TIME), cost 1, max_wait 0, flags 0, ban 0, limit 1000, rate 10^6, period 10^6, burst 1000
+	gcraArgs := []byte{0xff, 1, 0, 0, 0, 0xcd, 0x03, 0xe8, 0xce, 0x00, 0x0f, 0x42, 0x40, 0xce, 0x00, 0x0f, 0x42, 0x40, 0xcd, 0x03, 0xe8}
+	for _, p := range []struct{ name, src string }{
+		{"token bucket script: its functions made and its arguments unpacked", stop("  local id = ARGV[2]")},
+		{"token bucket script: + Redis's clock (TIME)", stop("  local held = 0")},
+		{"token bucket script: + GET of the state", stop("  local r, write, at = decide(")},
+		{"token bucket script: + the decision (GCRA's arithmetic)", stop("  if write and not dry then")},
+		{"token bucket script: + SET of the state with its TTL (whole)", tb},
+	} {
+		sc := redis.NewScript(p.src)
+		out = append(out, single(p.name, func(ctx context.Context, key string) error {
+			return sc.Run(ctx, c, []string{"tb:" + key}, gcraArgs).Err()
+		}))
+	}
 	for _, p := range parts {
 		sc := redis.NewScript(p.src)
 		out = append(out, single(p.name, func(ctx context.Context, key string) error {
