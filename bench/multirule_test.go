@@ -125,20 +125,6 @@ func BenchmarkMultiRule(b *testing.B) {
 	srv := redistest.Start(b)
 	k := keys()
 	ctx := context.Background()
-	redisCPU := func() time.Duration {
-		cpu, err := srv.CPU(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return cpu
-	}
-	scripts := func() int64 {
-		st, err := srv.CommandStats(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return st["evalsha"].Calls + st["eval"].Calls
-	}
 	paths := make([]string, multiPaths)
 	for i := range paths {
 		paths[i] = "/api/items/" + strconv.Itoa(i)
@@ -153,18 +139,18 @@ func BenchmarkMultiRule(b *testing.B) {
 					b.Fatal(err)
 				}
 				sides[i] = side{name: l.name, run: func(from, n int) time.Duration {
-					c0 := scripts()
+					c0 := scriptCalls(b, srv)
 					took := concurrently(g, n, func(j int) {
 						x := (from + j) * 7919
 						if err := decide(ctx, k[x%len(k)], paths[x%multiPaths]); err != nil {
 							b.Error(err)
 						}
 					})
-					calls[i] += scripts() - c0
+					calls[i] += scriptCalls(b, srv) - c0
 					return took
 				}}
 			}
-			inRounds(b, 1000, sides, redisCPU)
+			inRounds(b, 1000, sides, redisCPUOf(b, srv))
 			report(b, sides, time.Microsecond, "µs/op:", "redis-µs/op:")
 			for i, s := range sides {
 				b.ReportMetric(float64(calls[i])/float64(b.N), "redis-calls/op:"+s.name)

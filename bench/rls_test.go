@@ -77,14 +77,7 @@ func BenchmarkRLS(b *testing.B) {
 	root := b.TempDir()
 	cfgDir := filepath.Join(root, "rl", "config") // RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config
 	batchedDir := filepath.Join(root, "batched")
-	for dir, doc := range map[string]string{cfgDir: rlsDescriptors, batchedDir: rlsBatched} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte(doc), 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
+	writeConfigs(b, "bench.yaml", map[string]string{cfgDir: rlsDescriptors, batchedDir: rlsBatched})
 	rlAddr, rlPid := startRatelimit(b, root, rs.Addr)
 	dianad := buildDianad(b)
 	dianaAddr, dianaPid, metrics := startDianaRLS(b, dianad, cfgDir, rs.Addr)
@@ -102,36 +95,10 @@ func BenchmarkRLS(b *testing.B) {
 	for _, l := range loads {
 		l.redisPid = rs.Pid()
 	}
-	for _, l := range loads {
-		l.run(64, rlsWarmup, nil)
-		if err := l.err(); err != nil {
-			b.Fatalf("warm-up, %s: %v", l.name, err)
-		}
-	}
+	warmUp(b, loads)
 	for _, clients := range []int{16, 64} {
 		b.Run("clients-"+strconv.Itoa(clients), func(b *testing.B) {
-			for _, l := range loads {
-				l.reset(b.N)
-			}
-			b.ResetTimer()
-			for k := 0; k*rlsRound < b.N; k++ {
-				n := min(rlsRound, b.N-k*rlsRound)
-				for j := range loads { // each round in another order
-					l := loads[(k+j)%len(loads)]
-					runtime.GC()
-					l.round(clients, n)
-				}
-			}
-			b.StopTimer()
-			for _, l := range loads {
-				if err := l.err(); err != nil {
-					b.Fatalf("%s: %v", l.name, err)
-				}
-			}
-			stats := make([]loadStats, len(loads))
-			for i, l := range loads {
-				stats[i] = l.stats()
-			}
+			stats := inTurns(b, loads, clients)
 			r := stats[0] // the anchor
 			b.ReportMetric(0, "ns/op")
 			for i, l := range loads {
@@ -154,6 +121,56 @@ func BenchmarkRLS(b *testing.B) {
 	}
 	checkNoFallback(b, metrics)
 	checkNoFallback(b, batchedMetrics)
+}
+
+// writeConfigs writes each descriptor config (by directory) into its directory, as name.
+func writeConfigs(b testing.TB, name string, docs map[string]string) {
+	for dir, doc := range docs {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(doc), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// warmUp makes rlsWarmup requests of each load from 64 clients, before any is measured.
+func warmUp(b *testing.B, loads []*rlsLoad) {
+	for _, l := range loads {
+		l.run(64, rlsWarmup, nil)
+		if err := l.err(); err != nil {
+			b.Fatalf("warm-up, %s: %v", l.name, err)
+		}
+	}
+}
+
+// inTurns makes b.N requests of each load from clients closed-loop clients, the loads taking
+// turns every rlsRound requests, each round in another order, and returns each one's figures.
+func inTurns(b *testing.B, loads []*rlsLoad, clients int) []loadStats {
+	for _, l := range loads {
+		l.reset(b.N)
+	}
+	b.ResetTimer()
+	for k := 0; k*rlsRound < b.N; k++ {
+		n := min(rlsRound, b.N-k*rlsRound)
+		for j := range loads { // each round in another order
+			l := loads[(k+j)%len(loads)]
+			runtime.GC()
+			l.round(clients, n)
+		}
+	}
+	b.StopTimer()
+	for _, l := range loads {
+		if err := l.err(); err != nil {
+			b.Fatalf("%s: %v", l.name, err)
+		}
+	}
+	stats := make([]loadStats, len(loads))
+	for i, l := range loads {
+		stats[i] = l.stats()
+	}
+	return stats
 }
 
 // checkNoFallback fails b unless every decision of the dianad whose metrics are at url was
@@ -242,6 +259,14 @@ func buildDianad(b testing.TB) string {
 // startDianaRLS runs dianad (the binary bin) with an rls section in cluster mode on redisAddr,
 // and returns its gRPC address, its process id and its metrics URL.
 func startDianaRLS(b testing.TB, bin, cfgDir, redisAddr string) (string, int, string) {
+	grpcAddr, admin, pid := startDianad(b, bin, cfgDir, redisAddr, "", rlsRequest(0))
+	return grpcAddr, pid, "http://" + admin + "/metrics"
+}
+
+// startDianad runs dianad (the binary bin) with an rls section in cluster mode reading cfgDir on
+// redisAddr and the config lines more, waits until it answers probe with a limit on each
+// descriptor, and returns its gRPC address, its admin address and its process id.
+func startDianad(b testing.TB, bin, cfgDir, redisAddr, more string, probe *pb.RateLimitRequest) (string, string, int) {
 	grpcAddr := "127.0.0.1:" + strconv.Itoa(freePort(b))
 	admin := "127.0.0.1:" + strconv.Itoa(freePort(b))
 	cfg := filepath.Join(b.TempDir(), "diana.yaml")
@@ -252,13 +277,12 @@ listen: ""
 admin: {listen: "` + admin + `"}
 redis: {addrs: ["` + redisAddr + `"], timeout: 5s}
 rls: {listen: "` + grpcAddr + `", config_dir: "` + cfgDir + `", mode: cluster}
-`
+` + more
 	if err := os.WriteFile(cfg, []byte(doc), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	cmd := exec.Command(bin, "--config", cfg, "--log-level", "warn")
-	pid := startProcess(b, cmd, grpcAddr)
-	return grpcAddr, pid, "http://" + admin + "/metrics"
+	return grpcAddr, admin, startProcessWith(b, cmd, grpcAddr, probe)
 }
 
 // startEmptyRLS builds and runs bench/rlsempty, the ceiling: a rate limit service that decides

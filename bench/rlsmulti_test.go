@@ -7,10 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"testing"
 
@@ -87,27 +84,20 @@ func BenchmarkRLSMulti(b *testing.B) {
 	root := b.TempDir()
 	rlDir := filepath.Join(root, "rl", "config") // RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config
 	dianaDir := filepath.Join(root, "diana")
-	for dir, doc := range map[string]string{rlDir: multiDescriptors, dianaDir: multiDescriptorsDiana} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "multi.yaml"), []byte(doc), 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
+	writeConfigs(b, "multi.yaml", map[string]string{rlDir: multiDescriptors, dianaDir: multiDescriptorsDiana})
 	rlAddr, rlPid := startRatelimitWith(b, root, rs.Addr, multiRequest(0, false))
-	grpcAddr, admin, dianaPid := startDianaMulti(b, buildDianad(b), dianaDir, rs.Addr)
+	grpcAddr, admin, dianaPid := startDianad(b, buildDianad(b), dianaDir, rs.Addr, multiRulesYAML, multiRequest(0, false))
 	ctx := context.Background()
 	// The commands a client sends: dianad's script calls (the commands a script makes count in
 	// INFO commandstats too, and are not counted here), envoyproxy/ratelimit's INCRBY and EXPIRE.
 	commands := func(scripts bool) func() int64 {
 		return func() int64 {
+			if scripts {
+				return scriptCalls(b, rs)
+			}
 			st, err := rs.CommandStats(ctx)
 			if err != nil {
 				b.Fatal(err)
-			}
-			if scripts {
-				return st["evalsha"].Calls + st["eval"].Calls
 			}
 			return st["incrby"].Calls + st["expire"].Calls
 		}
@@ -127,35 +117,11 @@ func BenchmarkRLSMulti(b *testing.B) {
 	}
 	for _, l := range loads {
 		l.redisPid, l.commands = rs.Pid(), commands(l.name != "ratelimit")
-		l.run(64, rlsWarmup, nil)
-		if err := l.err(); err != nil {
-			b.Fatalf("warm-up, %s: %v", l.name, err)
-		}
 	}
+	warmUp(b, loads)
 	for _, clients := range []int{16, 64} {
 		b.Run("clients-"+strconv.Itoa(clients), func(b *testing.B) {
-			for _, l := range loads {
-				l.reset(b.N)
-			}
-			b.ResetTimer()
-			for k := 0; k*rlsRound < b.N; k++ {
-				n := min(rlsRound, b.N-k*rlsRound)
-				for j := range loads { // each round in another order
-					l := loads[(k+j)%len(loads)]
-					runtime.GC()
-					l.round(clients, n)
-				}
-			}
-			b.StopTimer()
-			for _, l := range loads {
-				if err := l.err(); err != nil {
-					b.Fatalf("%s: %v", l.name, err)
-				}
-			}
-			stats := make([]loadStats, len(loads))
-			for i, l := range loads {
-				stats[i] = l.stats()
-			}
+			stats := inTurns(b, loads, clients)
 			b.ReportMetric(0, "ns/op")
 			for i, l := range loads {
 				st := stats[i]
@@ -175,27 +141,6 @@ func BenchmarkRLSMulti(b *testing.B) {
 	}
 	checkNoFallback(b, "http://"+admin+"/metrics", `diana_backend_errors_total{rule="rls:multi.remote_address"}`)
 	checkNoFallback(b, "http://"+admin+"/metrics", `diana_backend_errors_total{rule="ip"}`)
-}
-
-// startDianaMulti runs dianad (the binary bin) with an rls section in cluster mode reading
-// cfgDir and the three rules of multiRulesYAML, on redisAddr, and returns its gRPC address, its
-// admin address (the decision API) and its process id.
-func startDianaMulti(b testing.TB, bin, cfgDir, redisAddr string) (string, string, int) {
-	grpcAddr := "127.0.0.1:" + strconv.Itoa(freePort(b))
-	admin := "127.0.0.1:" + strconv.Itoa(freePort(b))
-	cfg := filepath.Join(b.TempDir(), "diana.yaml")
-	// The Redis timeout is long, as in startDianaRLS.
-	doc := `version: 1
-listen: ""
-admin: {listen: "` + admin + `"}
-redis: {addrs: ["` + redisAddr + `"], timeout: 5s}
-rls: {listen: "` + grpcAddr + `", config_dir: "` + cfgDir + `", mode: cluster}
-` + multiRulesYAML
-	if err := os.WriteFile(cfg, []byte(doc), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--config", cfg, "--log-level", "warn")
-	return grpcAddr, admin, startProcessWith(b, cmd, grpcAddr, multiRequest(0, false))
 }
 
 // newCheckLoad is the load of the three-limit requests on dianad's decision API at admin (POST

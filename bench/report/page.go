@@ -398,12 +398,9 @@ request. Medians over the runs [min–max].
 	var verdicts []string
 	for _, c := range rlsClients {
 		name := fmt.Sprintf("BenchmarkRLS/clients-%d", c)
-		v := make([]bench.Spread, len(units))
-		for i, unit := range units {
-			var ok bool
-			if v[i], ok = r.RLS.get(name, unit); !ok {
-				return fmt.Errorf("%s: no %s", name, unit)
-			}
+		v, err := spreads(r.RLS, name, units)
+		if err != nil {
+			return err
 		}
 		cpuRatio := "(no CPU measured)"
 		if s, ok := r.RLS.get(name, "diana/ratelimit-cpu"); ok {

@@ -1,10 +1,6 @@
 package algos
 
 import (
-	"bytes"
-	"encoding/json"
-	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -29,21 +25,14 @@ type togetherStep struct {
 	Parts    []togetherPart `json:"parts"`
 }
 
-// togetherPart is one limit's request in a step and its decision (TTL left out: the scripts do
-// not reply it).
+// togetherPart is one limit's request in a step and its decision.
 type togetherPart struct {
-	Cost       int64 `json:"cost"`
-	MaxWait    int64 `json:"max_wait,omitempty"`
-	ID         int64 `json:"id,omitempty"`
-	Shadow     bool  `json:"shadow,omitempty"`
-	Allowed    bool  `json:"allowed"`
-	Limit      int64 `json:"limit"`
-	Remaining  int64 `json:"remaining"`
-	ResetAfter int64 `json:"reset_after"`
-	RetryAfter int64 `json:"retry_after"`
-	Delay      int64 `json:"delay,omitempty"`
-	Granted    int64 `json:"granted"`
-	Committed  bool  `json:"committed"`
+	Cost    int64 `json:"cost"`
+	MaxWait int64 `json:"max_wait,omitempty"`
+	ID      int64 `json:"id,omitempty"`
+	Shadow  bool  `json:"shadow,omitempty"`
+	goldenDecision
+	Committed bool `json:"committed"`
 }
 
 var togetherGolden struct {
@@ -92,9 +81,7 @@ func (g *group) decide(now int64, denied bool, asks ...ask) ([]Part, bool) {
 	admitted := Together(parts, denied)
 	st := togetherStep{Now: now, Denied: denied, Admitted: admitted}
 	for _, p := range parts {
-		d := p.Dec
-		st.Parts = append(st.Parts, togetherPart{p.Req.Cost, p.Req.MaxWait, p.Req.ID, p.Shadow, d.Allowed, d.Limit, d.Remaining,
-			d.ResetAfter, d.RetryAfter, d.Delay, d.Granted, p.Committed})
+		st.Parts = append(st.Parts, togetherPart{p.Req.Cost, p.Req.MaxWait, p.Req.ID, p.Shadow, goldenOf(p.Dec), p.Committed})
 	}
 	g.trace.Steps = append(g.trace.Steps, st)
 	return parts, admitted
@@ -241,41 +228,5 @@ func TestTogetherLogs(t *testing.T) {
 // checkTogether writes the recorded vectors (-update) or checks them against the file, as
 // checkGolden does the algorithms'.
 func checkTogether() error {
-	traces := slices.Clone(togetherGolden.traces)
-	seen := map[string]int{}
-	for i := range traces {
-		seen[traces[i].Test]++
-		traces[i].Test = fmt.Sprintf("%s #%d", traces[i].Test, seen[traces[i].Test])
-	}
-	slices.SortStableFunc(traces, func(a, b togetherTrace) int { return cmpStrings(a.Test, b.Test) })
-	if *updateGolden {
-		b, err := json.MarshalIndent(traces, "", " ")
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(togetherFile, append(b, '\n'), 0o644)
-	}
-	b, err := os.ReadFile(togetherFile)
-	if err != nil {
-		return fmt.Errorf("%s: %v (go test -update writes it)", togetherFile, err)
-	}
-	var file []togetherTrace
-	if err := json.NewDecoder(bytes.NewReader(b)).Decode(&file); err != nil {
-		return fmt.Errorf("%s: %v", togetherFile, err)
-	}
-	in := map[string]string{}
-	for _, tr := range file {
-		j, _ := json.Marshal(tr)
-		in[tr.Test] = string(j)
-	}
-	for _, tr := range traces {
-		j, _ := json.Marshal(tr)
-		if in[tr.Test] != string(j) {
-			return fmt.Errorf("%s: the golden vector %s is not what the file holds: go test ./shared/algos -update", togetherFile, tr.Test)
-		}
-	}
-	if ranEveryTest() && len(file) != len(traces) {
-		return fmt.Errorf("%s holds %d golden vectors, the tests %d: go test ./shared/algos -update", togetherFile, len(file), len(traces))
-	}
-	return nil
+	return checkVectors(togetherFile, slices.Clone(togetherGolden.traces), func(t *togetherTrace) *string { return &t.Test })
 }

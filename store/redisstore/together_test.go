@@ -2,11 +2,8 @@ package redisstore
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -22,10 +19,6 @@ import (
 // all-or-nothing groups, on a real redis-server: each limit's decision, whether it was committed,
 // and the verdict must be the ones the vector pins.
 func TestGoldenTogether(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "shared", "algos", "testdata", "together.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var traces []struct {
 		Test  string
 		Parts []algos.Script
@@ -34,24 +27,16 @@ func TestGoldenTogether(t *testing.T) {
 			Denied   bool
 			Admitted bool
 			Parts    []struct {
-				Cost       int64 `json:"cost"`
-				MaxWait    int64 `json:"max_wait"`
-				ID         int64 `json:"id"`
-				Shadow     bool  `json:"shadow"`
-				Allowed    bool  `json:"allowed"`
-				Limit      int64 `json:"limit"`
-				Remaining  int64 `json:"remaining"`
-				ResetAfter int64 `json:"reset_after"`
-				RetryAfter int64 `json:"retry_after"`
-				Delay      int64 `json:"delay"`
-				Granted    int64 `json:"granted"`
-				Committed  bool  `json:"committed"`
+				Cost    int64 `json:"cost"`
+				MaxWait int64 `json:"max_wait"`
+				ID      int64 `json:"id"`
+				Shadow  bool  `json:"shadow"`
+				vectorDecision
+				Committed bool `json:"committed"`
 			}
 		}
 	}
-	if err := json.Unmarshal(b, &traces); err != nil {
-		t.Fatal(err)
-	}
+	readVectors(t, "together.json", &traces)
 	if len(traces) < 5 {
 		t.Fatalf("only %d golden vectors", len(traces))
 	}
@@ -67,9 +52,7 @@ func TestGoldenTogether(t *testing.T) {
 			}
 			s.DecideTogether(context.Background(), ops, st.Denied)
 			for i, p := range st.Parts {
-				op := ops[i]
-				want := algos.Decision{Allowed: p.Allowed, Limit: p.Limit, Remaining: p.Remaining,
-					ResetAfter: p.ResetAfter, RetryAfter: p.RetryAfter, Delay: p.Delay, Granted: p.Granted}
+				op, want := ops[i], p.decision()
 				if op.Err != nil || op.Dec != want || op.Req.DryRun == p.Committed {
 					t.Fatalf("%s, step %d, limit %d (%s, %+v): %v\n  lua    %+v committed %v\n  golden %+v committed %v",
 						tr.Test, j, i, tr.Parts[i].Name, op.Req, op.Err, op.Dec, !op.Req.DryRun, want, p.Committed)
