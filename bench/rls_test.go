@@ -100,17 +100,9 @@ func BenchmarkRLS(b *testing.B) {
 		b.Run("clients-"+strconv.Itoa(clients), func(b *testing.B) {
 			stats := inTurns(b, loads, clients)
 			r := stats[0] // the anchor
-			b.ReportMetric(0, "ns/op")
+			reportLoads(b, loads, stats)
 			for i, l := range loads {
-				st := stats[i]
-				b.ReportMetric(st.rps, l.name+"-req/s")
-				b.ReportMetric(st.p99, l.name+"-p99-µs")
-				b.ReportMetric(st.cpu, l.name+"-cpu-µs/req")
-				b.ReportMetric(st.redisCPU, l.name+"-redis-cpu-µs/req")
-				if i > 0 {
-					b.ReportMetric(st.rps/r.rps, l.name+"/ratelimit-req/s")
-				}
-				if l.name == "base" {
+				if st := stats[i]; l.name == "base" {
 					b.ReportMetric(stats[1].rps/st.rps, "diana/base-req/s")
 				}
 			}
@@ -171,6 +163,26 @@ func inTurns(b *testing.B, loads []*rlsLoad, clients int) []loadStats {
 		stats[i] = l.stats()
 	}
 	return stats
+}
+
+// reportLoads reports each load's figures (stats, in the order of loads): requests per second,
+// p99, the CPU per request of its server and of Redis, the commands it sent Redis per request
+// when they are counted, and its requests per second over the first one's, the anchor's.
+func reportLoads(b *testing.B, loads []*rlsLoad, stats []loadStats) {
+	b.ReportMetric(0, "ns/op")
+	for i, l := range loads {
+		st := stats[i]
+		b.ReportMetric(st.rps, l.name+"-req/s")
+		b.ReportMetric(st.p99, l.name+"-p99-µs")
+		b.ReportMetric(st.cpu, l.name+"-cpu-µs/req")
+		b.ReportMetric(st.redisCPU, l.name+"-redis-cpu-µs/req")
+		if l.commands != nil {
+			b.ReportMetric(float64(l.calls)/float64(len(l.lat)), l.name+"-redis-calls/req")
+		}
+		if i > 0 {
+			b.ReportMetric(st.rps/stats[0].rps, l.name+"/"+loads[0].name+"-req/s")
+		}
+	}
 }
 
 // checkNoFallback fails b unless every decision of the dianad whose metrics are at url was

@@ -122,18 +122,7 @@ func BenchmarkRLSMulti(b *testing.B) {
 	for _, clients := range []int{16, 64} {
 		b.Run("clients-"+strconv.Itoa(clients), func(b *testing.B) {
 			stats := inTurns(b, loads, clients)
-			b.ReportMetric(0, "ns/op")
-			for i, l := range loads {
-				st := stats[i]
-				b.ReportMetric(st.rps, l.name+"-req/s")
-				b.ReportMetric(st.p99, l.name+"-p99-µs")
-				b.ReportMetric(st.cpu, l.name+"-cpu-µs/req")
-				b.ReportMetric(st.redisCPU, l.name+"-redis-cpu-µs/req")
-				b.ReportMetric(float64(l.calls)/float64(len(l.lat)), l.name+"-redis-calls/req")
-				if i > 0 {
-					b.ReportMetric(st.rps/stats[0].rps, l.name+"/ratelimit-req/s")
-				}
-			}
+			reportLoads(b, loads, stats)
 			if stats[2].redisCPU > 0 { // a run of a few requests can fall within one clock tick
 				b.ReportMetric(stats[1].redisCPU/stats[2].redisCPU, "diana/diana-1-redis-cpu")
 			}
