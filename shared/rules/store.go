@@ -76,7 +76,7 @@ func (op *Op) Rule() *Rule { return op.rule }
 // layers stack (store/failover → store/batch → store/redisstore) and an op goes through them
 // as it is. Each op is atomic on its own key; a store may decide a batch in one round trip but
 // never needs to make the batch atomic: the Engine checks every op as a dry run (Req.DryRun)
-// before it commits any.
+// before it commits any, unless the store decides a request's ops together (Together).
 type Store interface {
 	Decide(ctx context.Context, ops []*Op)
 }
