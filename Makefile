@@ -5,10 +5,11 @@ TINYGO_FLAGS = -scheduler=none -target=wasip1 -buildmode=wasi-legacy -no-debug
 
 ## test: every test with the race detector, and the algorithms built and run under TinyGo.
 ## Installs redis-server, deck, chromium (and TinyGo's Debian packages) when missing, and the npm
-## packages of Kong Manager's plugin form (cached by lockfile); builds diana.wasm.
+## packages of Kong Manager's plugin form and the official LLM clients (cached by lockfile); builds
+## diana.wasm.
 test: deps vet tinygo-check wasm
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./bench/ # the benchmarks still run
-	$(GO) test -race -count=1 -parallel 4 ./...
+	$(GO) test -race -count=1 -parallel 4 -timeout 30m ./... # the compiled filter under the race detector takes minutes; 10m, the default, leaves no room on a loaded machine
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
@@ -18,6 +19,7 @@ vet:
 deps:
 	@build/need-packages.sh
 	@build/kongmanager.sh >/dev/null
+	@build/llmclients.sh >/dev/null
 
 ## bench: the benchmarks, each beside its anchor (x/time/rate, go-redis/redis_rate, ...), and the
 ## Kong plugin's and the Envoy filter's cost per request beside an empty plugin and filter
@@ -78,14 +80,16 @@ run:
 	@echo "  curl -s -X POST http://127.0.0.1:9090/v1/check -d '{\"client_ip\":\"192.0.2.1\",\"path\":\"/\"}'"
 	bin/dianad --config examples/diana.yaml
 
-## generate: the files derived from shared/rules' algorithm registry (schema/limit.schema.json, the
-## algorithm tables of README.md and docs/configuration.md), the JSON Schemas derived from the
-## config readers (schema/rule, dianad and rules.schema.json, with schema/src) and shared/algos' golden vectors
-## (shared/algos/testdata/golden.json, which the Lua scripts are tested against); make test
-## fails when one of them is stale
+## generate: every generated file, by the //go:generate directives of the packages that own
+## them: schema's (schema/internal/gen: the JSON Schemas from the config readers with schema/src
+## and from shared/rules' algorithm registry, and the tables of README.md and
+## docs/configuration.md) and shared/algos' (its tests' golden vectors, testdata/golden.json,
+## which the Lua scripts are tested against). A second run changes nothing; make test fails when
+## a generated file is stale. Not here: kongplugin/testdata/kongmanager/form.json, what Kong
+## Manager's form shows in a browser (go test ./kongplugin -run TestKongManagerForm -update-form),
+## and the measured reports (make report, make bench-report)
 generate:
-	$(GO) test -count=1 -run '^TestGenerated$$' ./schema/ -update
-	$(GO) test -count=1 ./shared/algos/ -update
+	$(GO) generate ./...
 
 ## kongmanager-screenshots: docs/img/kongmanager-*.png, Kong Manager's plugin form as
 ## TestKongManagerForm drives it in headless Chromium (used by docs/kong.md)

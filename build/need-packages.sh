@@ -4,7 +4,9 @@
 # Sentinels and Redis Clusters on loopback ports —, deck (it validates examples/kong.yml), and
 # nginx (nginx-light, which has auth_request) and caddy, which run examples/nginx.conf and
 # examples/Caddyfile in front of dianad's /v1/auth, and chromium and npm, which run Kong Manager's
-# plugin form (kongplugin's TestKongManagerForm; build/kongmanager.sh installs its npm packages).
+# plugin form (kongplugin's TestKongManagerForm; build/kongmanager.sh installs its npm packages);
+# npm (and its node) runs the official LLM clients too (server's TestOfficialClients;
+# build/llmclients.sh).
 set -euo pipefail
 # program:package
 needs=(redis-server:redis-server redis-sentinel:redis-sentinel redis-cli:redis-tools deck:deck nginx:nginx-light caddy:caddy chromium:chromium npm:npm)

@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/diana-gw/diana/shared/conf"
+	"github.com/diana-gw/diana/shared/jsontok"
 	"gopkg.in/yaml.v3"
 )
 
@@ -321,7 +322,7 @@ func (c *yamlConv) scalar(n *yaml.Node) (conf.Value, error) {
 // text every reader understands alike.
 func (c *yamlConv) number(n *yaml.Node) (conf.Value, error) {
 	s := n.Value
-	if isDecimal(s) {
+	if jsontok.IsNumber(s) {
 		return conf.Number(s), nil
 	}
 	// Say what YAML makes of the other forms: "010" being 8 is a surprise worth telling.
@@ -337,43 +338,6 @@ func (c *yamlConv) number(n *yaml.Node) (conf.Value, error) {
 		return nil, c.errorf(n.Line, "number %s must be written in plain decimal (YAML reads it as %s)", s, strconv.FormatFloat(f, 'g', -1, 64))
 	}
 	return nil, c.errorf(n.Line, "invalid number %q", s)
-}
-
-// isDecimal reports whether s is a number in the JSON grammar
-// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?.
-func isDecimal(s string) bool {
-	i := 0
-	digits := func() bool {
-		start := i
-		for i < len(s) && '0' <= s[i] && s[i] <= '9' {
-			i++
-		}
-		return i > start
-	}
-	if i < len(s) && s[i] == '-' {
-		i++
-	}
-	if i < len(s) && s[i] == '0' {
-		i++
-	} else if !digits() {
-		return false
-	}
-	if i < len(s) && s[i] == '.' {
-		i++
-		if !digits() {
-			return false
-		}
-	}
-	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
-		i++
-		if i < len(s) && (s[i] == '+' || s[i] == '-') {
-			i++
-		}
-		if !digits() {
-			return false
-		}
-	}
-	return i == len(s)
 }
 
 func kindName(k yaml.Kind) string {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/diana-gw/diana/shared/conf"
+	"github.com/diana-gw/diana/shared/jsontok"
 )
 
 // fuzzNames are the document names FuzzDecode picks from: each syntax by extension, and by
@@ -92,7 +93,7 @@ func checkTree(t *testing.T, v conf.Value) (n, text int) {
 	case string:
 		return 1, len(v)
 	case conf.Number:
-		if !isDecimal(string(v)) {
+		if !jsontok.IsNumber(string(v)) {
 			t.Fatalf("number %q is not in the JSON form", v)
 		}
 		return 1, len(v)

@@ -139,8 +139,8 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 // the engine and the options chosen by the caller, who keeps them for the whole request (dianad
 // takes both from one snapshot of its running config).
 func (o *Options) Limit(w http.ResponseWriter, r *http.Request, e *rules.Engine, in *rules.Input, next http.Handler) {
-	if in.Body == "" && e.Reads().Body {
-		in.Body = PeekBody(r)
+	if in.BodyState == rules.BodyUnread && e.Reads().Body {
+		ReadBody(r, in)
 	}
 	res := e.Check(r.Context(), in)
 	var start time.Time  // when the upstream call began; zero if it never did
@@ -183,7 +183,11 @@ func (o *Options) Limit(w http.ResponseWriter, r *http.Request, e *rules.Engine,
 			r.Header.Del("Accept-Encoding")
 		}
 		mw := &meterWriter{ResponseWriter: w, m: m}
+		if askUsage(r, &res) {
+			mw.strip = &usage.UsageChunks{}
+		}
 		next.ServeHTTP(mw, r)
+		mw.end()
 		mw.trailers()
 		return
 	}

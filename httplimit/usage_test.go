@@ -39,8 +39,14 @@ const budgetRule = `[{"name": "tokens", "usage": {"body": "usage.total_tokens", 
 
 func newTokenEnv(t *testing.T, usageExtra string, proxy bool) *tokenEnv {
 	t.Helper()
+	return newRulesEnv(t, strings.Replace(budgetRule, "%s", usageExtra, 1), proxy)
+}
+
+// newRulesEnv is newTokenEnv with the rules given.
+func newRulesEnv(t *testing.T, rulesDoc string, proxy bool) *tokenEnv {
+	t.Helper()
 	te := &tokenEnv{t: t}
-	doc, err := conf.ParseJSON([]byte(`{"rules":` + strings.Replace(budgetRule, "%s", usageExtra, 1) + `}`))
+	doc, err := conf.ParseJSON([]byte(`{"rules":` + rulesDoc + `}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,6 +176,34 @@ func TestUsageStreamPassesThrough(t *testing.T) {
 	}
 }
 
+// TestUsageAskedStreamPassesThrough: a stream whose usage the middleware asked for (the client
+// did not) still reaches the client event by event: the first event comes while the stream goes
+// on (nothing is settled yet), and the client's stream has no usage; the usage is charged.
+func TestUsageAskedStreamPassesThrough(t *testing.T) {
+	te := newRulesEnv(t, `[{"name": "tokens", "usage": {"format": "openai", "bytes_per_token": 0},
+		"limit": {"algorithm": "token_bucket", "rate": 10000, "period": "1m"}}]`, true)
+	res := te.post(`{"stream":true,"max_tokens":10}`, map[string]string{"X-Fake-Delay": "20ms"})
+	defer res.Body.Close()
+	rd := bufio.NewReader(res.Body)
+	line, err := rd.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	te.mu.Lock()
+	early := len(te.got)
+	te.mu.Unlock()
+	rest, _ := io.ReadAll(rd)
+	if early != 0 {
+		t.Fatalf("the first event came after the stream was settled: %d settlements", early)
+	}
+	if strings.Contains(line+string(rest), `"usage"`) || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+		t.Fatalf("the client's stream: %q", line+string(rest))
+	}
+	if s := te.settled(1); s.Cost != 1+10 || s.Err != nil {
+		t.Fatalf("settled %+v", s)
+	}
+}
+
 // TestUsageMissing: a response without a usable usage is charged the fallback (or the
 // estimate), with the reason.
 func TestUsageMissing(t *testing.T) {
@@ -214,13 +248,17 @@ func TestUsageHeader(t *testing.T) {
 		io.Copy(io.Discard, res.Body)
 		res.Body.Close()
 	}
-	if len(got) != 2 || got[0].Cost != 17 || got[0].Err != nil || got[1].Cost != 1 || !errors.Is(got[1].Err, usage.ErrMissing) {
+	// The response without the header is charged the fallback, by default the request's worst
+	// case: the limit, as the request names no output cap the rule reads.
+	if len(got) != 2 || got[0].Cost != 17 || got[0].Err != nil || got[1].Cost != 1000 || !errors.Is(got[1].Err, usage.ErrMissing) {
 		t.Fatalf("settled %+v", got)
 	}
 }
 
 // TestUsagePeekKeepsBody: the request body the rule peeked at reaches the handler whole, and
-// Accept-Encoding does not (a compressed body would hide its usage).
+// Accept-Encoding does not (a compressed body would hide its usage). The body goes on past the
+// bytes read, so its max_tokens cannot be read for sure (another may follow): the request
+// reserves the worst case, the whole budget.
 func TestUsagePeekKeepsBody(t *testing.T) {
 	e := engine(t, strings.Replace(budgetRule, "%s", "", 1), nil)
 	var body, enc string
@@ -237,7 +275,7 @@ func TestUsagePeekKeepsBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	res.Body.Close()
-	if body != big || enc != "" || res.Header.Get("RateLimit-Remaining") != "9995" {
+	if body != big || enc != "" || res.Header.Get("RateLimit-Remaining") != "0" {
 		t.Fatalf("body of %d bytes (want %d), Accept-Encoding %q, remaining %s", len(body), len(big), enc, res.Header.Get("RateLimit-Remaining"))
 	}
 }

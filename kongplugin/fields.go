@@ -126,7 +126,7 @@ func fieldTable() []field {
 		{Name: "usage_estimate", Type: "integer", From: "#/properties/usage/properties/estimate", Default: int64(1), Min: limMin, Max: limMax, Advanced: true,
 			Desc: "With usage_header: the units a request reserves when admitted, at least 1 (the default 1 admits while the budget is above zero)."},
 		{Name: "usage_fallback", Type: "integer", From: "#/properties/usage/properties/fallback",
-			Desc: "With usage_header: the cost of a response without a readable usage header (missing, not a whole number, above 10^15, given twice); empty: usage_estimate."},
+			Desc: "With usage_header: the cost of a response without a readable usage header (missing, not a whole number, above 10^15, given twice); empty: the worst case, the limit, at most 1179648 (2^20 input and 2^17 output tokens)."},
 	}
 	for _, g := range groups {
 		fs = append(fs,

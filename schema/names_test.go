@@ -17,7 +17,8 @@ import (
 // TestAlgorithmNames ties every list of algorithms to the one place they are named, shared/rules'
 // registry: adding an algorithm is its file in shared/algos, its Lua twin and its registration,
 // and this test names whatever else still lacks it. The generated files (limit.schema.json, the
-// docs' tables) are checked by TestGenerated, the Kong plugin's algorithm one_of by its own test.
+// docs' tables) are checked by schema/internal/gen's TestGenerated, the Kong plugin's algorithm
+// one_of by its own test.
 func TestAlgorithmNames(t *testing.T) {
 	names := rules.Algorithms()
 	for _, name := range names {

@@ -1,6 +1,7 @@
 // Package schema holds the JSON Schemas (draft 2020-12) of Diana's config documents, for
 // editors that validate configs, the Kong plugin's field table and the configuration docs.
-// Every one is generated (make generate; a stale file fails a test):
+// Every one is generated, by internal/gen (go generate ./schema, or make generate; a stale file
+// fails that program's test):
 //
 //   - rule.schema.json: one rule (name, match, by, cost, limit, mode, action, reply, ...), from
 //     shared/rules' reader (rules.ReadSpec) and src/rule.json;
@@ -15,12 +16,15 @@
 // records those calls. The files in src hold the rest: prose, the forms of strings (patterns),
 // and the rules that tie one field to another. Two markers there are the generator's own:
 // "x-required": "conditional" on a field the reader requires only when another field says so
-// (an allOf of the source states when), and "x-default": "computed" on a field whose default
-// is another field's value (its description says which).
+// (an allOf of the source states when), and "x-default" on a field whose default the reader
+// cannot state: "computed" (another field's value, as its description says) or "absent" (the
+// field not given, which no value of its type says).
 //
 // The schemas reference each other by relative URLs ("rule.schema.json#/$defs/match"), resolved
 // against their $id, which all share the base BaseURL.
 package schema
+
+//go:generate go run ./internal/gen
 
 import (
 	"embed"

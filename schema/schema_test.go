@@ -24,6 +24,7 @@ import (
 	"github.com/diana-gw/diana/shared/algos"
 	"github.com/diana-gw/diana/shared/conf"
 	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/shared/usage"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
@@ -252,7 +253,12 @@ func validDocs() map[string]doc {
 		{"name": "t", "by": ["header:X-Api-Key"], "usage": {"body": "usage.input_tokens+usage.output_tokens", "estimate": 0, "estimate_body": "max_tokens", "fallback": 4096},
 			"limit": {"algorithm": "token_bucket", "rate": 100000, "period": "1m"}},
 		{"name": "h", "usage": {"header": "x-usage-total-tokens"}, "action": "shadow", "limit": {"algorithm": "fixed_window", "limit": 1000, "window": "1h"}},
-		{"name": "s", "usage": {"body": "usage.total_tokens", "stream_usage": "last"}, "limit": {"algorithm": "sliding_window", "limit": 1000, "window": "1h", "subwindows": 1}}]}`
+		{"name": "s", "usage": {"body": "usage.total_tokens", "stream_usage": "last"}, "limit": {"algorithm": "sliding_window", "limit": 1000, "window": "1h", "subwindows": 1}},
+		{"name": "w", "usage": {"format": "auto", "unreadable": "refuse", "bytes_per_token": 3,
+			"weights": {"input": 1, "cached_input": 0.1, "cache_write": 1.25, "cache_write_1h": 2, "output": 4, "reasoning": 4.000001}},
+			"limit": {"algorithm": "token_bucket", "rate": 100000, "period": "1m"}},
+		{"name": "p", "usage": {"format": "anthropic", "prices": {"claude-sonnet-4-5*": {"input": 3, "cache_write": 3.75, "cache_write_1h": 6, "cached_input": 0.3, "output": 15, "reasoning": 15},
+			"default": {"input": 15, "output": 75}}}, "limit": {"algorithm": "fixed_window", "limit": 50000000, "window": "24h"}}]}`
 	docs["usage"] = doc{json: `{"version": 1,` + usage}
 	docs["remote usage"] = doc{json: `{"version": 1,` + usage, remote: true}
 	docs["minimal"] = doc{json: `{"version": 1}`}
@@ -353,6 +359,15 @@ func TestInvalidDocuments(t *testing.T) {
 		{"usage with delay", lim(`{"algorithm": "token_bucket", "rate": 5}, "usage": {"body": "u.t"}, "action": "delay", "max_delay": "1s"`), false, "rules[0].action"},
 		{"usage stream_usage unknown", lim(`{"algorithm": "token_bucket", "rate": 5}, "usage": {"body": "u.t", "stream_usage": "first"}`), false, "rules[0].usage.stream_usage"},
 		{"usage negative fallback", lim(`{"algorithm": "token_bucket", "rate": 5}, "usage": {"body": "u.t", "fallback": -1}`), false, "rules[0].usage.fallback"},
+		{"usage unknown format", lim(`{"algorithm": "token_bucket", "rate": 5}, "usage": {"format": "cohere"}`), false, "rules[0].usage.format"},
+		{"usage format and body", lim(`{"algorithm": "token_bucket", "rate": 5}, "usage": {"format": "openai", "body": "u.t"}`), false, "rules[0].usage.body"},
+		{"usage negative weight", lim(`{"algorithm": "token_bucket", "rate": 5}, "usage": {"format": "openai", "weights": {"output": -1}}`), false, "rules[0].usage.weights.output"},
+		{"usage weight too large", lim(`{"algorithm": "token_bucket", "rate": 5}, "usage": {"format": "openai", "weights": {"output": 1000001}}`), false, "rules[0].usage.weights.output"},
+		{"usage unknown class", lim(`{"algorithm": "token_bucket", "rate": 5}, "usage": {"format": "openai", "weights": {"audio": 2}}`), false, "rules[0].usage.weights.audio"},
+		{"usage price without output", lim(`{"algorithm": "token_bucket", "rate": 5}, "usage": {"format": "openai", "prices": {"default": {"input": 1}}}`), false, "rules[0].usage.prices.default.output"},
+		{"usage price as a string", lim(`{"algorithm": "token_bucket", "rate": 5}, "usage": {"format": "openai", "prices": {"default": {"input": "1", "output": 2}}}`), false, "rules[0].usage.prices.default.input"},
+		{"usage unknown unreadable", lim(`{"algorithm": "token_bucket", "rate": 5}, "usage": {"format": "openai", "unreadable": "ignore"}`), false, "rules[0].usage.unreadable"},
+		{"usage negative bytes_per_token", lim(`{"algorithm": "token_bucket", "rate": 5}, "usage": {"format": "openai", "bytes_per_token": -1}`), false, "rules[0].usage.bytes_per_token"},
 		// Batched mode.
 		{"batch in local mode", `{"version": 1, "rules": [{"name": "a", "limit": {"algorithm": "fixed_window", "limit": 5, "window": "1s"}, "batch": {"max": 5}}]}`, true, "rules[0].batch"},
 		{"batch without max", `{"version": 1, "rules": [{"name": "a", "mode": "cluster", "limit": {"algorithm": "fixed_window", "limit": 5, "window": "1s"}, "batch": {"min": 5}}]}`, true, "rules[0].batch.max"},
@@ -667,6 +682,11 @@ func (set schemaSet) properties(t *testing.T, root string) []property {
 		if items, ok := n.s["items"].(map[string]any); ok {
 			walk(node{file: n.file, ptr: n.ptr + "/items", path: append(slices.Clip(n.path), "[]"), s: items}, branch)
 		}
+		if ap, ok := n.s["additionalProperties"].(map[string]any); ok && ap["properties"] != nil { // an object of objects
+			child := node{file: n.file, ptr: n.ptr + "/additionalProperties", path: append(slices.Clip(n.path), "*"), s: ap}
+			out = append(out, property{node: child, branch: branch})
+			walk(child, branch)
+		}
 		for _, kw := range []string{"allOf", "anyOf", "oneOf"} {
 			list, _ := n.s[kw].([]any)
 			for i, e := range list {
@@ -776,7 +796,8 @@ func baseDocs() []doc {
 		{json: `{"version": 1}`, remote: true},
 	}
 	batched := `{"version": 1, "redis": {"addrs": "127.0.0.1:6379"}, "rules": [{"name": "r", "mode": "cluster", "limit": {"algorithm": "fixed_window", "limit": 100, "window": "1s"}, "batch": {"max": 10}}]}`
-	for _, u := range []string{`{"body": "usage.total_tokens"}`, `{"header": "x-usage-total-tokens"}`} {
+	for _, u := range []string{`{"body": "usage.total_tokens"}`, `{"header": "x-usage-total-tokens"}`, `{"format": "openai"}`,
+		`{"format": "openai", "prices": {"default": {"input": 1, "output": 1}, "*": {"input": 1, "output": 1}}}`} {
 		rule := `"rules": [{"name": "r", "usage": ` + u + `, "limit": {"algorithm": "token_bucket", "rate": 100}}]}`
 		docs = append(docs, doc{json: `{"version": 1, ` + rule}, doc{json: `{"version": 1, ` + rule, remote: true})
 	}
@@ -1010,11 +1031,16 @@ func TestSchemaCoversDecoder(t *testing.T) {
 	schemaPaths := map[string]bool{}
 	for _, root := range []string{DianadFile, RulesFile} {
 		for _, p := range set.properties(t, root) {
-			schemaNames[p.path[len(p.path)-1]] = true
+			if name := p.path[len(p.path)-1]; name != "*" { // an object of objects' values: no name of its own
+				schemaNames[name] = true
+			}
 			schemaPaths[root+":"+strings.Join(p.path, ".")] = true
 		}
 	}
 	read := decoderKeys(t)
+	for _, name := range usage.ClassNames { // the token classes' names are read from their list
+		read[name] = true
+	}
 	for _, name := range rules.Algorithms() { // the parameters' names are read from the registry
 		k, _ := rules.Algorithm(name)
 		for _, p := range k.Params {
@@ -1051,6 +1077,9 @@ func TestSchemaCoversDecoder(t *testing.T) {
 					return // a map of header names
 				}
 				for i, k := range v.Keys {
+					if n := len(path); n > 0 && path[n-1] == "prices" {
+						k = "*" // a map of model names
+					}
 					p := append(slices.Clip(path), k)
 					key := root + ":" + strings.Join(p, ".")
 					if !schemaPaths[key] && !reported[key] {

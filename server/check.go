@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/diana-gw/diana/shared/algos"
@@ -164,6 +165,8 @@ func (l *live) input(w http.ResponseWriter, req *check.Request) (rules.Input, bo
 		h[strings.ToLower(kv[0])] = kv[1]
 	}
 	in.Headers = h
+	// The body is the gateway's: a usage rule reserves the input its length stands for.
+	in.BodyLength, _ = strconv.ParseInt(h["content-length"], 10, 64)
 	return in, true
 }
 

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -123,7 +124,8 @@ func NewTransport() *http.Transport {
 }
 
 // Rewrite returns the rewrite of a request to target: its URL, and X-Forwarded-For with this
-// hop appended (Rewrite starts without it), X-Forwarded-Host and -Proto.
+// hop appended (Rewrite starts without it), X-Forwarded-Host and -Proto; a body of known length
+// ends at it (sizedBody).
 func Rewrite(target *url.URL) func(*httputil.ProxyRequest) {
 	return func(pr *httputil.ProxyRequest) {
 		pr.SetURL(target)
@@ -131,7 +133,33 @@ func Rewrite(target *url.URL) func(*httputil.ProxyRequest) {
 			pr.Out.Header["X-Forwarded-For"] = prior
 		}
 		pr.SetXForwarded()
+		if pr.Out.Body != nil && pr.Out.ContentLength > 0 {
+			pr.Out.Body = &sizedBody{ReadCloser: pr.Out.Body, left: pr.Out.ContentLength}
+		}
 	}
+}
+
+// sizedBody is a request body that ends once it has given its Content-Length, without reading
+// the body below again. Having sent that many bytes, the transport reads once more to check the
+// body is not longer; when the upstream answers at once, net/http may have closed the client's
+// body by then (it does as the response's header is written), and the error of that read makes
+// the transport close the upstream connection, cutting the response on its way (a stream). The
+// server's body never holds more than its Content-Length anyway.
+type sizedBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (b *sizedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
 }
 
 // newUpstream builds the handler of u: the demo handler for scheme "demo" (demo:llm: the fake

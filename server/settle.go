@@ -83,8 +83,9 @@ type ticket struct {
 	Rule     string `json:"r"`
 	Key      string `json:"k"`
 	Estimate int64  `json:"e"`
-	At       int64  `json:"t"` // Unix µs of the admission
-	Nonce    string `json:"n"` // tells apart tickets otherwise alike (nonce)
+	Fallback *int64 `json:"f,omitempty"` // absent in the tickets of an older dianad
+	At       int64  `json:"t"`           // Unix µs of the admission
+	Nonce    string `json:"n"`           // tells apart tickets otherwise alike (nonce)
 }
 
 // nonces makes each ticket's nonce: a prefix drawn at start (the nodes' differ) and a count.
@@ -109,7 +110,7 @@ func (s *Server) tickets(l *live, res *rules.Result) []check.Usage {
 	key := s.ticketKey()
 	var out []check.Usage
 	for _, rv := range l.engine.Reserved(res) {
-		p, _ := json.Marshal(ticket{Rule: rv.Rule.Name, Key: rv.Key, Estimate: rv.Estimate, At: now - rv.Age, Nonce: nonce()})
+		p, _ := json.Marshal(ticket{Rule: rv.Rule.Name, Key: rv.Key, Estimate: rv.Estimate, Fallback: &rv.Fallback, At: now - rv.Age, Nonce: nonce()})
 		m := hmac.New(sha256.New, key)
 		m.Write(p)
 		u := check.Usage{Rule: rv.Rule.Name, Ticket: b64.EncodeToString(p) + "." + b64.EncodeToString(m.Sum(nil))}
@@ -122,6 +123,7 @@ func (s *Server) tickets(l *live, res *rules.Result) []check.Usage {
 		if e := rv.Rule.Usage.StreamUsage; e != usage.OneEvent {
 			u.StreamUsage = e.String()
 		}
+		u.Format = rv.Format
 		out = append(out, u)
 	}
 	return out
@@ -159,7 +161,14 @@ func (s *Server) openTicket(l *live, t string, now int64) (opened, error) {
 	if r == nil || r.Usage == nil {
 		return opened{}, errors.New("its rule " + tk.Rule + " is no longer a running usage rule")
 	}
-	return opened{Reservation: rules.Reservation{Rule: r, Key: tk.Key, Estimate: tk.Estimate, Age: max(age, 0)},
+	fallback := tk.Estimate // an older dianad's ticket: its default fallback, the estimate
+	switch {
+	case tk.Fallback != nil:
+		fallback = *tk.Fallback
+	case r.Usage.Fallback >= 0:
+		fallback = r.Usage.Fallback
+	}
+	return opened{Reservation: rules.Reservation{Rule: r, Key: tk.Key, Estimate: tk.Estimate, Fallback: fallback, Age: max(age, 0)},
 		id: [16]byte(mac[:16]), expires: tk.At + maxTicketAge.Microseconds()}, nil
 }
 
@@ -204,11 +213,15 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		res := l.engine.Resume([]rules.Reservation{tk[i].Reservation})
-		l.engine.Settle(context.WithoutCancel(r.Context()), &res, func(*rules.Rule) (int64, error) {
-			if x.Unread != "" {
-				return 0, unread(x.Unread)
+		l.engine.Settle(context.WithoutCancel(r.Context()), &res, func(rule *rules.Rule) (int64, error) {
+			n := x.Cost
+			if x.HasTokens {
+				n = rule.Usage.Price("", usage.Usage{Tokens: x.Tokens, Model: x.Model})
 			}
-			return x.Cost, nil
+			if x.Unread != "" {
+				return n, unread(x.Unread)
+			}
+			return n, nil
 		})
 	}
 	if out.Refused == nil {

@@ -90,8 +90,9 @@ func TestExampleConfigTokens(t *testing.T) {
 	}
 	cfg.Listen, cfg.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
 	ts := startConfig(t, cfg, "")
+	// 500 output tokens and the body's 61 bytes: 16 input tokens.
 	r := usagePost(t, ts.proxy+llmfake.Path, `{"max_tokens":500,"messages":[{"role":"user","content":"hi"}]}`, map[string]string{"X-Api-Key": "k1"})
-	if r.status != 200 || r.header.Get("RateLimit-Limit") != "2000" || r.header.Get("RateLimit-Remaining") != "1500" {
+	if r.status != 200 || r.header.Get("RateLimit-Limit") != "2000" || r.header.Get("RateLimit-Remaining") != "1484" {
 		t.Fatalf("%d, RateLimit-Limit %s, -Remaining %s", r.status, r.header.Get("RateLimit-Limit"), r.header.Get("RateLimit-Remaining"))
 	}
 	eventually(t, "501 tokens charged", func() bool { return metric(t, ts, `diana_usage_tokens_total{rule="tokens-per-key"}`) == 501 })

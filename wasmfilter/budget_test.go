@@ -272,7 +272,7 @@ rules:
 			issued++
 			f.pick = fl.vm
 			fl.id = e.InitializeHttpContext()
-			if a := e.CallOnRequestHeaders(fl.id, budgetHeaders, false); a != types.ActionPause {
+			if a := e.CallOnRequestHeaders(fl.id, budgetHeaders, true); a != types.ActionPause {
 				t.Fatalf("request not paused for its check: %v", a)
 			}
 			c := e.GetCalloutAttributesFromContext(fl.id)
@@ -463,7 +463,7 @@ func TestBudgetLocal(t *testing.T) {
 			fl := &flight{resp: newResponse(rng), wait: rng.IntN(2 * budgetFlight)}
 			issued++
 			fl.id = e.InitializeHttpContext()
-			e.CallOnRequestHeaders(fl.id, budgetHeaders, false)
+			e.CallOnRequestHeaders(fl.id, budgetHeaders, true)
 			if lr := e.GetSentLocalResponse(fl.id); lr != nil {
 				if lr.StatusCode != 429 {
 					t.Fatalf("a request answered %d: %s", lr.StatusCode, lr.Data)

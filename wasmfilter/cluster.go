@@ -23,6 +23,7 @@ func sensitive(name string) bool {
 // replies.
 func (h *httpContext) callout(in *rules.Input) types.Action {
 	c := h.p.cfg.cluster
+	h.path = in.Path
 	body := h.checkBody(in, c)
 	hdrs := [][2]string{
 		{":method", "POST"}, {":path", c.path}, {":authority", c.authority},
@@ -102,7 +103,7 @@ func (h *httpContext) onCheck(numHeaders, bodySize, _ int) {
 	if len(ans.Headers) > 0 {
 		h.hdrs = ans.Headers
 	}
-	h.meterRemote(ans.Usage)
+	h.meterRemote(ans.Usage, h.path)
 	h.resume()
 }
 

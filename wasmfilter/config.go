@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -32,6 +31,11 @@ type config struct {
 	enabled, enforced int64
 
 	cluster *clusterConfig // nil: local mode only
+
+	// bodyRules are the local rules that read the request body (a usage rule's format or
+	// estimate_body): a request one of them matches is decided once its body's first bytes are
+	// read (body.go).
+	bodyRules []*rules.Rule
 }
 
 // clusterConfig is cluster mode: every request that the local rules admit is checked with
@@ -98,6 +102,11 @@ func parseConfig(data []byte) (*config, error) {
 		return nil, err
 	}
 	c.reads = rules.ReadsOf(c.rules)
+	for _, r := range c.rules {
+		if rules.ReadsOf([]*rules.Rule{r}).Body {
+			c.bodyRules = append(c.bodyRules, r)
+		}
+	}
 	if c.cluster != nil { // dianad's rules may read anything
 		c.reads = rules.All
 	}
@@ -212,10 +221,6 @@ func decodeRules(o *conf.Obj, consumer string, fallback bool) []*rules.Rule {
 		case r.Alg != nil && r.Alg.Script().Log:
 			o.Fail(p+".limit.algorithm", r.Algorithm+" keeps a log of request times per client, which the filter's fixed-size shared-data slots cannot hold; use one of "+
 				strings.Join(rules.AlgorithmsWhere(func(k rules.AlgorithmKind) bool { return !k.Logs() && !k.Leases }), ", "))
-		case slices.ContainsFunc(r.By, func(b string) bool { return strings.HasPrefix(b, "body:") }):
-			o.Fail(p+".by", "the Envoy filter does not read request bodies: a body:PATH dimension would never have a value; use dianad, which peeks at them")
-		case r.Usage != nil && r.Usage.EstimateBody != nil:
-			o.Fail(p+".usage.estimate_body", "the Envoy filter does not read request bodies: use usage.estimate, or dianad, which peeks at them")
 		case r.Alg != nil && r.Alg.Script().Words > 0:
 			o.Fail(p+".limit.subwindows", "the filter's shared-data slots hold 4 numbers per client: at most 2 sub-windows (subwindows + 2 numbers); use dianad for more")
 		}

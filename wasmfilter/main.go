@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/diana-gw/diana/shared/rules"
+	"github.com/diana-gw/diana/shared/usage"
 	"github.com/diana-gw/diana/store/slotstore"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -225,6 +226,15 @@ type httpContext struct {
 	paused  bool        // the request waits for the callout to dianad
 	enforce bool        // a denial is answered (filter_enforced drew this request)
 
+	path string       // the request's path, normalised, for dianad's usage rules
+	body *rules.Input // the request, while its body's first bytes are read (body.go)
+
+	// askUsage: a rule reads the response in OpenAI's format (or, in cluster mode, dianad's may):
+	// a streamed request that does not ask for its usage is made to, and strip takes the usage
+	// back out of what the client receives.
+	askUsage bool
+	strip    *usage.UsageChunks
+
 	held    *holding  // while the request holds leases (adaptive slots); nil otherwise
 	metered *metering // while the request's response is metered for usage rules; nil otherwise
 	remote  *remote   // likewise for dianad's usage rules (cluster mode)
@@ -278,10 +288,13 @@ func (h *httpContext) input() rules.Input {
 			in.Route = string(v)
 		}
 	}
+	if cfg.reads.Body { // a usage rule reserves input by the body's size: the filter reads no body
+		in.BodyLength, _ = strconv.ParseInt(header("content-length"), 10, 64)
+	}
 	return in
 }
 
-func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
+func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) types.Action {
 	p := h.p
 	if p.cfg == nil { // not started; Envoy does not create contexts then
 		return types.ActionContinue
@@ -300,12 +313,23 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		return h.deny(&rules.Result{BadPath: true})
 	}
 	in.Path = path
+	if !endOfStream && h.readsBody(&in) {
+		return h.waitBody(&in) // decided with the body's first bytes (body.go)
+	}
+	return h.decide(&in)
+}
+
+// decide decides the request the rules see as in: by the local rules, then by dianad's (a callout
+// that pauses the request).
+func (h *httpContext) decide(in *rules.Input) types.Action {
+	p := h.p
 	if p.local != nil {
-		res := h.check(p.local, &in)
+		res := h.check(p.local, in)
 		if res.HasLeases() { // allocated only then: requests without leases carry nothing more
 			h.held = &holding{res: res}
 		}
 		h.meter(&res)
+		h.askUsage = h.askUsage || res.ReadsFormat("openai")
 		if !res.Allowed {
 			return h.deny(&res)
 		}
@@ -317,7 +341,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 		h.hdrs = appendHeaders(h.hdrs[:0], &res)
 	}
 	if p.cfg.cluster != nil {
-		return h.callout(&in)
+		return h.callout(in)
 	}
 	h.allow()
 	return types.ActionContinue
@@ -435,6 +459,9 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	}
 	h.finish()
 	h.meterHeaders()
+	if h.strip != nil && !usage.IsStream(responseHeader("content-type")) {
+		h.strip = nil // a JSON answer (an error): nothing to take out
+	}
 	for _, kv := range h.hdrs {
 		if err := proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1]); err != nil {
 			proxywasm.LogWarn("diana.wasm: setting " + kv[0] + ": " + err.Error())

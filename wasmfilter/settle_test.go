@@ -72,9 +72,15 @@ func (e *emu) llmExchange(admin string, chunks ...string) (string, proxytest.Htt
 // which admits it; before is the count of settlements sent so far, for llmDone.
 func (e *emu) llmAdmit(admin string) (id uint32, before int) {
 	e.t.Helper()
+	return e.llmAdmitTo(admin, "/v1/chat/completions")
+}
+
+// llmAdmitTo is llmAdmit of a request to path.
+func (e *emu) llmAdmitTo(admin, path string) (id uint32, before int) {
+	e.t.Helper()
 	before = len(e.GetCalloutAttributesFromContext(proxytest.PluginContextID))
 	id = e.InitializeHttpContext()
-	if a := e.CallOnRequestHeaders(id, [][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "llm"}}, false); a != types.ActionPause {
+	if a := e.CallOnRequestHeaders(id, [][2]string{{":method", "POST"}, {":path", path}, {":authority", "llm"}}, true); a != types.ActionPause {
 		e.t.Fatalf("request not paused for the callout: %v", a)
 	}
 	calls := e.GetCalloutAttributesFromContext(id)

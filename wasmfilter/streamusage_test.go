@@ -3,9 +3,6 @@ package main
 import (
 	"bytes"
 	"testing"
-
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
 // TestSettleClusterStreamUsage: in cluster mode the filter reads a stream as dianad's rule says
@@ -32,31 +29,15 @@ rules:
 			e := start(t, rn.vm(t), `{"cluster": {"name": "dianad", "token": "s3cret"}}`)
 			e.from(map[string]string{"go": "198.51.100.21:1", "wasm": "198.51.100.22:1"}[rn.name])
 			for i, want := range []string{"900", "893"} { // 1000 − 100; 1000 − 7 − 100
-				before := len(e.GetCalloutAttributesFromContext(proxytest.PluginContextID))
-				id := e.InitializeHttpContext()
-				if a := e.CallOnRequestHeaders(id, [][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "llm"}}, false); a != types.ActionPause {
-					t.Fatalf("request not paused for the callout: %v", a)
-				}
-				calls := e.GetCalloutAttributesFromContext(id)
-				if len(calls) != 1 {
-					t.Fatalf("check callouts %+v", calls)
-				}
-				if st := e.relay(calls[0], admin); st != "200" {
-					t.Fatalf("check: %s", st)
-				}
-				e.CallOnResponseHeaders(id, [][2]string{{":status", "200"}, {"content-type", "text/event-stream"}}, false)
-				if rem := toMap(e.GetCurrentResponseHeaders(id))["ratelimit-remaining"]; rem != want {
+				id, before := e.llmAdmit(admin)
+				if rem := e.respondStream(id, stream...); rem != want {
 					t.Fatalf("request %d: remaining %s, want %s", i+1, rem, want)
 				}
-				for j, c := range stream {
-					e.CallOnResponseBody(id, []byte(c), j == len(stream)-1)
+				settle := e.llmDone(id, before)
+				if !bytes.Contains(settle.Body, []byte(`"cost":7`)) {
+					t.Fatalf("request %d: settlement %s, want one of cost 7", i+1, settle.Body)
 				}
-				e.CompleteHttpContext(id)
-				settles := e.GetCalloutAttributesFromContext(proxytest.PluginContextID)
-				if len(settles) != before+1 || !bytes.Contains(settles[before].Body, []byte(`"cost":7`)) {
-					t.Fatalf("request %d: settlements %+v, want one of cost 7", i+1, settles[before:])
-				}
-				if got := e.relay(settles[before], admin); got != "204" {
+				if got := e.relay(settle, admin); got != "204" {
 					t.Fatalf("request %d: settlement answered %s", i+1, got)
 				}
 			}

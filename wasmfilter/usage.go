@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 
 	"github.com/diana-gw/diana/shared/check"
 	"strconv"
@@ -52,7 +53,7 @@ type remote struct {
 }
 
 // meterRemote starts metering the response for the usage rules dianad reserved under.
-func (h *httpContext) meterRemote(us []check.Usage) {
+func (h *httpContext) meterRemote(us []check.Usage, path string) {
 	if len(us) == 0 {
 		return
 	}
@@ -60,9 +61,16 @@ func (h *httpContext) meterRemote(us []check.Usage) {
 	for i, u := range us {
 		ru := &rules.Usage{}
 		var err error
-		if u.Header != "" {
+		switch {
+		case u.Header != "":
 			ru.Header, err = usage.ParseHeaders(u.Header)
-		} else {
+		case u.Format == usage.FormatAuto:
+			ru.Auto = true
+		case u.Format != "":
+			if ru.Format = usage.FormatNamed(u.Format); ru.Format == nil {
+				err = errors.New("unknown usage format " + strconv.Quote(u.Format) + " (a newer dianad?)")
+			}
+		default:
 			ru.Body, err = usage.ParsePaths(u.Body)
 			if u.StreamUsage == usage.LastEvent.String() {
 				ru.StreamUsage = usage.LastEvent
@@ -74,7 +82,7 @@ func (h *httpContext) meterRemote(us []check.Usage) {
 		}
 		rm.rules[i], rm.tickets[i] = &rules.Rule{Name: u.Rule, Usage: ru}, u.Ticket
 	}
-	rm.m = rules.NewMeter(rm.rules, usage.Limits{})
+	rm.m = rules.NewMeter(rm.rules, usage.Limits{}, path)
 	h.remote = rm
 }
 
@@ -133,7 +141,7 @@ func (h *httpContext) OnHttpResponseTrailers(int) types.Action {
 func (h *httpContext) OnHttpResponseBody(size int, endOfStream bool) types.Action {
 	local := h.metered != nil && h.metered.m.ReadsBody()
 	remote := h.remote != nil && h.remote.m.ReadsBody()
-	if size == 0 || !local && !remote {
+	if size == 0 && (h.strip == nil || !endOfStream) || !local && !remote && h.strip == nil {
 		return types.ActionContinue
 	}
 	chunk, err := proxywasm.GetHttpResponseBody(0, size)
@@ -145,6 +153,11 @@ func (h *httpContext) OnHttpResponseBody(size int, endOfStream bool) types.Actio
 	}
 	if remote {
 		h.remote.m.Write(chunk)
+	}
+	if h.strip != nil {
+		if err := proxywasm.ReplaceHttpResponseBody(h.stripped(chunk, endOfStream)); err != nil {
+			proxywasm.LogWarn("diana.wasm: taking the usage out of the stream: " + err.Error())
+		}
 	}
 	return types.ActionContinue
 }
@@ -193,14 +206,7 @@ func (h *httpContext) settleRemote() {
 	c := p.cfg.cluster
 	list := make([]check.Settlement, len(rm.rules))
 	for i, r := range rm.rules {
-		n, err := rm.m.Cost(r)
-		if rm.bad[i] != nil {
-			err = rm.bad[i]
-		}
-		list[i] = check.Settlement{Ticket: rm.tickets[i], Cost: n}
-		if err != nil {
-			list[i].Unread = err.Error()
-		}
+		list[i] = settlement(rm.m, r, rm.tickets[i], rm.bad[i])
 	}
 	hdrs := [][2]string{
 		{":method", "POST"}, {":path", c.settle}, {":authority", c.authority},
@@ -220,6 +226,34 @@ func (h *httpContext) settleRemote() {
 		p.settleFailed("dispatching to cluster " + c.name + ": " + err.Error())
 	}
 	proxywasm.SetEffectiveContext(h.id)
+}
+
+// settlement is what the response told of rule r's usage, for dianad to settle ticket with: the
+// cost of a header or body rule, the tokens of a format rule, which dianad prices, or why it told
+// nothing usable (bad: dianad's fields could not be parsed).
+func settlement(m *rules.Meter, r *rules.Rule, ticket string, bad error) check.Settlement {
+	x := check.Settlement{Ticket: ticket}
+	var err error
+	if r.Usage.ReadsFormat() {
+		var u usage.Usage
+		u, err = m.Usage(r)
+		if err != nil {
+			u, _ = usage.Partial(err)
+		}
+		x.Tokens, x.HasTokens, x.Model = u.Tokens, err == nil || u.Tokens.Sum() > 0, u.Model
+	} else {
+		x.Cost, err = m.Cost(r)
+	}
+	if bad != nil {
+		err, x.HasTokens, x.Model = bad, false, ""
+	}
+	if err != nil {
+		x.Unread = err.Error()
+	}
+	if !x.HasTokens {
+		x.Model = ""
+	}
+	return x
 }
 
 // onSettle checks dianad's answer to a settlement: 204.

@@ -10,19 +10,24 @@ import (
 // few ms, so the section adds seconds to the report, not minutes.
 var usageFlags = [2][]string{{"-benchtime", "300x", "-count", "5"}, {"-benchtime", "100x", "-count", "3"}}
 
-// usageCases are BenchmarkUsageStream's two limits as the page names them; the first is the anchor.
-var usageCases = []peer{{"plain", "plain: a static cost"}, {"usage", "usage: a token budget read from the stream"}}
+// usageCases are BenchmarkUsageStream's limits as the page names them; the first is the anchor.
+var usageCases = []peer{{"plain", "plain: a static cost"}, {"usage", "usage: a field path of the stream (body)"},
+	{"openai", "format openai: Chat chunks"}, {"openai-responses", "format openai-responses: Responses events"},
+	{"anthropic", "format anthropic: Messages events"}, {"gemini", "format gemini: running totals in every chunk"},
+	{"ollama", "format ollama: JSON lines"}}
 
 // usageSection writes what reading a token usage from a streamed response costs per request
 // (BenchmarkUsageStream). docs/llm.md quotes its table.
 func usageSection(b *strings.Builder, r *results) error {
 	b.WriteString("## Token usage read from a streamed response\n\n")
 	b.WriteString(`The net/http middleware (dianad's proxy reads a response the same way) in front of a handler
-streaming a 1 MiB ` + "`text/event-stream`" + ` response, OpenAI-shaped chunks written 32 KiB at a time as
-the reverse proxy copies them, the usage in the last event: under a per-key token budget whose
-cost is read from the stream ("usage"), beside the same middleware and stream under a per-key limit
-of a static cost ("plain"). The writer keeps nothing, so the figures are the process's own work
-per request, without the network. The two take turns, one per -count. Medians [min–max].
+streaming a 1 MiB response written 32 KiB at a time as the reverse proxy copies them, under a
+per-key token budget whose cost is read from the stream: a field path of OpenAI-shaped chunks
+("usage"), and each provider's stream in its format (` + "`format: auto`" + `, by the request's path: the
+usage where the provider puts it, running totals in every Gemini chunk); beside the same
+middleware and OpenAI stream under a per-key limit of a static cost ("plain"). The writer keeps
+nothing, so the figures are the process's own work per request, without the network. The cases
+take turns, one per -count. Medians [min–max].
 
 `)
 	type fig struct{ ns, mbs, bytes, allocs float64 }
@@ -47,8 +52,17 @@ per request, without the network. The two take turns, one per -count. Medians [m
 		fmt.Fprintf(&t, " | %s MB/s | %s B | %s |\n", num(v[1]), num(v[2]), strconv.FormatFloat(v[3], 'f', -1, 64))
 	}
 	p, u := figs[0], figs[1]
-	fmt.Fprintf(&t, "\nReading the usage of a 1 MiB stream costs %s per request more than the static cost (the medians' difference), %s bytes and %s allocations more: the body is not kept.\n",
-		duration(u.ns-p.ns), num(u.bytes-p.bytes), strconv.FormatFloat(u.allocs-p.allocs, 'f', -1, 64))
+	lo, hi := figs[2], figs[2]
+	for _, f := range figs[2:] {
+		if f.ns < lo.ns {
+			lo = f
+		}
+		if f.ns > hi.ns {
+			hi = f
+		}
+	}
+	fmt.Fprintf(&t, "\nReading the usage of a 1 MiB stream costs %s per request more than the static cost (the medians' difference), %s bytes and %s allocations more: the body is not kept. In a provider's format, %s to %s more.\n",
+		duration(u.ns-p.ns), num(u.bytes-p.bytes), strconv.FormatFloat(u.allocs-p.allocs, 'f', -1, 64), duration(lo.ns-p.ns), duration(hi.ns-p.ns))
 	b.WriteString(quote("usage", t.String()))
 	b.WriteString("\n")
 	return nil

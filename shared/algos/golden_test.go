@@ -12,12 +12,19 @@ import (
 	"testing"
 )
 
+// The golden file is a recording of the tests below, so it is made by running them.
+//go:generate go test -count=1 . -update
+
 // The golden vectors of this package's tests (replay, lreplay) are recorded as they run, and
 // testdata/golden.json holds them (Together's, testdata/together.json: together_test.go): store/redisstore replays that file against the Lua scripts on
 // a real redis-server, so the scripts are pinned by the same vectors as the Go. A run of the
-// whole package fails when the file differs from the vectors; go test -update (make generate)
-// rewrites it.
+// whole package fails when the file differs from the vectors; go generate (the directive
+// above, which runs them with -update; make generate) rewrites it: the vectors are the tests'
+// tables, and the decisions recorded are the ones they check.
 var updateGolden = flag.Bool("update", false, "rewrite testdata/golden.json from the golden vectors")
+
+// regenerate is what fixes a stale testdata/golden.json (or testdata/together.json).
+const regenerate = "go generate ./shared/algos (or make generate)"
 
 const goldenFile = "testdata/golden.json"
 
@@ -127,7 +134,7 @@ func checkVectors[T any](file string, traces []T, test func(*T) *string) error {
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return fmt.Errorf("%s: %v (go test -update writes it)", file, err)
+		return fmt.Errorf("%s: %v (%s writes it)", file, err, regenerate)
 	}
 	var inFile []T
 	if err := json.NewDecoder(bytes.NewReader(b)).Decode(&inFile); err != nil {
@@ -141,11 +148,11 @@ func checkVectors[T any](file string, traces []T, test func(*T) *string) error {
 	for i := range traces {
 		j, _ := json.Marshal(traces[i])
 		if name := *test(&traces[i]); in[name] != string(j) {
-			return fmt.Errorf("%s: the golden vector %s is not what the file holds: go test ./shared/algos -update", file, name)
+			return fmt.Errorf("%s: the golden vector %s is not what the file holds: run %s", file, name, regenerate)
 		}
 	}
 	if ranEveryTest() && len(inFile) != len(traces) {
-		return fmt.Errorf("%s holds %d golden vectors, the tests %d: go test ./shared/algos -update", file, len(inFile), len(traces))
+		return fmt.Errorf("%s holds %d golden vectors, the tests %d: run %s", file, len(inFile), len(traces), regenerate)
 	}
 	return nil
 }

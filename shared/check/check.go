@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/diana-gw/diana/shared/conf"
+	"github.com/diana-gw/diana/shared/usage"
 )
 
 // Request is the body of POST /v1/check: the request to decide, as the gateway sees it. Every
@@ -133,12 +134,14 @@ type Response struct {
 }
 
 // Usage is a usage rule a request must settle: its cost is read from the response's Header
-// (names, "a+b") or Body (JSON paths, "usage.input_tokens+usage.output_tokens"), and sent back
-// with Ticket in POST /v1/settle. StreamUsage is the rule's stream_usage ("last": the last of a
-// stream's events carrying Body counts); "" for the default, once (absent on the wire).
+// (names, "a+b") or Body (JSON paths, "usage.input_tokens+usage.output_tokens"), or its tokens in
+// a provider's Format (a name of usage.FormatNames: "auto" when the request's path does not name
+// the provider), and sent back with Ticket in POST /v1/settle. StreamUsage is the rule's
+// stream_usage ("last": the last of a stream's events carrying Body counts); "" for the default,
+// once (absent on the wire, as an empty Format is).
 type Usage struct {
 	Rule, Header, Body, Ticket string
-	StreamUsage                string
+	StreamUsage, Format        string
 }
 
 // AppendJSON appends r as JSON.
@@ -183,6 +186,9 @@ func (r *Response) AppendJSON(b []byte) []byte {
 			if u.StreamUsage != "" {
 				b = appendField(b, ',', "stream_usage", u.StreamUsage)
 			}
+			if u.Format != "" {
+				b = appendField(b, ',', "format", u.Format)
+			}
 			b = append(b, '}')
 		}
 		b = append(b, ']')
@@ -220,7 +226,8 @@ func ParseResponse(body []byte) (Response, error) {
 	r.Unlimited = o.String("unlimited", "")
 	for _, u := range o.List("usage") {
 		r.Usage = append(r.Usage, Usage{Rule: u.String("rule", ""), Header: u.String("header", ""),
-			Body: u.String("body", ""), Ticket: u.String("ticket", ""), StreamUsage: u.String("stream_usage", "")})
+			Body: u.String("body", ""), Ticket: u.String("ticket", ""), StreamUsage: u.String("stream_usage", ""),
+			Format: u.String("format", "")})
 	}
 	if err := errs.Err(); err != nil {
 		return r, err
@@ -234,12 +241,17 @@ func ParseResponse(body []byte) (Response, error) {
 const maxInt = 1<<63 - 1
 
 // Settlement is one entry of POST /v1/settle's body {"settle": [...]}: a Ticket of
-// Response.Usage with the Cost the response told, or, when it told nothing usable, the Unread
-// reason (the rule's fallback is then charged).
+// Response.Usage with the Cost the response told (a Header or Body rule), or the Tokens it told
+// by class and the Model it named (a Format rule: dianad prices them), or, when it told nothing
+// usable, the Unread reason (the rule's fallback is then charged, or what Tokens counted of a
+// stream cut short, if more).
 type Settlement struct {
-	Ticket string
-	Cost   int64
-	Unread string
+	Ticket    string
+	Cost      int64
+	Tokens    usage.Tokens
+	HasTokens bool
+	Model     string
+	Unread    string
 }
 
 // MaxCost bounds a settled cost, as shared/usage bounds a cost read from a response.
@@ -253,10 +265,24 @@ func AppendSettle(b []byte, s []Settlement) []byte {
 			b = append(b, ',')
 		}
 		b = appendField(b, '{', "ticket", x.Ticket)
-		if x.Unread != "" {
+		switch {
+		case x.Unread != "":
 			b = appendField(b, ',', "unread", x.Unread)
-		} else {
+		case !x.HasTokens:
 			b = appendInt(b, "cost", x.Cost)
+		}
+		if x.HasTokens {
+			b = append(b, `,"tokens":`...)
+			sep := byte('{')
+			for c, name := range usage.ClassNames {
+				b = append(append(append(b, sep, '"'), name...), '"', ':')
+				b = strconv.AppendInt(b, x.Tokens[c], 10)
+				sep = ','
+			}
+			b = append(b, '}')
+			if x.Model != "" {
+				b = appendField(b, ',', "model", x.Model)
+			}
 		}
 		b = append(b, '}')
 	}
@@ -271,10 +297,20 @@ func ParseSettle(body []byte) ([]Settlement, error) {
 		o.Require("settle")
 		for _, e := range o.List("settle") {
 			e.Require("ticket")
-			x := Settlement{Ticket: e.String("ticket", ""), Cost: e.Int("cost", 0, 0, MaxCost), Unread: e.String("unread", "")}
+			x := Settlement{Ticket: e.String("ticket", ""), Cost: e.Int("cost", 0, 0, MaxCost), Unread: e.String("unread", ""),
+				Model: e.String("model", ""), HasTokens: e.Has("tokens")}
+			to := e.Obj("tokens")
+			for c, name := range usage.ClassNames {
+				x.Tokens[c] = to.Int(name, 0, 0, MaxCost)
+			}
+			to.Done()
 			switch {
-			case e.Has("cost") == e.Has("unread"):
-				e.Fail("cost", "give either cost (the response's usage) or unread (why it has none)")
+			case e.Has("cost") && (e.Has("unread") || x.HasTokens):
+				e.Fail("cost", "give one of cost (a header or body rule's usage), tokens (a format rule's) or unread (why it has none)")
+			case !e.Has("cost") && !x.HasTokens && !e.Has("unread"):
+				e.Fail("cost", "give one of cost (a header or body rule's usage), tokens (a format rule's) or unread (why it has none)")
+			case e.Has("model") && !x.HasTokens:
+				e.Fail("model", "goes with tokens")
 			}
 			e.Done()
 			out = append(out, x)

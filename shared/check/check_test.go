@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/diana-gw/diana/shared/usage"
 )
 
 // wireRequest and wireResponse are the wire format as docs/api.md states it, read by
@@ -298,7 +300,8 @@ func TestUsageAndSettleRoundTrip(t *testing.T) {
 	in := Response{Allowed: true, Status: 200, RetryAfter: 0, Usage: []Usage{
 		{Rule: "tokens", Body: "usage.input_tokens+usage.output_tokens", Ticket: "a.b"},
 		{Rule: "vllm", Body: "usage.total_tokens", Ticket: "e.f", StreamUsage: "last"},
-		{Rule: "h\"x", Header: "x-usage", Ticket: "c.d"}}}
+		{Rule: "h\"x", Header: "x-usage", Ticket: "c.d"},
+		{Rule: "llm", Ticket: "g.h", Format: "anthropic"}}}
 	out, err := ParseResponse(in.AppendJSON(nil))
 	if err != nil || !reflect.DeepEqual(out.Usage, in.Usage) {
 		t.Fatalf("usage %+v (%v), want %+v", out.Usage, err, in.Usage)
@@ -307,7 +310,9 @@ func TestUsageAndSettleRoundTrip(t *testing.T) {
 	if err != nil || !req.Settle {
 		t.Fatalf("settle lost: %+v %v", req, err)
 	}
-	s := []Settlement{{Ticket: "a.b", Cost: 42}, {Ticket: "c.d", Unread: "usage missing: x"}, {Ticket: "e", Cost: MaxCost}}
+	s := []Settlement{{Ticket: "a.b", Cost: 42}, {Ticket: "c.d", Unread: "usage missing: x"}, {Ticket: "e", Cost: MaxCost},
+		{Ticket: "f", Tokens: usage.Tokens{1, 2, 3, 4, 5, 6}, HasTokens: true, Model: "gpt-4o"},
+		{Ticket: "g", Unread: "usage body cut short", Tokens: usage.Tokens{7}, HasTokens: true}}
 	got, err := ParseSettle(AppendSettle(nil, s))
 	if err != nil || !reflect.DeepEqual(got, s) {
 		t.Fatalf("settle %+v (%v), want %+v", got, err, s)
@@ -316,9 +321,13 @@ func TestUsageAndSettleRoundTrip(t *testing.T) {
 		{`{}`, "settle: "},
 		{`{"settle":{}}`, "settle: must be a list"},
 		{`{"settle":[{"ticket":"t","cost":-1}]}`, "settle[0].cost: "},
-		{`{"settle":[{"ticket":"t"}]}`, "settle[0].cost: give either"},
+		{`{"settle":[{"ticket":"t"}]}`, "settle[0].cost: give one of"},
 		{`{"settle":[{"ticket":"t","cost":1},{"cost":1}]}`, "settle[1].ticket: "},
 		{`{"settle":[{"ticket":"t","cost":1,"x":1}]}`, "settle[0].x: unknown field"},
+		{`{"settle":[{"ticket":"t","cost":1,"tokens":{"input":1}}]}`, "settle[0].cost: give one of"},
+		{`{"settle":[{"ticket":"t","tokens":{"input":-1}}]}`, "settle[0].tokens.input: "},
+		{`{"settle":[{"ticket":"t","tokens":{"inputs":1}}]}`, "settle[0].tokens.inputs: unknown field"},
+		{`{"settle":[{"ticket":"t","cost":1,"model":"m"}]}`, "settle[0].model: goes with tokens"},
 	} {
 		if _, err := ParseSettle([]byte(tc.body)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.body, err, tc.want)

@@ -15,7 +15,8 @@ type Field struct {
 	Path string
 	// Type is one of string, boolean, integer, duration (a string with a unit), strings (a
 	// string or a list of strings), string_map (an object of strings), object, list (of
-	// objects) or objects (an object or a list of them).
+	// objects), objects (an object or a list of them), number (a decimal) or object_map (an
+	// object of objects, whose fields are described under "KEY.*").
 	Type     string
 	Default  any      // string, bool or int64; a duration's is its text ("50ms"); nil: none
 	Enum     []string // the allowed strings of an enum, the default first for EnumIndex

@@ -379,6 +379,61 @@ func (o *Obj) StringMap(key string) (keys, vals []string) {
 	return keys, vals
 }
 
+// Decimal reads a non-negative decimal number of at most 6 decimal places and at most max ("0.5",
+// "2.50"), and returns its text, or "" when it is absent or invalid (the error is recorded): for
+// a weight or a price, which a reader turns into exact fixed-point units.
+func (o *Obj) Decimal(key string, max int64) string {
+	if o.describing() {
+		o.note(key, Field{Type: "number", Min: 0, Max: max})
+	}
+	v, ok := o.get(key)
+	if !ok {
+		return ""
+	}
+	n, isNum := v.(Number)
+	if !isNum {
+		o.Fail(key, "must be a number, got "+kind(v))
+		return ""
+	}
+	s := string(n)
+	whole, frac, _ := strings.Cut(s, ".")
+	switch {
+	case strings.ContainsAny(s, "eE-"):
+		o.Fail(key, "must be a number from 0 to "+itoa(max)+" written in plain decimal, got "+s)
+	case len(frac) > 6:
+		o.Fail(key, "must have at most 6 decimal places, got "+s)
+	case len(whole) > 18 || len(whole) > len(itoa(max)) || whole > itoa(max) && len(whole) == len(itoa(max)) ||
+		whole == itoa(max) && strings.Trim(frac, "0") != "":
+		o.Fail(key, "must be at most "+itoa(max)+", got "+s)
+	default:
+		return s
+	}
+	return ""
+}
+
+// ObjMap reads an object whose values are objects, each read by read with its key, in document
+// order: for a table keyed by names the operator chooses (a price per model). Described, read is
+// called once, with the key "*".
+func (o *Obj) ObjMap(key string, read func(k string, v *Obj)) {
+	if o.describing() {
+		o.note(key, Field{Type: "object_map"})
+		read("*", readObj(o.Path(key)+".*", nil, o.errs))
+		return
+	}
+	v, ok := o.get(key)
+	if !ok {
+		return
+	}
+	m, ok := v.(*Object)
+	if !ok {
+		o.Fail(key, "must be an object, got "+kind(v))
+		return
+	}
+	for i, k := range m.Keys {
+		read(k, readObj(o.Path(key)+"."+k, m.Vals[i], o.errs))
+	}
+}
+
 // Obj reads a nested object; an absent one reads as empty, so its defaults apply.
 func (o *Obj) Obj(key string) *Obj {
 	if o.describing() {

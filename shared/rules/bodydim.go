@@ -9,7 +9,7 @@ import "github.com/diana-gw/diana/shared/usage"
 // identity with every such request (see usage.Fields.Text), so that a client cannot choose one.
 func init() {
 	RegisterDimension("body", DimensionKind{New: bodyDim, Reads: Reads{Body: true}, Arg: `[^.+]+(\.[^.+]+){0,15}`,
-		Doc: "a string field of the request's JSON body, body:PATH (e.g. body:model), read from its first 64 KiB"})
+		Doc: "a string field of the request's JSON body, body:PATH (e.g. body:model), read from its first MiB"})
 }
 
 type bodyField struct{ f *usage.Fields }

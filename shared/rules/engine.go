@@ -87,9 +87,13 @@ type Result struct {
 	ErrRule, Shadow *Rule
 	// BadPath: the path holds a control character, or an escaped slash which the engine refuses
 	// (RejectSlashes); no rule was asked, and the answer is 400.
-	BadPath  bool
+	BadPath bool
+	// Refused says why a usage rule refused the request before deciding it (the request's output
+	// cap cannot be read and the rule refuses such requests); the answer is 400.
+	Refused  string
 	leases   []lease
 	reserved []reservation // the usage rules' estimates, which Settle settles
+	llm      *LLMRequest   // what the usage rules read of the request
 }
 
 type lease struct {
@@ -140,13 +144,15 @@ func (e *Engine) Reads() Reads { return e.reads }
 
 // scratch holds the buffers of one Check, reused across requests.
 type scratch struct {
-	ops   []Op
-	ptrs  []*Op
-	local []*Op
-	clust []*Op
-	key   []byte
-	in    *Input // the request being checked, for Observe
-	at    int64  // the engine's clock before the first decision, for the usage rules' reservations
+	ops      []Op
+	ptrs     []*Op
+	local    []*Op
+	clust    []*Op
+	key      []byte
+	in       *Input // the request being checked, for Observe
+	at       int64  // the engine's clock before the first decision, for the usage rules' reservations
+	llm      *LLMRequest
+	fallback []int64 // by op: what a usage rule's fallback charges the request
 }
 
 // Normalize brings in to the form the rules match and count, and reports false for a path they
@@ -188,20 +194,27 @@ func (e *Engine) Check(ctx context.Context, in *Input) Result {
 	}
 	s := e.scratch.Get().(*scratch)
 	defer e.put(s)
-	s.ops = s.ops[:0]
+	s.ops, s.fallback = s.ops[:0], s.fallback[:0]
 	s.in, s.at = in, -1
 	for _, r := range e.limits {
 		if !r.Match.Matches(in) {
 			continue
 		}
 		s.key = r.key(s.key, in)
-		cost := r.Cost
+		cost, fallback := r.Cost, int64(0)
 		if r.Usage != nil {
-			cost = r.Usage.estimate(r.Alg, in)
+			if s.llm == nil {
+				s.llm = readLLM(in)
+			}
+			var refused string
+			if cost, fallback, refused = r.Usage.reserve(r.Alg, s.llm); refused != "" {
+				return Result{Refused: "rule " + r.Name + ": " + refused, Rule: r, Decision: algos.Decision{RetryAfter: algos.Never}}
+			}
 			if s.at < 0 {
 				s.at = e.clock()
 			}
 		}
+		s.fallback = append(s.fallback, fallback)
 		s.ops = append(s.ops, NewOp(r, string(s.key), algos.Request{Cost: cost}))
 		op := &s.ops[len(s.ops)-1]
 		if r.Action == Delay {
@@ -331,7 +344,7 @@ func (e *Engine) exempted(in *Input) *Rule {
 
 // put returns s to the pool, keeping nothing of the request.
 func (e *Engine) put(s *scratch) {
-	s.in = nil
+	s.in, s.llm = nil, nil
 	e.scratch.Put(s)
 }
 
@@ -405,7 +418,8 @@ func (e *Engine) verdict(s *scratch, final bool) Result {
 				if op.Err != nil {
 					est = 0 // a fail policy admitted it: no shared store holds the estimate
 				}
-				res.reserved = append(res.reserved, reservation{rule: op.rule, key: op.Key, estimate: est, at: s.at})
+				res.reserved = append(res.reserved, reservation{rule: op.rule, key: op.Key, estimate: est, fallback: s.fallback[i], at: s.at})
+				res.llm = s.llm
 			}
 		}
 	}

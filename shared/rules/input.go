@@ -18,11 +18,32 @@ type Input struct {
 	Consumer string     // the authenticated account, if any
 	Route    string     // the route or service the front end matched, if any
 	Headers  Headers
-	// Body is the first bytes of the request body (at most MaxPeek), for the rules that read a
-	// field of it (usage.estimate_body; Reads.Body); "" when none does. A string keeps Input
-	// comparable.
-	Body string
+	// Body is the first bytes of the request body (at most MaxPeek), for the rules that read
+	// it (a usage rule's format or estimate_body, the body dimension; Reads.Body); "" when none
+	// does. A string keeps Input comparable. BodyState says how much of the body it is.
+	Body      string
+	BodyState BodyState
+	// BodyLength is the body's length when the front end knows it (Content-Length), else 0.
+	BodyLength int64
 }
+
+// BodyState says what Input.Body holds of the request body.
+type BodyState uint8
+
+const (
+	// BodyUnread: the front end did not read the body (the Kong plugin; a request the Envoy
+	// filter decides at its headers): a usage rule reserves its estimate, which no client
+	// chooses.
+	BodyUnread BodyState = iota
+	// BodyWhole: Body is the whole body ("" for none).
+	BodyWhole
+	// BodyPart: Body is the body's first bytes (MaxPeek, or fewer where the front end reads
+	// fewer), and the body goes on.
+	BodyPart
+	// BodyEncoded: the body is compressed (a Content-Encoding other than identity): a usage
+	// rule cannot read it.
+	BodyEncoded
+)
 
 // SetClient records the client's address a, which rules match (match.clients) and count by
 // (the "ip" dimension, IPv6 cut to its first ipv6Prefix bits; see ClientKey). An invalid a

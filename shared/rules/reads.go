@@ -10,8 +10,8 @@ import "strings"
 // Rule.ReadsAddr).
 type Reads struct {
 	Method, Host, Consumer, Route, Headers, Path, Addr bool
-	// Body: a rule reads a field of the request body (usage.estimate_body), from the first
-	// MaxPeek bytes a front end reads ahead (Input.Body).
+	// Body: a rule reads the request body (a usage rule's format or estimate_body, the body
+	// dimension), from the first MaxPeek bytes a front end reads ahead (Input.Body).
 	Body bool
 }
 
@@ -24,7 +24,7 @@ func ReadsOf(rs []*Rule) Reads {
 			rd.or(dimensions[name].Reads)
 		}
 		rd.match(&r.Match)
-		rd.Body = rd.Body || r.Usage != nil && r.Usage.EstimateBody != nil
+		rd.Body = rd.Body || r.Usage != nil && r.Usage.readsRequest()
 		for i := range r.Match.Not {
 			rd.match(&r.Match.Not[i])
 		}

@@ -119,6 +119,9 @@ func (r *Result) Denial() (status int, body []byte) {
 	if r.BadPath {
 		return 400, DenialBody(BadPathMessage, -1)
 	}
+	if r.Refused != "" {
+		return 400, DenialBody(r.Refused, -1)
+	}
 	status, msg := 429, DefaultMessage
 	if r.Rule != nil {
 		status, msg = r.Rule.Reply.Status, r.Rule.Reply.Message

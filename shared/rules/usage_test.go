@@ -46,8 +46,8 @@ func TestDecodeUsageInvalid(t *testing.T) {
 	for _, tt := range []struct {
 		name, rule, path, reason string
 	}{
-		{"neither header nor body", rule(tb, `"usage": {"estimate": 5}`), "rules[0].usage", "needs header or body"},
-		{"both", rule(tb, `"usage": {"header": "x-t", "body": "usage.t"}`), "rules[0].usage.body", "cannot be combined with header"},
+		{"neither header nor body", rule(tb, `"usage": {"estimate": 5}`), "rules[0].usage", "needs header, body or format"},
+		{"both", rule(tb, `"usage": {"header": "x-t", "body": "usage.t"}`), "rules[0].usage.body", "header, body and format cannot be combined"},
 		{"bad path", rule(tb, `"usage": {"body": "usage..t"}`), "rules[0].usage.body", "empty key"},
 		{"bad header", rule(tb, `"usage": {"header": "x t"}`), "rules[0].usage.header", "cannot have"},
 		{"bad estimate path", rule(tb, `"usage": {"body": "u.t", "estimate_body": "a+a"}`), "rules[0].usage.estimate_body", "named twice"},
@@ -91,7 +91,7 @@ func TestMeterStreamUsage(t *testing.T) {
 	if once.Usage.StreamUsage != usage.OneEvent || def.Usage.StreamUsage != usage.OneEvent || last.Usage.StreamUsage != usage.LastEvent {
 		t.Fatalf("stream_usage: once %v, default %v, last %v", once.Usage.StreamUsage, def.Usage.StreamUsage, last.Usage.StreamUsage)
 	}
-	m := rules.NewMeter([]*rules.Rule{once, last, def}, usage.Limits{})
+	m := rules.NewMeter([]*rules.Rule{once, last, def}, usage.Limits{}, "/")
 	m.Header(func(name string) []string {
 		if name == "content-type" {
 			return []string{"text/event-stream"}
@@ -145,11 +145,13 @@ func newSettleEnv(t *testing.T, rule string) *settleEnv {
 	return s
 }
 
-// request is a request of API key key whose body asks for max tokens (none if max < 0).
+// request is a request of API key key whose body, read whole, asks for max tokens (none if
+// max < 0).
 func request(key string, max int) *rules.Input {
-	in := &rules.Input{Method: "POST", Path: "/v1/chat/completions", Headers: header{"X-Api-Key": key}}
+	in := &rules.Input{Method: "POST", Path: "/v1/chat/completions", Headers: header{"X-Api-Key": key}, BodyState: rules.BodyWhole}
+	in.Body = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
 	if max >= 0 {
-		in.Body = `{"model":"m","max_tokens":` + itoa(max) + `,"messages":[{"role":"user","content":"hi`
+		in.Body = `{"model":"m","max_tokens":` + itoa(max) + `,"messages":[{"role":"user","content":"hi"}]}`
 	}
 	return in
 }
@@ -215,8 +217,9 @@ func TestSettle(t *testing.T) {
 	}
 }
 
-// TestSettleFallback: a response whose usage cannot be read is charged the fallback, or the
-// estimate, and Settled says why.
+// TestSettleFallback: a response whose usage cannot be read is charged the fallback, by default
+// the request's worst case (here its max_tokens, which the provider stops at), and Settled says
+// why.
 func TestSettleFallback(t *testing.T) {
 	ctx := context.Background()
 	missing := func(*rules.Rule) (int64, error) { return 0, errors.New("no usage: " + usage.ErrMissing.Error()) }
@@ -234,6 +237,13 @@ func TestSettleFallback(t *testing.T) {
 	f.eng.Settle(ctx, &res, missing)
 	if got := f.check(request("a", 0)); got.Decision.Remaining != 200 {
 		t.Fatalf("with a fallback of 800: remaining %d, want 200", got.Decision.Remaining)
+	}
+	// A fallback below the reservation gives nothing back: the 300 reserved stay charged.
+	g := newSettleEnv(t, strings.Replace(tokens, `"estimate": 10`, `"estimate": 10, "fallback": 50`, 1))
+	res = g.check(request("a", 300))
+	g.eng.Settle(ctx, &res, missing)
+	if got := g.check(request("a", 0)); got.Decision.Remaining != 700 || g.settled[0].Cost != 300 {
+		t.Fatalf("with a fallback of 50: remaining %d, charged %d, want 700 and 300", got.Decision.Remaining, g.settled[0].Cost)
 	}
 }
 
@@ -349,7 +359,7 @@ func TestMeterTrailer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &rules.Rule{Name: "t", Usage: &rules.Usage{Header: tc.f}}
-			m := rules.NewMeter([]*rules.Rule{r}, usage.Limits{})
+			m := rules.NewMeter([]*rules.Rule{r}, usage.Limits{}, "/")
 			m.Header(fields(tc.headers...))
 			if tc.trailers != nil {
 				m.Trailer(fields(tc.trailers...))

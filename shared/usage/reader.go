@@ -3,9 +3,11 @@ package usage
 import (
 	"strconv"
 	"strings"
+
+	"github.com/diana-gw/diana/shared/jsontok"
 )
 
-// Limits bound what a Reader reads. Its memory is a few hundred bytes plus one byte per level
+// Limits bound what a Reader reads. Its memory is a few hundred bytes plus a few bytes per level
 // of MaxDepth, whatever the body.
 type Limits struct {
 	// MaxDepth is the deepest nesting of JSON objects and arrays read (default DefaultMaxDepth,
@@ -22,7 +24,11 @@ const (
 	MaxMaxDepth     = 1024
 )
 
-// Events says which events of a stream carry its usage.
+// maxText bounds the text the reader keeps of a key or a string: a model's name, an event's type.
+// A longer key matches no path; a longer string is said to be long (Fields.Text).
+const maxText = 256
+
+// Events says which events of a stream carry the usage of a Fields reader.
 type Events uint8
 
 const (
@@ -44,45 +50,88 @@ func (e Events) String() string {
 	return "Events(" + strconv.Itoa(int(e)) + ")"
 }
 
-// IsStream reports whether a response of this Content-Type is a server-sent event stream,
-// whose usage is read from its events rather than from one JSON document.
-func IsStream(contentType string) bool {
+// Framing is how a response body holds its JSON documents.
+type Framing uint8
+
+const (
+	// JSONBody: the body is one JSON document (a JSON array of documents for a format that
+	// streams so: Gemini's streamGenerateContent without alt=sse).
+	JSONBody Framing = iota
+	// EventStream: text/event-stream; each event's data is a document (OpenAI's "[DONE]" aside).
+	EventStream
+	// JSONLines: newline-delimited JSON (application/x-ndjson: Ollama's streams).
+	JSONLines
+)
+
+// FramingOf returns the framing of a response body of this Content-Type.
+func FramingOf(contentType string) Framing {
 	mt, _, _ := strings.Cut(contentType, ";")
-	return strings.EqualFold(strings.TrimSpace(mt), "text/event-stream")
+	switch strings.ToLower(strings.TrimSpace(mt)) {
+	case "text/event-stream":
+		return EventStream
+	case "application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines":
+		return JSONLines
+	}
+	return JSONBody
 }
 
-// A Reader reads a cost from a response body fed to it chunk by chunk (Write), and gives it
-// when the body ends (End). A JSON body is one document, the cost the sum of its fields at the
-// Fields' paths, each present once. A stream (text/event-stream) is read per the SSE format:
-// lines ending in LF, CRLF or CR, an event's data: lines joined with LF, an event ending at a
-// blank line (an event the body ends inside is dropped, as an EventSource drops it); comments
-// and other fields skipped. Each event's data is a JSON document, except OpenAI's terminator
-// "[DONE]"; an event holding any of the paths carries the usage and must hold them all; a
-// second such event is ErrDuplicate, unless the reader counts the last (SetEvents(LastEvent)).
+// IsStream reports whether a response of this Content-Type is a server-sent event stream,
+// whose usage is read from its events rather than from one JSON document.
+func IsStream(contentType string) bool { return FramingOf(contentType) == EventStream }
+
+// docReader is what a Reader reads a body's documents for: a sum of fields, or a format's
+// token classes.
+type docReader interface {
+	// paths returns the paths whose values the reader wants.
+	paths() [][]string
+	// begin starts a document; value takes a value its paths lead to (leaf: which); end ends
+	// a document read whole.
+	begin()
+	value(leaf uint64, k jsontok.Kind, text []byte, long bool) error
+	end() error
+	// done notes a stream's "[DONE]" event, which is no JSON.
+	done()
+	// arrayDocs reports whether a JSON body that is an array holds one document per element.
+	arrayDocs() bool
+	// finish ends the body: the error of a body that says nothing usable, or nil; usage then
+	// returns what it said.
+	finish(framing Framing, complete bool) error
+	usage() Usage
+}
+
+// A Reader reads a cost from a response body fed to it chunk by chunk (Write), and gives it when
+// the body ends (End). The body is read per its Framing: one JSON document; a text/event-stream
+// (lines ending in LF, CRLF or CR, an event's data: lines joined with LF, an event ending at a
+// blank line, so that an event the body ends inside is dropped, as an EventSource drops it;
+// comments and other fields skipped; each event's data a JSON document, but OpenAI's "[DONE]");
+// or JSON lines. What it reads from the documents is a Fields sum or a Format's token counts.
 //
-// A Reader is not safe for concurrent use. Its zero value is not usable: see NewReader.
+// A Reader is not safe for concurrent use. Its zero value is not usable: see NewReader and
+// NewFormatReader.
 type Reader struct {
-	f      *Fields
-	stream bool
-	events Events
-	lim    Limits
-	n      int64 // bytes written
-	sc     scanner
-	err    error // the first error; the reader reads nothing after it
-	ended  bool
+	d       docReader
+	framing Framing
+	lim     Limits
+	n       int64 // bytes written
+	tok     jsontok.Tokenizer
+	w       walker
+	err     error // the first error; the reader reads nothing after it
+	ended   bool
 
-	cost  int64
-	found bool // a cost was read (the JSON document's fields, or a usage event)
+	inDoc    bool // a document has begun (begin was called)
+	complete bool // the JSON body was a whole document; a JSON lines body ended its last line
+	arrays   bool // the JSON body is an array of documents, being read
 
-	// The stream's state: where in its line the reader is, the field name read so far, and
-	// the event being read.
+	// A stream's state: where in its line the reader is, the field name read so far, the event
+	// being read.
 	line    uint8
 	name    [5]byte // the field name's first bytes: "data" and one more
 	nameLen int
 	lastCR  bool
-	evData  bool  // the event has a data: line
-	evLen   int64 // bytes of the event's data
-	evDone  bool  // the event's data so far is a prefix of "[DONE]"
+	evData  bool    // the event has a data: line
+	hold    [6]byte // the event's first bytes, held while they may be "[DONE]"
+	holdN   int
+	holding bool
 }
 
 const (
@@ -93,37 +142,63 @@ const (
 	lnSkip         // in a comment or a field other than data
 )
 
-// NewReader returns a Reader of the cost at f in a body: a stream if stream (see IsStream),
-// else one JSON document.
+// NewReader returns a Reader of the sum at f in a body: a stream if stream (see IsStream), else
+// one JSON document.
 func NewReader(f *Fields, stream bool, lim Limits) *Reader {
 	r := &Reader{}
 	r.Reset(f, stream, lim)
 	return r
 }
 
-// Reset makes r a new reader, keeping its memory.
+// Reset makes r a new reader of the sum at f, keeping its memory.
 func (r *Reader) Reset(f *Fields, stream bool, lim Limits) {
+	framing := JSONBody
+	if stream {
+		framing = EventStream
+	}
+	var s *sumReader
+	if old, ok := r.d.(*sumReader); ok {
+		s = old
+	} else {
+		s = &sumReader{}
+	}
+	*s = sumReader{f: f}
+	r.reset(s, framing, lim)
+}
+
+func (r *Reader) reset(d docReader, framing Framing, lim Limits) {
 	if lim.MaxDepth <= 0 {
 		lim.MaxDepth = DefaultMaxDepth
 	}
 	lim.MaxDepth = min(lim.MaxDepth, MaxMaxDepth)
-	sc := r.sc
-	*r = Reader{f: f, stream: stream, lim: lim, sc: sc}
-	r.sc.reset(f, lim.MaxDepth)
+	tok, w := r.tok, r.w
+	*r = Reader{d: d, framing: framing, lim: lim, tok: tok, w: w}
+	r.startDoc()
 }
 
-// SetEvents says which events of a stream carry the usage (default OneEvent); call it before
-// the first Write. Reset sets OneEvent again.
-func (r *Reader) SetEvents(e Events) { r.events = e }
+// SetEvents says which events of a stream carry a Fields reader's usage (default OneEvent); call
+// it before the first Write. Reset sets OneEvent again.
+func (r *Reader) SetEvents(e Events) {
+	if s, ok := r.d.(*sumReader); ok {
+		s.events = e
+	}
+}
+
+// startDoc prepares the tokenizer and the walker for the next document.
+func (r *Reader) startDoc() {
+	r.tok.Reset(r.lim.MaxDepth, maxText)
+	r.w.reset(r.d.paths())
+	r.inDoc = false
+}
 
 // Write reads the next chunk of the body. It always returns len(p), nil: a body the reader
 // cannot read still passes on (io.MultiWriter, io.TeeReader); End reports why.
 func (r *Reader) Write(p []byte) (int, error) {
-	write(r, p)
+	r.write(p)
 	return len(p), nil
 }
 
-func write(r *Reader, p []byte) {
+func (r *Reader) write(p []byte) {
 	if r.err != nil || r.ended {
 		return
 	}
@@ -132,91 +207,200 @@ func write(r *Reader, p []byte) {
 		p, over = p[:r.lim.MaxBytes-r.n], true
 	}
 	r.n += int64(len(p))
-	for i := 0; i < len(p) && r.err == nil; {
-		// Most of a body is the text of strings no path reads: skipped in bulk.
-		if r.sc.skipping() && (!r.stream || r.line == lnData) {
-			j := i
-			for j < len(p) && plain(p[j]) {
-				j++
-			}
-			if j > i {
-				r.sc.off += int64(j - i)
-				r.evLen += int64(j - i)
-				i = j
-				continue
-			}
-		}
-		if r.stream {
-			r.streamByte(p[i])
-		} else {
-			r.sc.step(p[i])
-			r.sc.off++
-			r.err = r.sc.err
-		}
-		i++
+	switch r.framing {
+	case EventStream:
+		r.writeStream(p)
+	case JSONLines:
+		r.writeLines(p)
+	default:
+		r.feed(p)
 	}
 	if over && r.err == nil {
 		r.err = wrap(ErrTooLarge, "the body is longer than "+strconv.FormatInt(r.lim.MaxBytes, 10)+" bytes")
 	}
 }
 
-// End ends the body and returns its cost, or why there is none. It may be called again.
+// feed gives the current document its next bytes and reads the tokens they complete.
+func (r *Reader) feed(p []byte) {
+	if r.err != nil || len(p) == 0 {
+		return
+	}
+	r.tok.Feed(p)
+	r.tokens()
+}
+
+// tokens reads the tokens the tokenizer has, passing the values on the paths to the doc reader.
+func (r *Reader) tokens() {
+	for r.err == nil {
+		k := r.tok.Next()
+		switch k {
+		case jsontok.None:
+			return
+		case jsontok.Error:
+			r.err = syntaxErr(r.tok.Err())
+			return
+		}
+		if r.framing == JSONBody && r.d.arrayDocs() && r.arrayToken(k) {
+			continue
+		}
+		if !r.inDoc {
+			r.inDoc = true
+			r.d.begin()
+		}
+		leaf, err := r.w.token(k, r.tok.Text(), r.tok.Long())
+		if err == nil && leaf != 0 {
+			err = r.d.value(leaf, k, r.tok.Text(), r.tok.Long())
+		}
+		if err != nil {
+			r.err = err
+			return
+		}
+	}
+}
+
+// arrayToken reads the tokens of a JSON body that is an array of documents: it takes the array's
+// own tokens, starts a document with each element and ends it with the element. It reports
+// whether it took k.
+func (r *Reader) arrayToken(k jsontok.Kind) bool {
+	depth := r.tok.Depth()
+	switch {
+	case k == jsontok.BeginArray && depth == 1 && !r.arrays && !r.inDoc:
+		r.arrays = true
+		return true
+	case !r.arrays:
+		return false
+	case k == jsontok.EndArray && depth == 0:
+		return true
+	}
+	if !r.inDoc {
+		r.inDoc = true
+		r.w.reset(r.d.paths())
+		r.d.begin()
+	}
+	leaf, err := r.w.token(k, r.tok.Text(), r.tok.Long())
+	if err == nil && leaf != 0 {
+		err = r.d.value(leaf, k, r.tok.Text(), r.tok.Long())
+	}
+	if err == nil && depth == 1 && k != jsontok.Key { // the element has ended
+		r.inDoc = false
+		err = r.d.end()
+	}
+	if err != nil {
+		r.err = err
+	}
+	return true
+}
+
+// endDoc ends the current document (an event's data, a line, the body): the doc reader is told
+// of a whole one; a document cut short or malformed is an error.
+func (r *Reader) endDoc() {
+	if r.err != nil {
+		return
+	}
+	if !r.tok.Started() { // nothing but whitespace: no document
+		r.startDoc()
+		return
+	}
+	r.tok.End()
+	r.tokens()
+	switch {
+	case r.err != nil:
+	case r.arrays:
+		r.complete = true
+	default:
+		r.err = r.d.end()
+		r.complete = r.err == nil
+	}
+	r.startDoc()
+}
+
+// syntaxErr wraps a tokenizer's error in the class it belongs to.
+func syntaxErr(e *jsontok.SyntaxError) error {
+	switch {
+	case e.TooDeep():
+		return wrap(ErrDepth, e.Error())
+	case e.Truncated():
+		return wrap(ErrTruncated, "the body ends inside its JSON value")
+	}
+	return wrap(ErrSyntax, e.Error())
+}
+
+// End ends the body and returns its cost (the sum of a Fields reader; the tokens' total of a
+// format's), or why there is none. It may be called again.
 func (r *Reader) End() (int64, error) {
+	u, err := r.Usage()
+	return u.Tokens.Sum(), err
+}
+
+// Usage ends the body and returns what it says was used, or why it says nothing usable. It may
+// be called again.
+func (r *Reader) Usage() (Usage, error) {
 	if !r.ended {
 		r.ended = true
 		r.end()
 	}
 	if r.err != nil {
-		return 0, r.err
+		return Usage{}, r.err
 	}
-	return r.cost, nil
+	return r.d.usage(), nil
 }
 
 func (r *Reader) end() {
 	if r.err != nil {
 		return
 	}
-	if r.stream {
-		if !r.found {
-			r.err = wrap(ErrMissing, "the stream ended without an event carrying "+r.f.expr)
-		}
-		return
-	}
-	if !r.sc.started() {
-		r.err = wrap(ErrMissing, "the body is empty")
-		return
-	}
-	if r.err = r.sc.finish(); r.err == nil {
-		r.record()
-	}
-}
-
-// record sums the scanner's values into the cost, or sets the error saying what is missing.
-func (r *Reader) record() {
-	sc := &r.sc
-	if sc.found != all(r.f) {
-		for t, segs := range r.f.terms {
-			if sc.found&(1<<t) == 0 {
-				what := "the body has no " + joinPath(segs)
-				if r.stream {
-					what = "an event carries usage without " + joinPath(segs)
-				}
-				r.err = wrap(ErrMissing, what)
-				return
-			}
-		}
-	}
-	var sum int64
-	for t := range r.f.terms {
-		if sum += sc.vals[t]; sum > MaxValue {
-			r.err = wrap(ErrValue, r.f.expr+": the sum is above 10^15")
+	switch r.framing {
+	case JSONBody:
+		if r.n == 0 || !r.tok.Started() && !r.arrays {
+			r.err = wrap(ErrMissing, "the body is empty")
 			return
 		}
+		r.endDoc()
+	case JSONLines:
+		r.endDoc() // a last line without its LF
 	}
-	r.cost, r.found = sum, true
+	if r.err == nil {
+		r.err = r.d.finish(r.framing, r.complete)
+	}
 }
 
-// streamByte reads a byte of an event stream.
+// writeLines reads a chunk of a JSON lines body: each line is a document.
+func (r *Reader) writeLines(p []byte) {
+	for len(p) > 0 && r.err == nil {
+		i := 0
+		for i < len(p) && p[i] != '\n' {
+			i++
+		}
+		r.feed(p[:i])
+		if i == len(p) {
+			return
+		}
+		r.endDoc()
+		p = p[i+1:]
+	}
+}
+
+// writeStream reads a chunk of a text/event-stream.
+func (r *Reader) writeStream(p []byte) {
+	for i := 0; i < len(p) && r.err == nil; {
+		if r.line == lnData && !r.lastCR {
+			// A data line's bytes up to its end go to the document at once.
+			j := i
+			for j < len(p) && p[j] != '\n' && p[j] != '\r' {
+				j++
+			}
+			if j > i {
+				r.data(p[i:j])
+				i = j
+				continue
+			}
+		}
+		r.streamByte(p[i])
+		i++
+	}
+}
+
+// streamByte reads a byte of an event stream outside a data line's value.
 func (r *Reader) streamByte(c byte) {
 	if r.lastCR && c == '\n' { // the LF of a CRLF
 		r.lastCR = false
@@ -260,7 +444,7 @@ func (r *Reader) streamByte(c byte) {
 			r.line = lnData
 		default:
 			r.line = lnData
-			r.eventByte(c)
+			r.data([]byte{c})
 		}
 	case lnSkip:
 		if eol {
@@ -278,35 +462,39 @@ func (r *Reader) nameByte(c byte) {
 
 func (r *Reader) isData() bool { return r.nameLen == 4 && string(r.name[:4]) == "data" }
 
-// dataLine starts a data: line of the event: the first starts the event's document, the
-// others continue it after an LF.
+// dataLine starts a data: line of the event: the first starts the event's document, the others
+// continue it after an LF.
 func (r *Reader) dataLine() {
 	if !r.evData {
-		r.evData, r.evLen, r.evDone = true, 0, true
-		r.sc.reset(r.f, r.lim.MaxDepth)
+		r.evData, r.holding, r.holdN = true, true, 0
 		return
 	}
-	r.eventByte('\n')
-}
-
-// eventByte feeds a byte of the event's data to its document. A JSON error is held while the
-// data may still be "[DONE]".
-func (r *Reader) eventByte(c byte) {
-	if r.evDone && (r.evLen >= int64(len(done)) || done[r.evLen] != c) {
-		r.evDone = false
-	}
-	r.evLen++
-	if r.sc.err == nil {
-		r.sc.step(c)
-		r.sc.off++
-	}
-	if r.sc.err != nil && !r.evDone {
-		r.err = r.sc.err
-	}
+	r.data([]byte{'\n'})
 }
 
 // done is the data of OpenAI's last event, which is no JSON.
 const done = "[DONE]"
+
+// data feeds bytes of the event's data to its document, holding its first bytes while they may
+// be "[DONE]".
+func (r *Reader) data(p []byte) {
+	for r.holding && len(p) > 0 {
+		if r.holdN < len(done) && p[0] == done[r.holdN] {
+			r.hold[r.holdN] = p[0]
+			r.holdN++
+			p = p[1:]
+			continue
+		}
+		r.release()
+	}
+	r.feed(p)
+}
+
+// release feeds the held bytes, which turned out not to be "[DONE]".
+func (r *Reader) release() {
+	r.holding = false
+	r.feed(r.hold[:r.holdN])
+}
 
 // dispatch ends an event at a blank line.
 func (r *Reader) dispatch() {
@@ -314,26 +502,14 @@ func (r *Reader) dispatch() {
 		return
 	}
 	r.evData = false
-	if r.evDone && r.evLen == int64(len(done)) {
+	if r.holding && r.holdN == len(done) {
+		r.holding = false
+		r.d.done()
+		r.startDoc()
 		return
 	}
-	if r.sc.err != nil {
-		r.err = r.sc.err
-		return
+	if r.holding {
+		r.release()
 	}
-	if !r.sc.started() {
-		return // an empty data: line carries nothing
-	}
-	if err := r.sc.finish(); err != nil {
-		r.err = err
-		return
-	}
-	if r.sc.found == 0 {
-		return
-	}
-	if r.found && r.events != LastEvent {
-		r.err = wrap(ErrDuplicate, "a second event carries "+r.f.expr)
-		return
-	}
-	r.record() // with LastEvent, over the count of an earlier event
+	r.endDoc()
 }

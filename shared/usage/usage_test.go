@@ -306,23 +306,34 @@ func TestLimits(t *testing.T) {
 	}
 }
 
-func TestPrefix(t *testing.T) {
+// TestRead reads an estimate from a request's peek: only a body read whole, with the field once
+// as a whole number, gives one; anything a client could steer is an error other than ErrMissing.
+func TestRead(t *testing.T) {
 	f, _ := usage.ParsePaths("max_tokens")
 	for _, c := range []struct {
-		body string
-		n    int64
-		err  error
+		body  string
+		whole bool
+		n     int64
+		err   error
 	}{
-		{`{"model":"m","max_tokens":300,"messages":[{"role":"user","content":"hel`, 300, nil},
-		{`{"model":"m","max_tokens":300}`, 300, nil},
-		{`{"model":"m","max_tokens":30`, 0, usage.ErrTruncated},
-		{`{"model":"m","messages":[{"role":"user","content":"hel`, 0, usage.ErrTruncated},
-		{`{"model":"m","max_tokens":-1,"x":"`, 0, usage.ErrValue},
-		{``, 0, usage.ErrMissing},
+		{`{"model":"m","max_tokens":300}`, true, 300, nil},
+		{`{"model":"m","max_tokens":300,"messages":[{"role":"user","content":"hel`, false, 0, usage.ErrTruncated},
+		{`{"model":"m","max_tokens":30`, false, 0, usage.ErrTruncated},
+		{`{"model":"m","messages":[{"role":"user","content":"hel`, false, 0, usage.ErrTruncated},
+		{`{"model":"m","messages":[]}`, true, 0, usage.ErrMissing},
+		{`{"max_tokens":1,"max_tokens":900}`, true, 0, usage.ErrDuplicate},
+		{`{"max_tokens":1,"x":{"max_tokens":900}}`, true, 1, nil},
+		{`{"model":"m","max_tokens":-1}`, true, 0, usage.ErrValue},
+		{`{"model":"m","max_tokens":1e3}`, true, 0, usage.ErrValue},
+		{`{"model":"m","max_tokens":"900"}`, true, 0, usage.ErrValue},
+		{`{"model":"m","max_tokens":300`, true, 0, usage.ErrTruncated},
+		{`{"model":"m","max_tokens":300}}`, true, 0, usage.ErrSyntax},
+		{"\x1f\x8b\x08\x00", true, 0, usage.ErrSyntax},
+		{``, true, 0, usage.ErrMissing},
 	} {
-		n, err := f.Prefix(c.body)
+		n, err := f.Read(c.body, c.whole)
 		if n != c.n || !errors.Is(err, c.err) || (c.err == nil) != (err == nil) {
-			t.Errorf("%q: got (%d, %v), want (%d, %v)", c.body, n, err, c.n, c.err)
+			t.Errorf("%q (whole %v): got (%d, %v), want (%d, %v)", c.body, c.whole, n, err, c.n, c.err)
 		}
 	}
 }
@@ -455,7 +466,7 @@ func init() {
 	}
 }
 
-// FuzzReader reads any body as JSON and as a stream, as a prefix (Prefix) and a string field of
+// FuzzReader reads any body as JSON and as a stream, as a request's peek (Read) and a string field of
 // it (Text): no panic, the same answer whole and in
 // two chunks, a cost only in [0, MaxValue], and a JSON cost only for a body encoding/json
 // reads as valid JSON with that number at the path.
@@ -471,8 +482,10 @@ func FuzzReader(f *testing.F) {
 		if v, ok := model.Text(string(body)); !ok && v != "" || len(v) > 256 {
 			t.Fatalf("Text: (%q, %v)", v, ok)
 		}
-		if n, err := fields.Prefix(string(body)); n < 0 || n > usage.MaxValue || err != nil && (n != 0 || usage.Class(err) == "other") {
-			t.Fatalf("Prefix: (%d, %v)", n, err)
+		for _, whole := range []bool{false, true} {
+			if n, err := fields.Read(string(body), whole); n < 0 || n > usage.MaxValue || err != nil && (n != 0 || usage.Class(err) == "other") {
+				t.Fatalf("Read (whole %v): (%d, %v)", whole, n, err)
+			}
 		}
 		at := min(int(split), len(body))
 		for _, m := range []struct {

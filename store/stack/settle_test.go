@@ -74,7 +74,7 @@ func TestSettleStack(t *testing.T) {
 			eng := engines[c%nodes]
 			for time.Since(start) < run {
 				est := 1 + rng.Int64N(maxTokens)
-				in := &rules.Input{Method: "POST", Path: "/v1/chat/completions", Body: `{"max_tokens":` + strconv.FormatInt(est, 10) + `}`}
+				in := &rules.Input{Method: "POST", Path: "/v1/chat/completions", Body: `{"max_tokens":` + strconv.FormatInt(est, 10) + `}`, BodyState: rules.BodyWhole}
 				res := eng.Check(ctx, in)
 				if res.Err != nil {
 					t.Error(res.Err)
@@ -126,7 +126,9 @@ func TestSettleRedisDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	in := func() *rules.Input { return &rules.Input{Method: "POST", Path: "/", Body: `{"max_tokens": 100}`} }
+	in := func() *rules.Input {
+		return &rules.Input{Method: "POST", Path: "/", Body: `{"max_tokens": 100}`, BodyState: rules.BodyWhole}
+	}
 	res := eng.Check(ctx, in())
 	if !res.Allowed || res.Err != nil {
 		t.Fatalf("with Redis: %+v", res)
@@ -143,10 +145,10 @@ func TestSettleRedisDown(t *testing.T) {
 	if res.Err == nil || !res.Allowed {
 		t.Fatalf("without Redis: %+v", res)
 	}
-	res2 := eng.Check(ctx, &rules.Input{Method: "POST", Path: "/", Body: `{"max_tokens": 200}`})
+	res2 := eng.Check(ctx, &rules.Input{Method: "POST", Path: "/", Body: `{"max_tokens": 200}`, BodyState: rules.BodyWhole})
 	eng.Settle(ctx, &res, func(*rules.Rule) (int64, error) { return 1000, nil })
 	eng.Settle(ctx, &res2, func(*rules.Rule) (int64, error) { return 200, nil })
-	peek := eng.Check(ctx, &rules.Input{Method: "POST", Path: "/", Body: `{"max_tokens": 0}`})
+	peek := eng.Check(ctx, &rules.Input{Method: "POST", Path: "/", Body: `{"max_tokens": 0}`, BodyState: rules.BodyWhole})
 	if peek.Allowed || peek.Decision.Remaining != 0 || peek.Decision.RetryAfter < 10*algos.Millisecond {
 		t.Fatalf("local state after the settlements: %+v, want a debt of up to 250 tokens (50 ms), less the refill since", peek)
 	}

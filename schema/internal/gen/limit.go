@@ -1,61 +1,14 @@
-package schema
+package main
 
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
-	"testing"
 
+	"github.com/diana-gw/diana/schema"
 	"github.com/diana-gw/diana/shared/conf"
 	"github.com/diana-gw/diana/shared/rules"
 )
-
-// The algorithms, their parameters and bounds are stated once, in shared/rules' registry. From
-// it come limit.schema.json and the algorithm tables of docs/configuration.md and README.md;
-// this test fails when a committed file differs from what the registry gives, and with -update
-// (make generate) it writes them.
-var update = flag.Bool("update", false, "write the files generated from the algorithms' registry")
-
-func TestGenerated(t *testing.T) {
-	files := []struct {
-		path  string
-		build func() ([]byte, error)
-	}{
-		{LimitFile, limitSchema},
-		{RuleFile, func() ([]byte, error) { return grammarSchema(grammars[0]) }},
-		{DianadFile, func() ([]byte, error) { return grammarSchema(grammars[1]) }},
-		{RulesFile, func() ([]byte, error) { return grammarSchema(grammars[2]) }},
-		{filepath.Join("..", "docs", "configuration.md"), func() ([]byte, error) {
-			return splice(filepath.Join("..", "docs", "configuration.md"), "algorithms", docsTable())
-		}},
-		{filepath.Join("..", "README.md"), func() ([]byte, error) {
-			return splice(filepath.Join("..", "README.md"), "algorithms", readmeTable())
-		}},
-	}
-	for _, f := range files {
-		want, err := f.build()
-		if err != nil {
-			t.Fatalf("%s: %v", f.path, err)
-		}
-		if *update {
-			if err := os.WriteFile(f.path, want, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		got, err := os.ReadFile(f.path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("%s is not what the algorithms' registry gives: run make generate", f.path)
-		}
-	}
-}
 
 // obj is a JSON object that keeps its keys in order.
 type obj []kv
@@ -129,7 +82,7 @@ func limitSchema() ([]byte, error) {
 	}
 	doc := obj{
 		{"$schema", "https://json-schema.org/draft/2020-12/schema"},
-		{"$id", BaseURL + LimitFile},
+		{"$id", schema.BaseURL + schema.LimitFile},
 		{"title", "Diana limit"},
 		{"description", "The limit of a rule: an algorithm and its parameters, which depend on the algorithm; a parameter of another algorithm is an error. Generated from the algorithms' registry in shared/rules (make generate): do not edit."},
 		{"type", "object"},
@@ -183,7 +136,7 @@ func paramSchema(p rules.Param, users []string, min, max int64) obj {
 		if p.Min == 0 { // 0 turns the parameter off (adaptive's slo)
 			ref = "duration"
 		}
-		s = append(s, kv{"$ref", RuleFile + "#/$defs/" + ref})
+		s = append(s, kv{"$ref", schema.RuleFile + "#/$defs/" + ref})
 		if !p.Required {
 			s = append(s, kv{"default", conf.FormatDuration(p.Default)})
 		}
@@ -234,94 +187,4 @@ func allParams() []*param {
 		}
 	}
 	return out
-}
-
-// splice returns the file at path with the part between the markers of section replaced.
-func splice(path, section, body string) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	begin := "<!-- " + section + ": generated from shared/rules by make generate -->\n"
-	end := "<!-- end of " + section + " -->\n"
-	s := string(b)
-	i, j := strings.Index(s, begin), strings.Index(s, end)
-	if i < 0 || j < i {
-		return nil, os.ErrNotExist
-	}
-	return []byte(s[:i+len(begin)] + body + s[j:]), nil
-}
-
-// docsTable is the algorithm table of docs/configuration.md.
-func docsTable() string {
-	var b strings.Builder
-	b.WriteString("| algorithm | parameters (bold: required) | `RateLimit-Limit` | `RateLimit-Reset` |\n| --- | --- | --- | --- |\n")
-	for _, name := range rules.Algorithms() {
-		k, _ := rules.Algorithm(name)
-		b.WriteString("| `" + name + "` | " + paramList(k) + " | " + k.LimitDoc + " | " + k.ResetDoc + " |\n")
-	}
-	return b.String()
-}
-
-// readmeTable is the algorithm table of README.md.
-func readmeTable() string {
-	var b strings.Builder
-	b.WriteString("| `limit.algorithm` | parameters (bold: required) | what it is |\n| --- | --- | --- |\n")
-	for _, name := range rules.Algorithms() {
-		k, _ := rules.Algorithm(name)
-		b.WriteString("| `" + name + "` | " + paramList(k) + " | " + k.Doc + " |\n")
-	}
-	return b.String()
-}
-
-// paramList writes an algorithm's parameters with their defaults and bounds.
-func paramList(k rules.AlgorithmKind) string {
-	var ps []string
-	for _, p := range k.Params {
-		s := "`" + p.Name + "`"
-		if p.Required {
-			s = "**" + s + "**"
-		}
-		var notes []string
-		switch {
-		case p.Same != "":
-			notes = append(notes, "= `"+p.Same+"`")
-		case !p.Required && p.Type == rules.Duration:
-			notes = append(notes, "`"+conf.FormatDuration(p.Default)+"`")
-		case !p.Required && p.Type == rules.Flag:
-			notes = append(notes, "`"+strconv.FormatBool(p.Default == 1)+"`")
-		case !p.Required && p.AtMost != "":
-			notes = append(notes, "`"+strconv.FormatInt(p.Default, 10)+"`, at most `"+p.AtMost+"`")
-		case !p.Required:
-			notes = append(notes, "`"+strconv.FormatInt(p.Default, 10)+"`")
-		}
-		switch p.Type {
-		case rules.Count:
-			notes = append(notes, number(p.Min)+"–"+number(p.Max))
-		case rules.Duration:
-			notes = append(notes, conf.FormatDuration(p.Min)+"–"+conf.FormatDuration(p.Max))
-		}
-		if p.Excludes != "" {
-			notes = append(notes, "not with `"+p.Excludes+"`")
-		}
-		ps = append(ps, s+" ("+strings.Join(notes, "; ")+")")
-	}
-	return strings.Join(ps, ", ")
-}
-
-// number writes n with thousands separators, or as a power of ten past a million.
-func number(n int64) string {
-	for e, p := 7, int64(10_000_000); e <= 18 && p > 0; e, p = e+1, p*10 {
-		if n == p {
-			return "10^" + strconv.Itoa(e)
-		}
-		if n == p-1 {
-			return "10^" + strconv.Itoa(e) + " − 1"
-		}
-	}
-	s := strconv.FormatInt(n, 10)
-	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	return s
 }
