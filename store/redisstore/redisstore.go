@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -182,7 +183,7 @@ func decisionFrom(e *eval, key string, res *[8]int64, n int) (algos.Decision, in
 		return algos.Decision{Allowed: true, Limit: e.limit, Remaining: res[0], ResetAfter: res[1], Granted: e.cost}, 0, nil
 	}
 	if n != 7 && n != 8 {
-		return algos.Decision{}, 0, fmt.Errorf("redisstore: %s on %q: reply %v: want 2, 7 or 8 integers", e.name, key, res[:n])
+		return algos.Decision{}, 0, fmt.Errorf("redisstore: %s on %q: reply %v: want 2, 7 or 8 integers", e.name, key, slices.Clone(res[:n]))
 	}
 	d := algos.Decision{
 		Allowed: res[0] == 1, Limit: res[1], Remaining: res[2],

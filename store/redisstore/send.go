@@ -132,16 +132,16 @@ func (s *Store) send(ctx context.Context, gs []group) {
 		total += len(g.ops)
 	}
 	buf.evals = slices.Grow(buf.evals[:0], total)[:total]
-	buf.ops = slices.Grow(buf.ops[:0], total)[:total]
-	evals, ops := buf.evals, buf.ops
+	buf.at = slices.Grow(buf.at[:0], total)[:total]
+	evals := buf.evals
 	writes := false
 	i := 0
 	for gi := range gs {
 		g := &gs[gi]
 		var failed *rules.Op
-		for _, op := range g.ops {
+		for j, op := range g.ops {
 			op.Dec, op.Err = algos.Decision{}, nil
-			ops[i] = op
+			buf.at[i] = [2]int{gi, j}
 			if evals[i], op.Err = s.evalInto(&buf.packed, op.Key, op.Alg, op.Req, g.together); op.Err != nil && failed == nil {
 				failed = op
 			}
@@ -168,7 +168,7 @@ func (s *Store) send(ctx context.Context, gs []group) {
 		if c.single(buf) {
 			c.keys, c.args = evals[buf.cops[c.first]].single()
 		} else {
-			c.keys, c.args = buf.mixedArgs(c)
+			c.keys, c.args = buf.mixedArgs(c, gs)
 		}
 		c.cmd = s.script(c, buf).EvalSha(ctx, p, c.keys, c.args...)
 	}
@@ -206,14 +206,14 @@ func (s *Store) send(ctx context.Context, gs []group) {
 		}
 		cops := buf.cops[c.first : c.first+c.n]
 		if c.single(buf) {
-			op := ops[cops[0]]
+			op := buf.op(gs, cops[0])
 			d, at, err := s.decision(&evals[cops[0]], op.Key, c.cmd, unsent)
 			answer(op, d, at, err)
 		} else {
-			s.answerMixed(c, buf, unsent)
+			s.answerMixed(c, buf, gs, unsent)
 		}
 		for _, j := range cops {
-			if op := ops[j]; w != nil && op.Err == nil && !op.Req.DryRun {
+			if op := buf.op(gs, j); w != nil && op.Err == nil && !op.Req.DryRun {
 				if n, err := w.Int64(); err != nil || n < int64(s.o.WaitReplicas) {
 					op.Dec, op.Err = algos.Decision{}, fmt.Errorf("%w (%d of %d replicas, %v)", ErrNotReplicated, n, s.o.WaitReplicas, err)
 				}
@@ -354,7 +354,7 @@ func (b *sendBuf) place(idx []int, together, denied bool) {
 
 // mixedArgs returns the keys and arguments of c's call of the mixed script: its layout, then
 // each decision's (see scripts.Mixed).
-func (b *sendBuf) mixedArgs(c *command) ([]string, []any) {
+func (b *sendBuf) mixedArgs(c *command, gs []group) ([]string, []any) {
 	start := len(b.packed)
 	cops := b.cops[c.first : c.first+c.n]
 	k := 0
@@ -376,7 +376,7 @@ func (b *sendBuf) mixedArgs(c *command) ([]string, []any) {
 			if e.banned {
 				code += 2
 			}
-			if b.ops[i].Shadow {
+			if b.op(gs, i).Shadow {
 				code++
 			}
 			b.packed = appendInts(b.packed, code)
@@ -394,7 +394,7 @@ func (b *sendBuf) mixedArgs(c *command) ([]string, []any) {
 
 // answerMixed answers c's decisions from its reply (see scripts.Mixed and unpacker), and tells
 // each op of a group decided together whether it was committed.
-func (s *Store) answerMixed(c *command, b *sendBuf, unsent error) {
+func (s *Store) answerMixed(c *command, b *sendBuf, gs []group, unsent error) {
 	cops := b.cops[c.first : c.first+c.n]
 	v, err := s.reply(c.cmd, unsent)
 	packed, ok := v.(string)
@@ -406,13 +406,14 @@ func (s *Store) answerMixed(c *command, b *sendBuf, unsent error) {
 	}
 	if err != nil {
 		for _, i := range cops {
-			b.ops[i].Err = fmt.Errorf("redisstore: %s on %q: %w", b.evals[i].name, b.ops[i].Key, err)
+			op := b.op(gs, i)
+			op.Err = fmt.Errorf("redisstore: %s on %q: %w", b.evals[i].name, op.Key, err)
 		}
 		return
 	}
 	var res [8]int64
 	for _, i := range cops {
-		op, e := b.ops[i], &b.evals[i]
+		op, e := b.op(gs, i), &b.evals[i]
 		n, failed := u.entry(&res)
 		switch {
 		case u.err != nil:
@@ -427,7 +428,7 @@ func (s *Store) answerMixed(c *command, b *sendBuf, unsent error) {
 	k := 0
 	for _, p := range b.parts[c.pfirst : c.pfirst+c.pn] {
 		if p.together {
-			b.committed(cops[k:k+p.n], p.denied)
+			b.committed(gs, cops[k:k+p.n], p.denied)
 		}
 		k += p.n
 	}
@@ -436,10 +437,10 @@ func (s *Store) answerMixed(c *command, b *sendBuf, unsent error) {
 // committed sets Req.DryRun on the ops idx of a group decided together to whether the script
 // left each uncommitted: as algos.Together decides, every one when the request is admitted, else
 // the denials, not a shadow's, that start a ban. A group with an error committed nothing.
-func (b *sendBuf) committed(idx []int, denied bool) {
+func (b *sendBuf) committed(gs []group, idx []int, denied bool) {
 	admit := !denied
 	for _, i := range idx {
-		op := b.ops[i]
+		op := b.op(gs, i)
 		if op.Err != nil {
 			return
 		}
@@ -448,7 +449,7 @@ func (b *sendBuf) committed(idx []int, denied bool) {
 		}
 	}
 	for _, i := range idx {
-		op := b.ops[i]
+		op := b.op(gs, i)
 		op.Req.DryRun = !(admit || !op.Shadow && !op.Dec.Allowed && b.evals[i].banned)
 	}
 }
@@ -510,8 +511,9 @@ func (e *eval) appendMixed(keys []string, args []any) ([]string, []any) {
 // sendBuf is a round trip's working memory, reused by later round trips: go-redis copies the
 // keys and arguments into its commands, and send keeps nothing of it once it returns.
 type sendBuf struct {
-	evals  []eval
-	ops    []*rules.Op // the evals' ops
+	evals []eval
+	at    [][2]int // the evals' ops: the group and the op in it (not the op itself, which a
+	// pooled buffer would make every caller's op escape to the heap)
 	cmds   []command
 	cops   []int  // the commands' decisions, indexes of evals
 	parts  []part // the mixed script calls' groups
@@ -519,6 +521,12 @@ type sendBuf struct {
 	keys   []string
 	args   []any
 	packed []byte // the evals' packed integers and the calls' layouts
+}
+
+// op is the op of eval i of the round trip of gs.
+func (b *sendBuf) op(gs []group, i int) *rules.Op {
+	at := b.at[i]
+	return gs[at[0]].ops[at[1]]
 }
 
 // maxKept bounds the decisions of a sendBuf kept for reuse: a round trip of many does not keep
@@ -533,11 +541,10 @@ func (b *sendBuf) put() {
 		return
 	}
 	clear(b.evals)
-	clear(b.ops)
 	clear(b.cmds)
 	clear(b.keys)
 	clear(b.args)
-	b.evals, b.ops, b.cmds, b.keys, b.args, b.packed = b.evals[:0], b.ops[:0], b.cmds[:0], b.keys[:0], b.args[:0], b.packed[:0]
+	b.evals, b.at, b.cmds, b.keys, b.args, b.packed = b.evals[:0], b.at[:0], b.cmds[:0], b.keys[:0], b.args[:0], b.packed[:0]
 	b.cops, b.parts, b.idx = b.cops[:0], b.parts[:0], b.idx[:0]
 	sendBufs.Put(b)
 }
