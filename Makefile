@@ -52,10 +52,10 @@ bench-proxy: deps
 	$(GO) build -o bin/proxyload ./bench/proxyload
 	bin/proxyload $(PROXYLOAD_FLAGS)
 
-## bench-report: runs bench-proxy's load, the Memory, Redis, RLS, RLQS and UsageStream benchmarks
-## and the RLQS split's accuracy tests, and writes docs/performance.md, its charts
-## (docs/img/performance-*.svg) and the quotes of it in README.md, docs/envoy.md, docs/api.md and
-## docs/llm.md (about 7 minutes; QUICK=1: about 3)
+## bench-report: runs bench-proxy's load, the Memory, Redis, RLS, MultiRule, RLSMulti, RLQS and
+## UsageStream benchmarks and the RLQS split's accuracy tests, and writes docs/performance.md, its
+## charts (docs/img/performance-*.svg) and the quotes of it in README.md, docs/envoy.md, docs/api.md
+## and docs/llm.md (about 10 minutes; QUICK=1: about 4)
 bench-report: deps
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
 	$(GO) build -o bin/dianad ./cmd/dianad

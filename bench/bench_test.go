@@ -246,13 +246,7 @@ func BenchmarkRedis(b *testing.B) {
 	c := srv.Client()
 	k := keys()
 	ctx := context.Background()
-	redisCPU := func() time.Duration {
-		cpu, err := srv.CPU(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return cpu
-	}
+	redisCPU := redisCPUOf(b, srv)
 	for _, g := range []int{1, 4, 16, 64} {
 		b.Run(fmt.Sprintf("g=%d", g), func(b *testing.B) {
 			sides := make([]side, len(redisLimiters))
@@ -270,6 +264,27 @@ func BenchmarkRedis(b *testing.B) {
 			report(b, sides, time.Microsecond, "µs/op:", "redis-µs/op:")
 		})
 	}
+}
+
+// redisCPUOf returns the CPU time srv's redis-server has used so far, as its INFO cpu says.
+func redisCPUOf(b *testing.B, srv *redistest.Server) func() time.Duration {
+	return func() time.Duration {
+		cpu, err := srv.CPU(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		return cpu
+	}
+}
+
+// scriptCalls returns the script calls (EVALSHA and EVAL) srv's redis-server has run so far, as
+// its INFO commandstats counts them.
+func scriptCalls(b testing.TB, srv *redistest.Server) int64 {
+	st, err := srv.CommandStats(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return st["evalsha"].Calls + st["eval"].Calls
 }
 
 // side is one limiter of a comparison: run makes n decisions, the first numbered from, and
@@ -354,17 +369,9 @@ func BenchmarkBatched(b *testing.B) {
 		b.Fatal(err)
 	}
 	run := func(b *testing.B, decide func(key string) error) {
-		before, err := srv.CommandStats(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
+		before := scriptCalls(b, srv)
 		inParallel(b, k, decide)
-		after, err := srv.CommandStats(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		calls := after["evalsha"].Calls - before["evalsha"].Calls + after["eval"].Calls - before["eval"].Calls
-		b.ReportMetric(float64(calls)/float64(b.N), "redis-calls/op")
+		b.ReportMetric(float64(scriptCalls(b, srv)-before)/float64(b.N), "redis-calls/op")
 	}
 	b.Run("cluster", func(b *testing.B) {
 		s := redisstore.New(c, redisstore.Options{Prefix: "cluster:"})

@@ -77,14 +77,7 @@ func BenchmarkRLS(b *testing.B) {
 	root := b.TempDir()
 	cfgDir := filepath.Join(root, "rl", "config") // RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config
 	batchedDir := filepath.Join(root, "batched")
-	for dir, doc := range map[string]string{cfgDir: rlsDescriptors, batchedDir: rlsBatched} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte(doc), 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
+	writeConfigs(b, "bench.yaml", map[string]string{cfgDir: rlsDescriptors, batchedDir: rlsBatched})
 	rlAddr, rlPid := startRatelimit(b, root, rs.Addr)
 	dianad := buildDianad(b)
 	dianaAddr, dianaPid, metrics := startDianaRLS(b, dianad, cfgDir, rs.Addr)
@@ -102,48 +95,14 @@ func BenchmarkRLS(b *testing.B) {
 	for _, l := range loads {
 		l.redisPid = rs.Pid()
 	}
-	for _, l := range loads {
-		l.run(64, rlsWarmup, nil)
-		if err := l.err(); err != nil {
-			b.Fatalf("warm-up, %s: %v", l.name, err)
-		}
-	}
+	warmUp(b, loads)
 	for _, clients := range []int{16, 64} {
 		b.Run("clients-"+strconv.Itoa(clients), func(b *testing.B) {
-			for _, l := range loads {
-				l.reset(b.N)
-			}
-			b.ResetTimer()
-			for k := 0; k*rlsRound < b.N; k++ {
-				n := min(rlsRound, b.N-k*rlsRound)
-				for j := range loads { // each round in another order
-					l := loads[(k+j)%len(loads)]
-					runtime.GC()
-					l.round(clients, n)
-				}
-			}
-			b.StopTimer()
-			for _, l := range loads {
-				if err := l.err(); err != nil {
-					b.Fatalf("%s: %v", l.name, err)
-				}
-			}
-			stats := make([]loadStats, len(loads))
-			for i, l := range loads {
-				stats[i] = l.stats()
-			}
+			stats := inTurns(b, loads, clients)
 			r := stats[0] // the anchor
-			b.ReportMetric(0, "ns/op")
+			reportLoads(b, loads, stats)
 			for i, l := range loads {
-				st := stats[i]
-				b.ReportMetric(st.rps, l.name+"-req/s")
-				b.ReportMetric(st.p99, l.name+"-p99-µs")
-				b.ReportMetric(st.cpu, l.name+"-cpu-µs/req")
-				b.ReportMetric(st.redisCPU, l.name+"-redis-cpu-µs/req")
-				if i > 0 {
-					b.ReportMetric(st.rps/r.rps, l.name+"/ratelimit-req/s")
-				}
-				if l.name == "base" {
+				if st := stats[i]; l.name == "base" {
 					b.ReportMetric(stats[1].rps/st.rps, "diana/base-req/s")
 				}
 			}
@@ -156,11 +115,87 @@ func BenchmarkRLS(b *testing.B) {
 	checkNoFallback(b, batchedMetrics)
 }
 
+// writeConfigs writes each descriptor config (by directory) into its directory, as name.
+func writeConfigs(b testing.TB, name string, docs map[string]string) {
+	for dir, doc := range docs {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(doc), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// warmUp makes rlsWarmup requests of each load from 64 clients, before any is measured.
+func warmUp(b *testing.B, loads []*rlsLoad) {
+	for _, l := range loads {
+		l.run(64, rlsWarmup, nil)
+		if err := l.err(); err != nil {
+			b.Fatalf("warm-up, %s: %v", l.name, err)
+		}
+	}
+}
+
+// inTurns makes b.N requests of each load from clients closed-loop clients, the loads taking
+// turns every rlsRound requests, each round in another order, and returns each one's figures.
+func inTurns(b *testing.B, loads []*rlsLoad, clients int) []loadStats {
+	for _, l := range loads {
+		l.reset(b.N)
+	}
+	b.ResetTimer()
+	for k := 0; k*rlsRound < b.N; k++ {
+		n := min(rlsRound, b.N-k*rlsRound)
+		for j := range loads { // each round in another order
+			l := loads[(k+j)%len(loads)]
+			runtime.GC()
+			l.round(clients, n)
+		}
+	}
+	b.StopTimer()
+	for _, l := range loads {
+		if err := l.err(); err != nil {
+			b.Fatalf("%s: %v", l.name, err)
+		}
+	}
+	stats := make([]loadStats, len(loads))
+	for i, l := range loads {
+		stats[i] = l.stats()
+	}
+	return stats
+}
+
+// reportLoads reports each load's figures (stats, in the order of loads): requests per second,
+// p99, the CPU per request of its server and of Redis, the commands it sent Redis per request
+// when they are counted, and its requests per second over the first one's, the anchor's.
+func reportLoads(b *testing.B, loads []*rlsLoad, stats []loadStats) {
+	b.ReportMetric(0, "ns/op")
+	for i, l := range loads {
+		st := stats[i]
+		b.ReportMetric(st.rps, l.name+"-req/s")
+		b.ReportMetric(st.p99, l.name+"-p99-µs")
+		b.ReportMetric(st.cpu, l.name+"-cpu-µs/req")
+		b.ReportMetric(st.redisCPU, l.name+"-redis-cpu-µs/req")
+		if l.commands != nil {
+			b.ReportMetric(float64(l.calls)/float64(len(l.lat)), l.name+"-redis-calls/req")
+		}
+		if i > 0 {
+			b.ReportMetric(st.rps/stats[0].rps, l.name+"/"+loads[0].name+"-req/s")
+		}
+	}
+}
+
 // checkNoFallback fails b unless every decision of the dianad whose metrics are at url was
-// Redis's: none came from on_error.
-func checkNoFallback(b testing.TB, url string) {
-	if n := scrape(b, url, `diana_backend_errors_total{rule="rls:bench.remote_address"}`); n != 0 {
-		b.Fatalf("dianad: %v decisions made by on_error: Redis did not answer in time", n)
+// Redis's: none came from on_error, by the series of a limit's backend errors (default
+// BenchmarkRLS's first descriptor's).
+func checkNoFallback(b testing.TB, url string, series ...string) {
+	if len(series) == 0 {
+		series = []string{`diana_backend_errors_total{rule="rls:bench.remote_address"}`}
+	}
+	for _, sr := range series {
+		if n := scrape(b, url, sr); n != 0 {
+			b.Fatalf("dianad: %v decisions made by on_error (%s): Redis did not answer in time", n, sr)
+		}
 	}
 }
 
@@ -204,6 +239,11 @@ func BenchmarkRLSService(b *testing.B) {
 // startRatelimit builds (once, cached) and runs envoyproxy/ratelimit's server on redisAddr with
 // the config under root, and returns its gRPC address.
 func startRatelimit(b testing.TB, root, redisAddr string) (string, int) {
+	return startRatelimitWith(b, root, redisAddr, rlsRequest(0))
+}
+
+// startRatelimitWith is startRatelimit, the server's start told by its answer to probe.
+func startRatelimitWith(b testing.TB, root, redisAddr string, probe *pb.RateLimitRequest) (string, int) {
 	bin := ratelimitBinary(b)
 	grpcPort, httpPort, debugPort := freePort(b), freePort(b), freePort(b)
 	cmd := exec.Command(bin)
@@ -215,7 +255,7 @@ func startRatelimit(b testing.TB, root, redisAddr string) (string, int) {
 		"HOST=127.0.0.1", "PORT="+strconv.Itoa(httpPort),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(debugPort))
 	addr := "127.0.0.1:" + strconv.Itoa(grpcPort)
-	return addr, startProcess(b, cmd, addr)
+	return addr, startProcessWith(b, cmd, addr, probe)
 }
 
 // buildDianad builds dianad and returns its path.
@@ -231,6 +271,14 @@ func buildDianad(b testing.TB) string {
 // startDianaRLS runs dianad (the binary bin) with an rls section in cluster mode on redisAddr,
 // and returns its gRPC address, its process id and its metrics URL.
 func startDianaRLS(b testing.TB, bin, cfgDir, redisAddr string) (string, int, string) {
+	grpcAddr, admin, pid := startDianad(b, bin, cfgDir, redisAddr, "", rlsRequest(0))
+	return grpcAddr, pid, "http://" + admin + "/metrics"
+}
+
+// startDianad runs dianad (the binary bin) with an rls section in cluster mode reading cfgDir on
+// redisAddr and the config lines more, waits until it answers probe with a limit on each
+// descriptor, and returns its gRPC address, its admin address and its process id.
+func startDianad(b testing.TB, bin, cfgDir, redisAddr, more string, probe *pb.RateLimitRequest) (string, string, int) {
 	grpcAddr := "127.0.0.1:" + strconv.Itoa(freePort(b))
 	admin := "127.0.0.1:" + strconv.Itoa(freePort(b))
 	cfg := filepath.Join(b.TempDir(), "diana.yaml")
@@ -241,13 +289,12 @@ listen: ""
 admin: {listen: "` + admin + `"}
 redis: {addrs: ["` + redisAddr + `"], timeout: 5s}
 rls: {listen: "` + grpcAddr + `", config_dir: "` + cfgDir + `", mode: cluster}
-`
+` + more
 	if err := os.WriteFile(cfg, []byte(doc), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	cmd := exec.Command(bin, "--config", cfg, "--log-level", "warn")
-	pid := startProcess(b, cmd, grpcAddr)
-	return grpcAddr, pid, "http://" + admin + "/metrics"
+	return grpcAddr, admin, startProcessWith(b, cmd, grpcAddr, probe)
 }
 
 // startEmptyRLS builds and runs bench/rlsempty, the ceiling: a rate limit service that decides
@@ -265,6 +312,12 @@ func startEmptyRLS(b testing.TB) (string, int) {
 // startProcess starts cmd, stopped when the benchmark ends, waits until the rate limit service
 // at addr answers a request of the benchmark's with a limit, and returns the process id.
 func startProcess(b testing.TB, cmd *exec.Cmd, addr string) int {
+	return startProcessWith(b, cmd, addr, rlsRequest(0))
+}
+
+// startProcessWith is startProcess, waiting for an answer to probe with a limit on each of its
+// descriptors.
+func startProcessWith(b testing.TB, cmd *exec.Cmd, addr string, probe *pb.RateLimitRequest) int {
 	out := &lockedBuf{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -285,9 +338,10 @@ func startProcess(b testing.TB, cmd *exec.Cmd, addr string) int {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		resp, err := c.ShouldRateLimit(ctx, rlsRequest(0))
+		resp, err := c.ShouldRateLimit(ctx, probe)
 		cancel()
-		if err == nil && resp.Statuses[1].CurrentLimit != nil {
+		if err == nil && len(resp.Statuses) == len(probe.Descriptors) &&
+			!slices.ContainsFunc(resp.Statuses, func(st *pb.RateLimitResponse_DescriptorStatus) bool { return st.CurrentLimit == nil }) {
 			return cmd.Process.Pid
 		}
 		select {
@@ -377,67 +431,93 @@ func rlsRequest(i int) *pb.RateLimitRequest {
 // rlsLoad is the closed-loop load of one target.
 type rlsLoad struct {
 	name     string
-	pid      int                         // the server's process
-	cpu      time.Duration               // its CPU time in the rounds
-	redisPid int                         // redis-server's process
-	redisCPU time.Duration               // its CPU time in the rounds
-	clients  []pb.RateLimitServiceClient // one per connection
-	reqs     []*pb.RateLimitRequest
+	pid      int           // the server's process
+	cpu      time.Duration // its CPU time in the rounds
+	redisPid int           // redis-server's process
+	redisCPU time.Duration // its CPU time in the rounds
+	// call makes request i of worker w, an error if its answer is not the one expected.
+	call func(w, i int) error
+	// commands, if set, counts the commands redis-server has run; calls adds up their number in
+	// the rounds.
+	commands func() int64
+	calls    int64
 	lat      []time.Duration
 	elapsed  time.Duration
 	failures
 }
 
+// newRLSLoad is the load of BenchmarkRLS's requests (rlsRequest) on the rate limit service at
+// addr, served by process pid.
 func newRLSLoad(b testing.TB, name, addr string, pid int) *rlsLoad {
-	l := &rlsLoad{name: name, pid: pid}
+	reqs := make([]*pb.RateLimitRequest, rlsIPs)
+	for i := range reqs {
+		reqs[i] = rlsRequest(i)
+	}
+	return newGRPCLoad(b, name, addr, pid, reqs)
+}
+
+// newGRPCLoad is the load of reqs on the rate limit service at addr, served by process pid, over
+// rlsConns connections: an answer that is not OK with a limit on every descriptor is a failure.
+func newGRPCLoad(b testing.TB, name, addr string, pid int, reqs []*pb.RateLimitRequest) *rlsLoad {
+	var clients []pb.RateLimitServiceClient // one per connection
 	for range rlsConns {
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { conn.Close() })
-		l.clients = append(l.clients, pb.NewRateLimitServiceClient(conn))
+		clients = append(clients, pb.NewRateLimitServiceClient(conn))
 	}
-	for i := range rlsIPs {
-		l.reqs = append(l.reqs, rlsRequest(i))
-	}
-	return l
+	return &rlsLoad{name: name, pid: pid, call: func(w, i int) error {
+		req := reqs[(w*7919+i)%len(reqs)]
+		resp, err := clients[w%len(clients)].ShouldRateLimit(context.Background(), req)
+		if err != nil {
+			return err
+		}
+		if resp.OverallCode != pb.RateLimitResponse_OK || len(resp.Statuses) != len(req.Descriptors) ||
+			slices.ContainsFunc(resp.Statuses, func(st *pb.RateLimitResponse_DescriptorStatus) bool { return st.CurrentLimit == nil }) {
+			return errors.New("unexpected answer " + resp.String())
+		}
+		return nil
+	}}
 }
 
 func (l *rlsLoad) reset(n int) {
 	l.lat = make([]time.Duration, 0, n)
-	l.elapsed, l.cpu, l.redisCPU, l.failures = 0, 0, 0, failures{}
+	l.elapsed, l.cpu, l.redisCPU, l.calls, l.failures = 0, 0, 0, 0, failures{}
 }
 
 func (l *rlsLoad) round(clients, n int) {
+	var calls int64
+	if l.commands != nil {
+		calls = l.commands()
+	}
 	start, cpu, redisCPU := time.Now(), procCPU(l.pid), procCPU(l.redisPid)
 	l.run(clients, n, l.lat[len(l.lat):len(l.lat)+n])
 	l.elapsed += time.Since(start)
 	l.cpu += procCPU(l.pid) - cpu
 	l.redisCPU += procCPU(l.redisPid) - redisCPU
+	if l.commands != nil {
+		l.calls += l.commands() - calls
+	}
 	l.lat = l.lat[:len(l.lat)+n]
 }
 
 // run sends n requests from clients workers, recording request i's latency in lat[i] (nil:
-// none recorded). An answer that is not OK with a limit on both descriptors is a failure.
+// none recorded).
 func (l *rlsLoad) run(clients, n int, lat []time.Duration) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for w := range clients {
 		wg.Go(func() {
-			c := l.clients[w%len(l.clients)]
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= n {
 					return
 				}
 				start := time.Now()
-				resp, err := c.ShouldRateLimit(context.Background(), l.reqs[(w*7919+i)%len(l.reqs)])
+				err := l.call(w, i)
 				d := time.Since(start)
-				if err == nil && (resp.OverallCode != pb.RateLimitResponse_OK || len(resp.Statuses) != 2 ||
-					resp.Statuses[0].CurrentLimit == nil || resp.Statuses[1].CurrentLimit == nil) {
-					err = errors.New("unexpected answer " + resp.String())
-				}
 				switch {
 				case err != nil:
 					l.fail(err)

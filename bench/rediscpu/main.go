@@ -5,10 +5,11 @@
 // It starts redis-server under callgrind on a free loopback port, and for each limiter makes
 // warm-up calls, zeroes the counters, makes N decisions over 1,000 keys, and dumps the counters.
 //
-//	go run ./bench/rediscpu [-n 2000] [-parts]
+//	go run ./bench/rediscpu [-n 2000] [-parts] [-only REGEXP]
 //
 // With -parts it measures instead the parts a script is made of (a bare EVALSHA, its reply, TIME,
-// GET, SET, ...), one small script each, to tell where a script's instructions go.
+// GET, SET, ...), one small script each, and the token bucket's script stopped after each of its
+// steps, to tell where a script's instructions go.
 package main
 
 import (
@@ -21,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -31,6 +33,7 @@ import (
 	ululeredis "github.com/ulule/limiter/v3/drivers/store/redis"
 
 	"github.com/diana-gw/diana/shared/algos"
+	"github.com/diana-gw/diana/shared/algos/scripts"
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/store/redisstore"
 )
@@ -38,8 +41,9 @@ import (
 func main() {
 	n := flag.Int("n", 2000, "decisions per limiter")
 	parts := flag.Bool("parts", false, "measure the parts of a script instead of the limiters")
+	only := flag.String("only", "", "measure only the limiters whose names match this regular expression")
 	flag.Parse()
-	if err := run(*n, *parts); err != nil {
+	if err := run(*n, *parts, regexp.MustCompile(*only)); err != nil {
 		fmt.Fprintln(os.Stderr, "rediscpu:", err)
 		os.Exit(1)
 	}
@@ -70,7 +74,7 @@ func (l limiter) run(ctx context.Context, keys []string) error {
 	return nil
 }
 
-func run(n int, parts bool) error {
+func run(n int, parts bool, only *regexp.Regexp) error {
 	for _, tool := range []string{"valgrind", "callgrind_control", "redis-server"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("%s is needed (Debian packages valgrind, redis-server): %w", tool, err)
@@ -116,6 +120,9 @@ func run(n int, parts bool) error {
 		list = scriptParts(c)
 	}
 	for _, lim := range list {
+		if !only.MatchString(lim.name) {
+			continue
+		}
 		warm := make([]string, 96)
 		for i := range warm {
 			warm[i] = "warm" + strconv.Itoa(i)
@@ -200,6 +207,22 @@ func limiters(c *redis.Client) []limiter {
 			return err
 		}))
 	}
+	// A request under three rules, decided together in one call (rules.Together): per client a
+	// token bucket, per path a sliding window, one global fixed window (BenchmarkMultiRule's).
+	three := []algos.Algorithm{must(algos.NewGCRA(1_000_000, algos.Second, 1000)),
+		must(algos.NewSlidingWindow(1_000_000_000, algos.Minute)), must(algos.NewFixedWindow(1_000_000_000, algos.Second))}
+	out = append(out, single("Diana, a request of three rules decided together (per request)", func(ctx context.Context, key string) error {
+		calls := [3]rules.Op{{Key: "ip:" + key, Alg: three[0], Req: algos.Request{Cost: 1}},
+			{Key: "path:" + key[len(key)-1:], Alg: three[1], Req: algos.Request{Cost: 1}},
+			{Key: "global", Alg: three[2], Req: algos.Request{Cost: 1}}}
+		s.DecideTogether(ctx, []*rules.Op{&calls[0], &calls[1], &calls[2]}, false)
+		for _, c := range calls {
+			if c.Err != nil {
+				return c.Err
+			}
+		}
+		return nil
+	}))
 	for _, a := range []struct {
 		name string
 		alg  algos.Algorithm
@@ -245,6 +268,31 @@ func scriptParts(c *redis.Client) []limiter {
 	}
 	args := []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10} // ten MessagePack integers, as Diana's scripts get
 	var out []limiter
+	// The token bucket's own script (GCRA: 1,000,000 a second, bursts of 1,000), whole and stopped
+	// after each of its steps, each an early return of a reply of 7 integers: where a lone
+	// decision's instructions go.
+	tb, _ := scripts.Source("token_bucket")
+	stop := func(before string) string {
+		i := strings.Index(tb, before)
+		if i < 0 {
+			panic("token_bucket.lua: no " + before)
+		}
+		return tb[:i] + "  do return {1, 2, 3, 4, 5, 6, 7} end\n" + tb[i:]
+	}
+	// now -1 (Redis TIME), cost 1, max_wait 0, flags 0, ban 0, limit 1000, rate 10^6, period 10^6, burst 1000
+	gcraArgs := []byte{0xff, 1, 0, 0, 0, 0xcd, 0x03, 0xe8, 0xce, 0x00, 0x0f, 0x42, 0x40, 0xce, 0x00, 0x0f, 0x42, 0x40, 0xcd, 0x03, 0xe8}
+	for _, p := range []struct{ name, src string }{
+		{"token bucket script: its functions made and its arguments unpacked", stop("  local id = ARGV[2]")},
+		{"token bucket script: + Redis's clock (TIME)", stop("  local held = 0")},
+		{"token bucket script: + GET of the state", stop("  local r, write, at = decide(")},
+		{"token bucket script: + the decision (GCRA's arithmetic)", stop("  if write and not dry then")},
+		{"token bucket script: + SET of the state with its TTL (whole)", tb},
+	} {
+		sc := redis.NewScript(p.src)
+		out = append(out, single(p.name, func(ctx context.Context, key string) error {
+			return sc.Run(ctx, c, []string{"tb:" + key}, gcraArgs).Err()
+		}))
+	}
 	for _, p := range parts {
 		sc := redis.NewScript(p.src)
 		out = append(out, single(p.name, func(ctx context.Context, key string) error {

@@ -6,9 +6,10 @@
 //	report [-quick] [-docs docs] [-readme README.md] [-proxyload bin/proxyload]
 //
 // The benchmarks: bench/proxyload (dianad against a plain httputil.ReverseProxy), and
-// BenchmarkMemory, BenchmarkRedis, BenchmarkRLS, BenchmarkRLQS and BenchmarkUsageStream of ./bench,
-// and the rlqs tests that measure the RLQS split's accuracy. -quick runs fewer and shorter rounds
-// (about 2 minutes instead of about 7 on 2 cores).
+// BenchmarkMemory, BenchmarkRedis, BenchmarkRLS, BenchmarkMultiRule, BenchmarkRLSMulti,
+// BenchmarkRLQS and BenchmarkUsageStream of ./bench, and the rlqs tests that measure the RLQS
+// split's accuracy. -quick runs fewer and shorter rounds (about 4 minutes instead of about 10 on
+// 2 cores).
 package main
 
 import (
@@ -91,6 +92,12 @@ func report(quick bool, docs, readme, proxyload string) error {
 		return err
 	}
 	if r.RLSCmd, r.RLS, err = goBench("'^BenchmarkRLS$'", rlsFlags[m]); err != nil {
+		return err
+	}
+	if r.MultiCmd, r.Multi, err = goBench("'^BenchmarkMultiRule$'", multiFlags[m]); err != nil {
+		return err
+	}
+	if r.RLSMultiCmd, r.RLSMulti, err = goBench("'^BenchmarkRLSMulti$'", rlsMultiFlags[m]); err != nil {
 		return err
 	}
 	if r.UsageCmd, r.Usage, err = goBench("'^BenchmarkUsageStream$'", usageFlags[m]); err != nil {

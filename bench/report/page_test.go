@@ -55,6 +55,28 @@ func fixture(x float64) *results {
 		set(r.RLS, name, "batched/ratelimit-req/s", 1) // the median of 1 and 2
 		set(r.RLS, name, "empty/ratelimit-req/s", 2)
 	}
+	r.MultiCmd, r.RLSMultiCmd, r.Multi, r.RLSMulti = "go test multi", "go test rlsmulti", benchRuns{}, benchRuns{}
+	for _, g := range multiGs {
+		name := fmt.Sprintf("BenchmarkMultiRule/g=%d", g)
+		for _, k := range []string{"diana", "diana-1", "redis_rate"} {
+			set(r.Multi, name, "µs/op:"+k, 30)
+			set(r.Multi, name, "redis-µs/op:"+k, 10)
+			set(r.Multi, name, "redis-calls/op:"+k, 1)
+		}
+		set(r.Multi, name, "x:redis_rate", x*2/3)
+		set(r.Multi, name, "redis-cpu/one-rule", 2/x*2/3)
+	}
+	for _, c := range rlsClients {
+		name := fmt.Sprintf("BenchmarkRLSMulti/clients-%d", c)
+		for _, k := range []string{"diana", "check", "diana-1", "ratelimit"} {
+			for _, unit := range []string{"-req/s", "-cpu-µs/req", "-redis-cpu-µs/req", "-redis-calls/req", "-p99-µs"} {
+				set(r.RLSMulti, name, k+unit, 1000)
+			}
+		}
+		set(r.RLSMulti, name, "diana/ratelimit-req/s", x*2/3)
+		set(r.RLSMulti, name, "check/ratelimit-req/s", x*2/3)
+		set(r.RLSMulti, name, "diana/diana-1-redis-cpu", 2/x*2/3)
+	}
 	for _, c := range []struct {
 		key                string
 		ns, mbs, b, allocs float64
@@ -78,8 +100,13 @@ func TestPage(t *testing.T) {
 		x    float64
 		want []string
 	}{
-		{2, []string{"at 16 clients 2.00 × (met; batched 1.50 ×; the ceiling 3.00 ×); at 64 clients 2.00 × (met; batched 1.50 ×; the ceiling 3.00 ×)", "requests/s 2.00 × (met), p99 0.50 × (met)", "serial, x = 2.00 against the closest peer, x/time/rate + `sync.Map` (met)", "at 64, x = 2.00 against the closest, redis_rate (met); at one, x = 2.00 against redis_rate (met)"}},
-		{0.5, []string{"at 16 clients 0.50 × (not met; batched 1.50 ×; the ceiling 3.00 ×)", "requests/s 0.50 × (not met), p99 2.00 × (not met)", "parallel, x = 0.50 against the closest peer, x/time/rate + `sync.Map` (not met)", "at 64, x = 0.50 against the closest, redis_rate (not met)"}},
+		{2, []string{"at 16 clients 2.00 × (met; batched 1.50 ×; the ceiling 3.00 ×); at 64 clients 2.00 × (met; batched 1.50 ×; the ceiling 3.00 ×)", "requests/s 2.00 × (met), p99 0.50 × (met)", "serial, x = 2.00 against the closest peer, x/time/rate + `sync.Map` (met)",
+			"at one, x = 2.00 against the closest, redis_rate (met); at 16, x = 2.00 against redis_rate (met); at 64, x = 2.00 against redis_rate (met). Against INCRBY + EXPIRE, two plain commands that no library wraps, x = 2.00, 2.00 and 2.00",
+			"at 16 clients dianad 2.00 × (met), check 2.00 × (met); at 64 clients dianad 2.00 × (met), check 2.00 × (met); Redis CPU per request at most 1.3 × the one-rule request's, at most 1.00 × through dianad (met); in process, x against redis_rate × 3 2.00 at 1 goroutine, 2.00 at 16, 2.00 at 64",
+			"| 16 | 2.00 [1.33–2.67] | 45.0 µs, 45.0 µs, 45.0 µs | 15.0 µs, 15.0 µs, 15.0 µs | 1.00 [0.67–1.33] | 1.50, 1.50, 1.50 |",
+			"| 64 | 1,500, 1,500, 1,500, 1,500 | 2.00 [1.33–2.67] | 2.00 [1.33–2.67] | 1,500 µs, 1,500 µs, 1,500 µs |"}},
+		{0.5, []string{"at 16 clients 0.50 × (not met; batched 1.50 ×; the ceiling 3.00 ×)", "requests/s 0.50 × (not met), p99 2.00 × (not met)", "parallel, x = 0.50 against the closest peer, x/time/rate + `sync.Map` (not met)", "at 64, x = 0.50 against redis_rate (not met)",
+			"at 16 clients dianad 0.50 × (not met), check 0.50 × (not met)", "at most 4.00 × through dianad (not met)"}},
 	} {
 		md, charts, err := page(fixture(tc.x))
 		if err != nil {
@@ -105,8 +132,8 @@ func TestPage(t *testing.T) {
 			t.Logf("the page:\n%s", md)
 		}
 		names, _, err := quotes(md)
-		if err != nil || strings.Join(names, " ") != "proxy memory redis rls rlqs rlqs-vs-rls usage" {
-			t.Errorf("quotes %v, %v: want proxy, memory, redis, rls, rlqs, rlqs-vs-rls and usage", names, err)
+		if err != nil || strings.Join(names, " ") != "proxy memory redis rls multi rlqs rlqs-vs-rls usage" {
+			t.Errorf("quotes %v, %v: want proxy, memory, redis, rls, multi, rlqs, rlqs-vs-rls and usage", names, err)
 		}
 		if len(charts) != 3 {
 			t.Errorf("%d charts, want 3", len(charts))
@@ -125,6 +152,11 @@ func TestPageMissingFigure(t *testing.T) {
 	delete(r.Usage["BenchmarkUsageStream/usage"], "B/op")
 	if _, _, err := page(r); err == nil || !strings.Contains(err.Error(), "BenchmarkUsageStream/usage: no B/op") {
 		t.Errorf("error %v, want one naming BenchmarkUsageStream/usage and B/op", err)
+	}
+	r = fixture(1)
+	delete(r.RLSMulti["BenchmarkRLSMulti/clients-64"], "check-p99-µs")
+	if _, _, err := page(r); err == nil || !strings.Contains(err.Error(), "BenchmarkRLSMulti/clients-64: no check-p99-µs") {
+		t.Errorf("error %v, want one naming BenchmarkRLSMulti/clients-64 and check-p99-µs", err)
 	}
 	r = fixture(1)
 	r.Proxy.Targets = r.Proxy.Targets[:1]

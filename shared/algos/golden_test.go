@@ -16,14 +16,14 @@ import (
 //go:generate go test -count=1 . -update
 
 // The golden vectors of this package's tests (replay, lreplay) are recorded as they run, and
-// testdata/golden.json holds them: store/redisstore replays that file against the Lua scripts on
+// testdata/golden.json holds them (Together's, testdata/together.json: together_test.go): store/redisstore replays that file against the Lua scripts on
 // a real redis-server, so the scripts are pinned by the same vectors as the Go. A run of the
 // whole package fails when the file differs from the vectors; go generate (the directive
 // above, which runs them with -update; make generate) rewrites it: the vectors are the tests'
 // tables, and the decisions recorded are the ones they check.
 var updateGolden = flag.Bool("update", false, "rewrite testdata/golden.json from the golden vectors")
 
-// regenerate is what fixes a stale testdata/golden.json.
+// regenerate is what fixes a stale testdata/golden.json (or testdata/together.json).
 const regenerate = "go generate ./shared/algos (or make generate)"
 
 const goldenFile = "testdata/golden.json"
@@ -35,11 +35,19 @@ type goldenTrace struct {
 	Steps  []goldenStep `json:"steps"`
 }
 
-// goldenStep is a request and its decision; the scripts do not reply the TTL, so it is left out.
+// goldenStep is a request and its decision.
 type goldenStep struct {
-	Now        int64 `json:"now"`
-	Cost       int64 `json:"cost"`
-	MaxWait    int64 `json:"max_wait,omitempty"`
+	Now     int64 `json:"now"`
+	Cost    int64 `json:"cost"`
+	MaxWait int64 `json:"max_wait,omitempty"`
+	goldenDecision
+	// Alg is the script of a step that runs another algorithm on the trace's state (a refund).
+	Alg *Script `json:"alg,omitempty"`
+}
+
+// goldenDecision is a decision as the golden files hold it; the scripts do not reply the TTL, so
+// it is left out.
+type goldenDecision struct {
 	Allowed    bool  `json:"allowed"`
 	Limit      int64 `json:"limit"`
 	Remaining  int64 `json:"remaining"`
@@ -47,8 +55,10 @@ type goldenStep struct {
 	RetryAfter int64 `json:"retry_after"`
 	Delay      int64 `json:"delay,omitempty"`
 	Granted    int64 `json:"granted"`
-	// Alg is the script of a step that runs another algorithm on the trace's state (a refund).
-	Alg *Script `json:"alg,omitempty"`
+}
+
+func goldenOf(d Decision) goldenDecision {
+	return goldenDecision{d.Allowed, d.Limit, d.Remaining, d.ResetAfter, d.RetryAfter, d.Delay, d.Granted}
 }
 
 var golden struct {
@@ -71,7 +81,7 @@ func record(t *testing.T, a Algorithm, st *State, r Request, d Decision) {
 		golden.traces[key] = tr
 		golden.order = append(golden.order, key)
 	}
-	step := goldenStep{r.Now, r.Cost, r.MaxWait, d.Allowed, d.Limit, d.Remaining, d.ResetAfter, d.RetryAfter, d.Delay, d.Granted, nil}
+	step := goldenStep{Now: r.Now, Cost: r.Cost, MaxWait: r.MaxWait, goldenDecision: goldenOf(d)}
 	if sc := a.Script(); sc.Name != tr.Script.Name || !slices.Equal(sc.Args, tr.Script.Args) {
 		step.Alg = &sc
 	}
@@ -81,60 +91,68 @@ func record(t *testing.T, a Algorithm, st *State, r Request, d Decision) {
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if code == 0 {
-		if err := checkGolden(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
+		for _, check := range []func() error{checkGolden, checkTogether} {
+			if err := check(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				code = 1
+			}
 		}
 	}
 	os.Exit(code)
 }
 
-// checkGolden writes the recorded traces (-update) or checks them against the file: each must be
-// in it; after a run of every test, nothing else may be.
+// checkGolden writes the recorded traces (-update) or checks them against the file (see
+// checkVectors).
 func checkGolden() error {
 	var traces []goldenTrace
 	for _, k := range golden.order {
 		traces = append(traces, *golden.traces[k])
 	}
+	return checkVectors(goldenFile, traces, func(t *goldenTrace) *string { return &t.Test })
+}
+
+// checkVectors writes the recorded traces to file (-update) or checks them against it: each must
+// be in it as recorded; after a run of every test, nothing else may be. test points at a trace's
+// test name, which it makes unique (a test's traces numbered in the order they ran) and sorts by.
+func checkVectors[T any](file string, traces []T, test func(*T) *string) error {
 	seen := map[string]int{}
-	for i := range traces { // a test's traces in the order they ran, tests by name
-		seen[traces[i].Test]++
-		traces[i].Test = fmt.Sprintf("%s #%d", traces[i].Test, seen[traces[i].Test])
+	for i := range traces {
+		name := test(&traces[i])
+		seen[*name]++
+		*name = fmt.Sprintf("%s #%d", *name, seen[*name])
 	}
-	slices.SortStableFunc(traces, func(a, b goldenTrace) int {
-		return cmpStrings(a.Test, b.Test)
-	})
+	slices.SortStableFunc(traces, func(a, b T) int { return cmpStrings(*test(&a), *test(&b)) })
 	if *updateGolden {
 		b, err := json.MarshalIndent(traces, "", " ")
 		if err != nil {
 			return err
 		}
-		if err := os.MkdirAll(filepath.Dir(goldenFile), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
 			return err
 		}
-		return os.WriteFile(goldenFile, append(b, '\n'), 0o644)
+		return os.WriteFile(file, append(b, '\n'), 0o644)
 	}
-	b, err := os.ReadFile(goldenFile)
+	b, err := os.ReadFile(file)
 	if err != nil {
-		return fmt.Errorf("%s: %v (%s writes it)", goldenFile, err, regenerate)
+		return fmt.Errorf("%s: %v (%s writes it)", file, err, regenerate)
 	}
-	var file []goldenTrace
-	if err := json.NewDecoder(bytes.NewReader(b)).Decode(&file); err != nil {
-		return fmt.Errorf("%s: %v", goldenFile, err)
+	var inFile []T
+	if err := json.NewDecoder(bytes.NewReader(b)).Decode(&inFile); err != nil {
+		return fmt.Errorf("%s: %v", file, err)
 	}
 	in := map[string]string{}
-	for _, tr := range file {
-		j, _ := json.Marshal(tr)
-		in[tr.Test] = string(j)
+	for i := range inFile {
+		j, _ := json.Marshal(inFile[i])
+		in[*test(&inFile[i])] = string(j)
 	}
-	for _, tr := range traces {
-		j, _ := json.Marshal(tr)
-		if in[tr.Test] != string(j) {
-			return fmt.Errorf("%s: the golden vector %s is not what the file holds: run %s", goldenFile, tr.Test, regenerate)
+	for i := range traces {
+		j, _ := json.Marshal(traces[i])
+		if name := *test(&traces[i]); in[name] != string(j) {
+			return fmt.Errorf("%s: the golden vector %s is not what the file holds: run %s", file, name, regenerate)
 		}
 	}
-	if ranEveryTest() && len(file) != len(traces) {
-		return fmt.Errorf("%s holds %d golden vectors, the tests %d: run %s", goldenFile, len(file), len(traces), regenerate)
+	if ranEveryTest() && len(inFile) != len(traces) {
+		return fmt.Errorf("%s holds %d golden vectors, the tests %d: run %s", file, len(inFile), len(traces), regenerate)
 	}
 	return nil
 }

@@ -22,9 +22,11 @@
 // request (Reads), which front ends use to ask for nothing more.
 //
 // Engine decides a request (Input) against the rules: each rule that matches gives an op (Op,
-// a key and the rule's algorithm), every op is checked as a dry run before any is committed, so
-// a request denied by one rule takes nothing from the others. Stores decide ops: process memory,
-// the Envoy filter's shared data, Redis.
+// a key and the rule's algorithm), and the request is committed to every op only if none denies
+// it, so a request denied by one rule takes nothing from the others: the cluster store decides a
+// request's cluster ops together in one call (Together), the other ops are checked as dry runs
+// before any is committed. Stores decide ops: process memory, the Envoy filter's shared data,
+// Redis.
 //
 // A cost can arrive late (usage.go): a rule with a Usage reserves an estimate when Check admits
 // the request, a Meter reads the response's usage as it passes (shared/usage), and Engine.Settle

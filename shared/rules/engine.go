@@ -172,13 +172,16 @@ func (e *Engine) Normalize(in *Input) bool {
 }
 
 // Check decides a request against every rule that applies to it, unless an unlimited rule
-// matches it: then no rule counts it. When several apply, each is
-// first decided as a dry run, and the request is committed to all of them only if none denies
-// it: a request refused by one rule takes nothing from the others. (A denying rule with a ban is
-// committed too, to start the ban; should that commit admit the request after all, its units
-// having come back in between, the request goes through, committed to every rule.) Each rule
-// stays exact on its own under concurrency: a commit is a fresh atomic decision; only a request
-// racing between the two phases can be refused after other rules took its units.
+// matches it: then no rule counts it. When several apply, the request is committed to all of them
+// only if none denies it: a request refused by one rule takes nothing from the others (a denying
+// rule with a ban is committed too, to start the ban). A cluster store that decides a request's
+// limits together (Together: cluster mode's stack) decides its cluster rules so, atomically, in
+// one call, after a dry run of its local rules, which are committed after it if it admits the
+// request. Otherwise each rule is first decided as a dry run, then committed. (Should a ban's
+// commit admit the request after all, its units having come back in between, the request goes
+// through, committed to every rule.) Each rule stays exact on its own under concurrency: a commit
+// is a fresh atomic decision; only a request racing between the phases (local and cluster, dry
+// run and commit) can be refused after other rules took its units.
 //
 // Check first brings the request to the form the rules match and count (Normalize): front
 // ends hand its path and method as the client sent them.
@@ -238,6 +241,9 @@ func (e *Engine) Check(ctx context.Context, in *Input) Result {
 	for _, op := range s.ptrs {
 		op.Req.DryRun = true
 	}
+	if t, ok := e.cluster.(Together); ok && s.split(s.ptrs) {
+		return e.together(ctx, s, t)
+	}
 	e.decide(ctx, s, s.ptrs)
 	if !e.verdict(s, false).Allowed {
 		// Commit only the denials that start a ban; the others take nothing.
@@ -266,6 +272,64 @@ func (e *Engine) Check(ctx context.Context, in *Input) Result {
 	return e.verdict(s, true)
 }
 
+// together decides the request's ops, split by s.split, its cluster rules with t: the local
+// rules as dry runs, then the cluster rules together, told whether a local rule refused the
+// request; the local rules are committed if the request is admitted, else their denials that
+// start a ban.
+func (e *Engine) together(ctx context.Context, s *scratch, t Together) Result {
+	refused := false
+	if len(s.local) > 0 {
+		e.local.Decide(ctx, s.local)
+		for _, op := range s.local {
+			refused = refused || !op.Dec.Allowed && op.rule.Action != Shadow
+		}
+	}
+	t.DecideTogether(ctx, s.clust, refused)
+	if !e.verdict(s, false).Allowed {
+		if !e.commitLocal(ctx, s, true) || !e.verdict(s, false).Allowed {
+			return e.verdict(s, true)
+		}
+		// A ban's commit admitted the request after all (see Check): it goes through, committed
+		// to every rule, the cluster rules together again.
+		t.DecideTogether(ctx, s.clust, false)
+		if !e.verdict(s, false).Allowed {
+			return e.verdict(s, true)
+		}
+	}
+	e.commitLocal(ctx, s, false)
+	return e.verdict(s, true)
+}
+
+// commitLocal commits the local ops still uncommitted (s.local, of s.split), or with bans only
+// their denials that start a ban, and reports whether it committed any.
+func (e *Engine) commitLocal(ctx context.Context, s *scratch, bans bool) bool {
+	commit := s.ptrs[:0]
+	for _, op := range s.local {
+		if op.Req.DryRun && (!bans || !op.Dec.Allowed && op.rule.Action != Shadow && op.rule.Ban > 0) {
+			op.Req.DryRun = false
+			commit = append(commit, op)
+		}
+	}
+	if len(commit) > 0 {
+		e.local.Decide(ctx, commit)
+	}
+	return len(commit) > 0
+}
+
+// split sets s.local and s.clust to ops by their rules' modes, and reports whether any is a
+// cluster rule.
+func (s *scratch) split(ops []*Op) bool {
+	s.local, s.clust = s.local[:0], s.clust[:0]
+	for _, op := range ops {
+		if op.rule.Mode == Cluster {
+			s.clust = append(s.clust, op)
+		} else {
+			s.local = append(s.local, op)
+		}
+	}
+	return len(s.clust) > 0
+}
+
 // point sets s.ptrs to the ops, which is what the stores take.
 func (s *scratch) point() {
 	s.ptrs = s.ptrs[:0]
@@ -292,14 +356,7 @@ func (e *Engine) put(s *scratch) {
 
 // decide runs ops on their rules' stores.
 func (e *Engine) decide(ctx context.Context, s *scratch, ops []*Op) {
-	s.local, s.clust = s.local[:0], s.clust[:0]
-	for _, op := range ops {
-		if op.rule.Mode == Cluster {
-			s.clust = append(s.clust, op)
-		} else {
-			s.local = append(s.local, op)
-		}
-	}
+	s.split(ops)
 	if len(s.local) > 0 {
 		e.local.Decide(ctx, s.local)
 	}

@@ -51,6 +51,9 @@ type Op struct {
 	// algorithm): a batching store (store/batch) takes its units in batches; every other store
 	// decides with Alg, exactly. Whoever makes an op sets it (NewOp does).
 	Batch *Batched
+	// Shadow says the rule only logs what it would deny: in a request decided together
+	// (Together), its denial refuses nothing.
+	Shadow bool
 
 	Dec algos.Decision
 	Err error
@@ -63,7 +66,7 @@ type Op struct {
 // outside an Engine (a simulation replaying requests through a store that learns per rule).
 func NewOp(r *Rule, key string, req algos.Request) Op {
 	b, _ := r.Alg.(*Batched)
-	return Op{Key: key, Alg: r.Alg, Req: req, OnError: r.OnError, Fallback: r.Fallback, Batch: b, rule: r}
+	return Op{Key: key, Alg: r.Alg, Req: req, OnError: r.OnError, Fallback: r.Fallback, Batch: b, Shadow: r.Action == Shadow, rule: r}
 }
 
 // Rule returns the rule op decides for, or nil for an op made outside an Engine or NewOp.
@@ -73,9 +76,31 @@ func (op *Op) Rule() *Rule { return op.rule }
 // layers stack (store/failover → store/batch → store/redisstore) and an op goes through them
 // as it is. Each op is atomic on its own key; a store may decide a batch in one round trip but
 // never needs to make the batch atomic: the Engine checks every op as a dry run (Req.DryRun)
-// before it commits any.
+// before it commits any, unless the store decides a request's ops together (Together).
 type Store interface {
 	Decide(ctx context.Context, ops []*Op)
+}
+
+// Together is implemented by the stores that decide the limits of one request together, all or
+// nothing, in one call: cluster mode's stack, where the call is one script call per Redis slot
+// (store/redisstore). The Engine decides a request's cluster rules with it when its cluster
+// store has it, and with a dry run of each and a commit otherwise.
+//
+// DecideTogether decides ops, the limits of one request, as algos.Together does: each as a dry
+// run; then, if none denies (a Shadow op's denial does not count) and denied is false (a limit
+// decided elsewhere refused the request), every op is committed; otherwise only the denials that
+// start a ban (not a Shadow op's) are. It sets each op's Req.DryRun to whether it was left
+// uncommitted, and its Dec and Err as Decide does. The ops are never releases nor partial
+// requests, and their keys are distinct.
+//
+// All or nothing holds among the ops one call decides. Where a store must split them (a Redis
+// Cluster, whose script calls take keys of one slot), each part is all or nothing on its own: a
+// part that admits the request is committed even if another refuses it, which takes units the
+// request does not use (never more than the limits allow), as two racing phases could before.
+// An op decided by its fail policy (store/failover) counts as it is decided.
+type Together interface {
+	Store
+	DecideTogether(ctx context.Context, ops []*Op, denied bool)
 }
 
 // FailPolicy says what a rule does when its cluster store cannot decide (Redis down, slow or

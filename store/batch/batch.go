@@ -200,7 +200,7 @@ func (s *Store) DecideHeld(ctx context.Context, ops []*rules.Op) (held int) {
 		t := trip{op: op}
 		if batched(op) {
 			op.Dec, op.Err = algos.Decision{}, nil
-			want, local := s.local(op)
+			want, local := s.local(op, nil)
 			switch {
 			case local:
 				held++
@@ -241,7 +241,7 @@ func (s *Store) DecideHeld(ctx context.Context, ops []*rules.Op) (held int) {
 	}
 	for j := range trips {
 		if t := &trips[j]; t.ask {
-			s.granted(t.op, send[j], t0, e0)
+			s.granted(t.op, send[j], t0, e0, nil)
 		}
 	}
 	for j := range trips {
@@ -372,7 +372,7 @@ func batched(op *rules.Op) bool { return op.Batch != nil && !op.Req.Release }
 
 // local answers c from the units held for its key, if it can. Otherwise it returns the batch to
 // ask for (0 when another request is asking already), and marks the key as asking.
-func (s *Store) local(c *rules.Op) (want int64, done bool) {
+func (s *Store) local(c *rules.Op, took *taking) (want int64, done bool) {
 	b := c.Batch
 	sh := s.shard(c.Key)
 	sh.mu.Lock()
@@ -393,7 +393,7 @@ func (s *Store) local(c *rules.Op) (want int64, done bool) {
 	s.expire(p, now)
 	switch {
 	case p.units >= n:
-		s.spend(p, c, n, now)
+		s.spend(p, c, n, now, took)
 		return 0, true
 	case now < p.deny:
 		c.Dec = p.denied
@@ -430,7 +430,7 @@ func (s *Store) local(c *rules.Op) (want int64, done bool) {
 
 // granted records the batch answer a for op c, asked for at t0 in epoch e0, and decides c
 // from it.
-func (s *Store) granted(c, a *rules.Op, t0, e0 int64) {
+func (s *Store) granted(c, a *rules.Op, t0, e0 int64, took *taking) {
 	b := c.Batch
 	sh := s.shard(c.Key)
 	sh.mu.Lock()
@@ -480,7 +480,7 @@ func (s *Store) granted(c, a *rules.Op, t0, e0 int64) {
 	// answer also arrives a round trip later: it takes units just granted even if their batch
 	// life ended in flight (a window that closed meanwhile); the others then expire.
 	if p.units >= n {
-		s.spend(p, c, n, now)
+		s.spend(p, c, n, now, took)
 		s.expire(p, now)
 		return
 	}
@@ -495,14 +495,21 @@ func (s *Store) granted(c, a *rules.Op, t0, e0 int64) {
 	}
 }
 
-// spend takes n held units for c (unless it is a dry run) and sets its decision.
-func (s *Store) spend(p *pool, c *rules.Op, n, now int64) {
+// spend takes n held units for c (unless it is a dry run) and sets its decision; took, if not
+// nil, records what it took, for giveBack.
+func (s *Store) spend(p *pool, c *rules.Op, n, now int64, took *taking) {
 	if !c.Req.DryRun {
+		if took != nil {
+			*took = taking{p: p, until: p.until, epoch: p.epoch, from: took.from[:0]}
+		}
 		p.units -= n
 		p.spent += n
 		s.stats.spent.Add(n)
 		for left := n; left > 0; { // the oldest grant's units first
 			k := min(left, p.held[0].units)
+			if took != nil {
+				took.from = append(took.from, grant{p.held[0].at, k})
+			}
 			p.held[0].units -= k
 			left -= k
 			if p.held[0].units == 0 {

@@ -87,20 +87,29 @@ type Options struct {
 }
 
 // Store decides ops in Redis, falling back to their fail policies; it implements rules.Store
-// and is safe for concurrent use.
+// and rules.Together, and is safe for concurrent use.
 type Store struct {
 	r    rules.Store
 	held holder // r, when it answers some ops without a round trip
-	o    Options
-	b    breaker
-	st   starvation
-	tr   transitions
+	// together is r as a rules.Together, nil if it is not one (DecideTogether's ops then fall to
+	// their fail policies), and heldTogether when it answers some ops without a round trip.
+	together     rules.Together
+	heldTogether holderTogether
+	o            Options
+	b            breaker
+	st           starvation
+	tr           transitions
 }
 
 // holder is a store that answers some ops from what it holds, without a round trip to Redis, and
 // says how many (*batch.Store): those say nothing about Redis.
 type holder interface {
 	DecideHeld(ctx context.Context, ops []*rules.Op) (held int)
+}
+
+// holderTogether is a holder of the limits of a request decided together (*batch.Store).
+type holderTogether interface {
+	DecideTogetherHeld(ctx context.Context, ops []*rules.Op, denied bool) (held int)
 }
 
 // New returns a Store deciding in r: *redisstore.Store, or *batch.Store in front of one. For
@@ -131,6 +140,8 @@ func New(r rules.Store, o Options) *Store {
 	s := &Store{r: r, o: o}
 	s.tr = transitions{store: o.Local, node: o.Node, clock: o.Clock, write: o.WriteBack, onGiveUp: o.OnWriteBack, seed: maphash.MakeSeed()}
 	s.held, _ = r.(holder)
+	s.together, _ = r.(rules.Together)
+	s.heldTogether, _ = r.(holderTogether)
 	s.b.failures = int32(min(o.Failures, 1<<30))
 	s.b.openFor = o.OpenFor
 	s.b.onState = o.OnState
@@ -168,12 +179,33 @@ func (s *Store) Open() bool { return s.b.state.Load() == isOpen }
 // fault and does not count as a failure; each op Redis did not decide gets Err = ctx.Err() and a
 // zero Decision.
 func (s *Store) Decide(ctx context.Context, ops []*rules.Op) {
+	s.decide(ctx, ops, nil)
+}
+
+// DecideTogether implements rules.Together: it decides ops, the limits of one request, all or
+// nothing in one round trip to Redis (the store behind's DecideTogether), behind the same timeout
+// and breaker as Decide. The ops Redis does not decide get their fail policies' decisions as
+// Decide gives them, all or nothing with the rest of the request: each as a dry run (FailLocal
+// decides one in process memory), then, if no op of the request denies (shadows aside) and denied
+// is false, each is committed (FailLocal's again, for real); otherwise only a FailLocal denial that
+// starts a ban is. An op Redis decided keeps what Redis did: on a Redis Cluster, where a request's
+// limits in several slots are several script calls, one slot's part may be committed while
+// another's fails (rules.Together).
+func (s *Store) DecideTogether(ctx context.Context, ops []*rules.Op, denied bool) {
+	s.decide(ctx, ops, &denied)
+}
+
+// decide is Decide, or DecideTogether when together is not nil (its denied).
+func (s *Store) decide(ctx context.Context, ops []*rules.Op, together *bool) {
 	if len(ops) == 0 {
 		return
 	}
 	if err := ctx.Err(); err != nil {
 		for _, op := range ops {
 			op.Dec, op.Err = algos.Decision{}, err
+			if together != nil {
+				op.Req.DryRun = true
+			}
 		}
 		return
 	}
@@ -183,8 +215,9 @@ func (s *Store) Decide(ctx context.Context, ops []*rules.Op) {
 	t, ok, retry := s.b.enter()
 	if !ok {
 		for _, op := range ops {
-			s.fallback(op, ErrOpen, retry)
+			op.Err = ErrOpen
 		}
+		s.fallbacks(ops, together, retry)
 		return
 	}
 	if sh := s.o.Shares; sh != nil && s.b.state.Load() == 0 && sh.due() {
@@ -209,8 +242,9 @@ func (s *Store) Decide(ctx context.Context, ops []*rules.Op) {
 			s.tr.failed()
 			retry = s.b.failure(t)
 			for _, op := range ops {
-				s.fallback(op, err, retry)
+				op.Err = err
 			}
+			s.fallbacks(ops, together, retry)
 			return
 		}
 	}
@@ -219,10 +253,20 @@ func (s *Store) Decide(ctx context.Context, ops []*rules.Op) {
 	start := time.Now()
 	s.st.tick(start)
 	held := 0
-	if s.held != nil {
+	switch {
+	case together == nil && s.held != nil:
 		held = s.held.DecideHeld(tctx, ops)
-	} else {
+	case together == nil:
 		s.r.Decide(tctx, ops)
+	case s.heldTogether != nil:
+		held = s.heldTogether.DecideTogetherHeld(tctx, ops, *together)
+	case s.together != nil:
+		s.together.DecideTogether(tctx, ops, *together)
+	default:
+		err := fmt.Errorf("failover: the store behind (%T) cannot decide a request's limits together", s.r)
+		for _, op := range ops {
+			op.Dec, op.Err, op.Req.DryRun = algos.Decision{}, err, true
+		}
 	}
 	took := time.Since(start)
 	cancel()
@@ -266,13 +310,54 @@ func (s *Store) Decide(ctx context.Context, ops []*rules.Op) {
 	default:
 		retry = s.b.failure(t)
 	}
+	failed := false
 	for _, op := range ops {
 		switch {
 		case op.Err == nil:
 		case cerr != nil:
 			op.Dec, op.Err = algos.Decision{}, cerr
 		default:
-			s.fallback(op, fmt.Errorf("failover: %w", op.Err), retry)
+			op.Err = fmt.Errorf("failover: %w", op.Err)
+			failed = true
+		}
+	}
+	if failed && cerr == nil {
+		s.fallbacks(ops, together, retry)
+	}
+}
+
+// fallbacks gives the ops with an error their fail policies' decisions (fallback); for the ops
+// of a request decided together (together: its denied), all or nothing with the ops Redis
+// decided (see DecideTogether).
+func (s *Store) fallbacks(ops []*rules.Op, together *bool, retry time.Duration) {
+	if together == nil {
+		for _, op := range ops {
+			if op.Err != nil {
+				s.fallback(op, op.Err, retry)
+			}
+		}
+		return
+	}
+	admit := !*together
+	for _, op := range ops {
+		if op.Err != nil {
+			op.Req.DryRun = true
+			s.fallback(op, op.Err, retry)
+		}
+		if !op.Dec.Allowed && !op.Shadow {
+			admit = false
+		}
+	}
+	for _, op := range ops {
+		if op.Err == nil {
+			continue // Redis's
+		}
+		switch {
+		case op.OnError != rules.FailLocal:
+			op.Req.DryRun = !admit // nothing is kept
+		case admit || !op.Shadow && !op.Dec.Allowed && op.Alg.Script().Ban > 0:
+			op.Req.DryRun = false
+			op.Dec = s.tr.local(op, s.localAlg(op))
 		}
 	}
 }
@@ -306,21 +391,25 @@ func (s *Store) fallback(op *rules.Op, err error, retry time.Duration) {
 		us := retry.Microseconds()
 		op.Dec = algos.Decision{Limit: op.Alg.Script().Limit, RetryAfter: us, ResetAfter: us}
 	case rules.FailLocal:
-		var alg algos.Algorithm
-		if r := op.Rule(); r != nil && s.o.Shares != nil {
-			alg = s.o.Shares.alg(r)
-		}
-		if alg == nil {
-			alg = op.Fallback
-		}
-		if alg == nil {
-			alg = op.Alg
-		}
-		op.Dec = s.tr.local(op, alg)
+		op.Dec = s.tr.local(op, s.localAlg(op))
 	default:
 		limit := op.Alg.Script().Limit
 		op.Dec = algos.Decision{Allowed: true, Limit: limit, Remaining: limit, Granted: op.Req.Bounded().Cost}
 	}
+}
+
+// localAlg is the algorithm FailLocal decides op with: the rule's learned share, or else
+// op.Fallback, or op.Alg.
+func (s *Store) localAlg(op *rules.Op) algos.Algorithm {
+	if r := op.Rule(); r != nil && s.o.Shares != nil {
+		if alg := s.o.Shares.alg(r); alg != nil {
+			return alg
+		}
+	}
+	if op.Fallback != nil {
+		return op.Fallback
+	}
+	return op.Alg
 }
 
 // withTimeout is context.WithTimeout(ctx, d), or ctx itself when ctx ends no later: Envoy sends

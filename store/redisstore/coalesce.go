@@ -31,10 +31,9 @@ import (
 //
 // go-redis's auto-pipeliner (AsyncAutoPipeline, v9.22, experimental) was measured in this one's
 // place and was slower at 1, 16 and 64 goroutines (docs/autopipeline.md): it pipelines commands
-// but cannot merge different callers' decisions into one batch script call as flush does, it
-// keeps one pipeline under way where this keeps maxSending, it hands even a lone caller's command
-// to two other goroutines where this sends it at once, and it cannot put one DecideAll's several
-// script calls in one round trip.
+// but cannot merge different callers' decisions into one script call as flush does, it keeps
+// one pipeline under way where this keeps maxSending, and it hands even a lone caller's command
+// to two other goroutines where this sends it at once.
 
 // maxSending is the number of round trips under way at once. A caller queued behind them waits
 // for a round trip to end and for two goroutine switches, which pays only when Redis, not the
@@ -61,15 +60,16 @@ type coalescer struct {
 // waiter is one Decide's calls in the queue. They are a copy, decided in place, so that a
 // caller whose context ends first can leave: the round trip then writes to no memory of its.
 type waiter struct {
-	ctx   context.Context
-	calls []rules.Op
-	done  chan struct{} // closed once calls are decided
+	ctx              context.Context
+	calls            []rules.Op
+	together, denied bool          // DecideTogether's (see group)
+	done             chan struct{} // closed once calls are decided
 }
 
-// Decide implements rules.Store: it decides every call in one round trip (a pipeline of
-// EVALSHA, see send; the calls are independent: each is atomic on its own key), shared with
-// the calls of other goroutines that are waiting at the same moment. Each call's result or error is set on it. On NOSCRIPT,
-// the affected calls are retried once with EVAL in a second pipeline.
+// Decide implements rules.Store: it decides every call in one round trip (one script call, see
+// send; the calls are independent: each is atomic on its own key), shared with the calls of
+// other goroutines that are waiting at the same moment. Each call's result or error is set on
+// it. On NOSCRIPT, the affected calls are retried once with EVAL in a second pipeline.
 //
 // Calls run in slice order on one Redis node, so calls on one key see each other as sequential
 // Decide calls would; on a Cluster client, go-redis sends one pipeline per node and keeps the
@@ -78,11 +78,22 @@ type waiter struct {
 // others go ahead. A caller whose ctx ends while its calls wait for a round trip gets ctx's
 // error on each; calls already sent may still be applied by Redis, as after any timeout.
 func (s *Store) Decide(ctx context.Context, calls []*rules.Op) {
+	s.decide(ctx, group{ops: calls})
+}
+
+// decide decides g's calls (Decide's or DecideTogether's) in a round trip shared with the calls
+// of other goroutines.
+func (s *Store) decide(ctx context.Context, g group) {
+	calls := g.ops
 	if len(calls) == 0 {
 		return
 	}
 	if s.cluster {
-		s.send(ctx, calls)
+		if g.together && s.apart(g.ops) {
+			s.twoPhases(ctx, g)
+			return
+		}
+		s.send(ctx, []group{g})
 		return
 	}
 	co := &s.co
@@ -90,11 +101,12 @@ func (s *Store) Decide(ctx context.Context, calls []*rules.Op) {
 	if co.sending == 0 {
 		co.sending++
 		co.mu.Unlock()
-		s.send(ctx, calls)
+		gs := [1]group{g}
+		s.send(ctx, gs[:])
 		s.ended()
 		return
 	}
-	w := &waiter{ctx: ctx, calls: make([]rules.Op, len(calls)), done: make(chan struct{})}
+	w := &waiter{ctx: ctx, calls: make([]rules.Op, len(calls)), together: g.together, denied: g.denied, done: make(chan struct{})}
 	for i, c := range calls {
 		w.calls[i] = *c
 	}
@@ -128,6 +140,9 @@ func (s *Store) Decide(ctx context.Context, calls []*rules.Op) {
 	case <-ctx.Done():
 		for _, c := range calls {
 			c.Dec, c.Err = algos.Decision{}, fmt.Errorf("redisstore: %s on %q: %w", scriptName(c), c.Key, s.dials.explain(ctx.Err()))
+			if g.together {
+				c.Req.DryRun = true // not known to be committed
+			}
 		}
 	}
 }
@@ -214,12 +229,15 @@ func (s *Store) flush(q []*waiter) {
 		total += len(w.calls)
 	}
 	all := make([]*rules.Op, 0, total)
-	for _, w := range q {
-		for i := range w.calls {
-			all = append(all, &w.calls[i])
+	gs := make([]group, len(q))
+	for i, w := range q {
+		start := len(all)
+		for j := range w.calls {
+			all = append(all, &w.calls[j])
 		}
+		gs[i] = group{ops: all[start:], together: w.together, denied: w.denied}
 	}
-	s.send(ctx, all)
+	s.send(ctx, gs)
 	for _, w := range q {
 		close(w.done)
 	}

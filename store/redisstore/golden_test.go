@@ -17,30 +17,18 @@ import (
 // written from the same tables that pin the Go) against the Lua scripts on a real redis-server:
 // every decision must be the one the vector pins.
 func TestGoldenLua(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "shared", "algos", "testdata", "golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var traces []struct {
 		Test   string
 		Script algos.Script
 		Steps  []struct {
-			Now        int64 `json:"now"`
-			Cost       int64 `json:"cost"`
-			MaxWait    int64 `json:"max_wait"`
-			Allowed    bool  `json:"allowed"`
-			Limit      int64 `json:"limit"`
-			Remaining  int64 `json:"remaining"`
-			ResetAfter int64 `json:"reset_after"`
-			RetryAfter int64 `json:"retry_after"`
-			Delay      int64 `json:"delay"`
-			Granted    int64 `json:"granted"`
-			Alg        *algos.Script
+			Now     int64 `json:"now"`
+			Cost    int64 `json:"cost"`
+			MaxWait int64 `json:"max_wait"`
+			vectorDecision
+			Alg *algos.Script
 		}
 	}
-	if err := json.Unmarshal(b, &traces); err != nil {
-		t.Fatal(err)
-	}
+	readVectors(t, "golden.json", &traces)
 	if len(traces) < 10 {
 		t.Fatalf("only %d golden vectors", len(traces))
 	}
@@ -68,13 +56,40 @@ func TestGoldenLua(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := algos.Decision{Allowed: st.Allowed, Limit: st.Limit, Remaining: st.Remaining,
-				ResetAfter: st.ResetAfter, RetryAfter: st.RetryAfter, Delay: st.Delay, Granted: st.Granted}
-			if got != want {
+			if want := st.decision(); got != want {
 				t.Errorf("vector %d, %s, step %d (%+v):\n  lua    %+v\n  golden %+v", i, tr.Test, j, r, got, want)
 				break
 			}
 		}
+	}
+}
+
+// vectorDecision is a decision as shared/algos' golden files hold it (the scripts do not reply
+// the TTL).
+type vectorDecision struct {
+	Allowed    bool  `json:"allowed"`
+	Limit      int64 `json:"limit"`
+	Remaining  int64 `json:"remaining"`
+	ResetAfter int64 `json:"reset_after"`
+	RetryAfter int64 `json:"retry_after"`
+	Delay      int64 `json:"delay"`
+	Granted    int64 `json:"granted"`
+}
+
+func (v vectorDecision) decision() algos.Decision {
+	return algos.Decision{Allowed: v.Allowed, Limit: v.Limit, Remaining: v.Remaining,
+		ResetAfter: v.ResetAfter, RetryAfter: v.RetryAfter, Delay: v.Delay, Granted: v.Granted}
+}
+
+// readVectors reads the golden file name of shared/algos' testdata into v.
+func readVectors(t *testing.T, name string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "shared", "algos", "testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatal(err)
 	}
 }
 

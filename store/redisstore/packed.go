@@ -6,7 +6,7 @@ import (
 	"fmt"
 )
 
-// A batch script's reply (scripts.Batch) is cmsgpack's packing of one entry per decision: an
+// The mixed script's reply (scripts.Mixed) is cmsgpack's packing of one entry per decision: an
 // array of integers, or a map {err = message} for a decision that failed. unpacker reads the
 // few MessagePack forms cmsgpack gives them, from the reply as go-redis hands it over, a string;
 // anything else is an error.
@@ -131,7 +131,7 @@ func (u *unpacker) entry(ints *[8]int64) (n int, failed error) {
 	return n, nil
 }
 
-// scriptError is the error of a decision that failed in a batch script: Redis's error reply
+// scriptError is the error of a decision that failed in the mixed script: Redis's error reply
 // (a redis.Error), as it is when it comes on its own.
 type scriptError string
 

@@ -35,6 +35,7 @@ type Back struct {
 func (s *Store) WriteBack(ctx context.Context, backs []Back) {
 	type sent struct {
 		script *redis.Script
+		e      eval
 		keys   []string
 		args   []any
 		cmd    *redis.Cmd
@@ -67,7 +68,7 @@ func (s *Store) WriteBack(ctx context.Context, backs []Back) {
 			op.Err = err
 			continue
 		}
-		all[i] = sent{script: script, keys: []string{e.state, ban, e.state + ":wb:" + b.Marker},
+		all[i] = sent{script: script, e: e, keys: []string{e.state, ban, e.state + ":wb:" + b.Marker},
 			args: []any{e.packed, "0", WriteBackLife.Milliseconds(), ago}}
 		all[i].cmd = all[i].script.EvalSha(ctx, p, all[i].keys, all[i].args...)
 		n++
@@ -97,7 +98,8 @@ func (s *Store) WriteBack(ctx context.Context, backs []Back) {
 			continue
 		}
 		v, err := s.reply(c.cmd, execErr)
-		d, _, err := decisionOf(b.Op.Alg.Script().Name+" write-back", b.Op.Key, v, err)
+		c.e.name += " write-back"
+		d, _, err := decisionOf(&c.e, b.Op.Key, v, err)
 		b.Op.Dec, b.Op.Err = d, err
 	}
 }

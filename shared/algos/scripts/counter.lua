@@ -9,13 +9,13 @@ local pad = 0
 if now < 0 then
   if not clock then
     local t = redis.call('TIME')
-    clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    clock = t[1] * 1000000 + t[2]
   end
   now = clock
 else
   pad = 3600000 -- a caller-given time, as in prelude.lua
 end
-local partial, dry = flags % 2 == 1, flags % 16 >= 8
+local partial, dry = flags % 2 == 1, flags % 16 >= 8 or dryrun -- dryrun: see Mixed
 local most = 1000000000000000 -- MaxCount
 local idx = math.floor(now / window) -- the window the units count in, by its index
 local n, count = cost, 0
@@ -67,8 +67,10 @@ if n == 0 and cost > 0 then
   if count == 0 then r = {0, most, most, 0, reset, 0, 0} else r = {0, most, most - count, reset, reset, 0, 0} end
 elseif count + n == 0 then
   r = {1, most, most, 0, 0, 0, 0}
-else
+elseif partial then
   r = {1, most, most - count - n, reset, 0, 0, n}
+else
+  r = {most - count - n, reset} -- the usual answer in two numbers, as prelude.lua's apply gives it
 end
 if partial then r[8] = now end
 return r

@@ -30,10 +30,9 @@ end
 if n == 0 then return finish({1, size, remaining, reset, 0, wait, 0, reset}) end
 local t = now + wait
 if newest and not backdated then t = math.max(t, newest) end
-stamp = t
 reset = math.max(t, newest or t) + window - now
 local r = {1, size, math.max(0, size - live - n), reset, 0, wait, n, reset}
-if dry then return finish(r) end -- the admission's reply, nothing recorded nor dropped
+if dry then return finish(r, nil, t) end -- the admission's reply, nothing recorded nor dropped
 if old > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cut) end
 local score = string.format('%d', t)
 local seq = redis.call('ZCOUNT', KEYS[1], score, score)
@@ -47,4 +46,4 @@ for i = 1, n do
     args = {}
   end
 end
-return finish(r, true)
+return finish(r, true, t)
