@@ -200,35 +200,8 @@ func (e *Engine) Check(ctx context.Context, in *Input) Result {
 	}
 	s := e.scratch.Get().(*scratch)
 	defer e.put(s)
-	s.ops, s.fallback = s.ops[:0], s.fallback[:0]
-	s.in, s.at = in, -1
-	for _, r := range e.limits {
-		if !r.Match.Matches(in) {
-			continue
-		}
-		s.key = r.key(s.key, in)
-		cost, fallback := r.Cost, int64(0)
-		if r.Usage != nil {
-			if s.llm == nil {
-				s.llm = readLLM(in)
-			}
-			var refused string
-			if cost, fallback, refused = r.Usage.reserve(r.Alg, s.llm); refused != "" {
-				return Result{Refused: "rule " + r.Name + ": " + refused, Rule: r, Decision: algos.Decision{RetryAfter: algos.Never}}
-			}
-			if s.at < 0 {
-				s.at = e.clock()
-			}
-		}
-		s.fallback = append(s.fallback, fallback)
-		s.ops = append(s.ops, NewOp(r, string(s.key), algos.Request{Cost: cost}))
-		op := &s.ops[len(s.ops)-1]
-		if r.Action == Delay {
-			op.Req.MaxWait = r.MaxDelay
-		}
-		if r.Leases && r.Cost > 0 {
-			op.Req.ID = e.leaseID()
-		}
+	if r, why := e.gather(s, in); r != nil {
+		return Result{Refused: "rule " + r.Name + ": " + why, Rule: r, Decision: algos.Decision{RetryAfter: algos.Never}}
 	}
 	if len(s.ops) == 0 {
 		return Result{Allowed: true}
@@ -244,6 +217,49 @@ func (e *Engine) Check(ctx context.Context, in *Input) Result {
 	if t, ok := e.cluster.(Together); ok && s.split(s.ptrs) {
 		return e.together(ctx, s, t)
 	}
+	return e.dryRunThenCommit(ctx, s)
+}
+
+// gather puts into s one op for each rule that applies to in, with what it costs: a usage rule's
+// reservation (and its fallback). It returns the usage rule that refuses the request before any
+// decision, and why; nil when none does.
+func (e *Engine) gather(s *scratch, in *Input) (*Rule, string) {
+	s.ops, s.fallback = s.ops[:0], s.fallback[:0]
+	s.in, s.at = in, -1
+	for _, r := range e.limits {
+		if !r.Match.Matches(in) {
+			continue
+		}
+		s.key = r.key(s.key, in)
+		cost, fallback := r.Cost, int64(0)
+		if r.Usage != nil {
+			if s.llm == nil {
+				s.llm = readLLM(in)
+			}
+			var refused string
+			if cost, fallback, refused = r.Usage.reserve(r.Alg, s.llm); refused != "" {
+				return r, refused
+			}
+			if s.at < 0 {
+				s.at = e.clock()
+			}
+		}
+		s.fallback = append(s.fallback, fallback)
+		s.ops = append(s.ops, NewOp(r, string(s.key), algos.Request{Cost: cost}))
+		op := &s.ops[len(s.ops)-1]
+		if r.Action == Delay {
+			op.Req.MaxWait = r.MaxDelay
+		}
+		if r.Leases && r.Cost > 0 {
+			op.Req.ID = e.leaseID()
+		}
+	}
+	return nil, ""
+}
+
+// dryRunThenCommit decides s's ops, all dry runs, and commits them if none denies; else it
+// commits only the denials that start a ban.
+func (e *Engine) dryRunThenCommit(ctx context.Context, s *scratch) Result {
 	e.decide(ctx, s, s.ptrs)
 	if !e.verdict(s, false).Allowed {
 		// Commit only the denials that start a ban; the others take nothing.
