@@ -1,7 +1,3 @@
-// Package server is dianad: Diana's rate-limiting reverse proxy and decision service, built on
-// the httplimit middleware and the rules engine. Its two HTTP listeners bound their connections
-// as nginx does (conns.go); the admin listener needs a token unless it listens on loopback or
-// the operator says otherwise (admin.allow_unauthenticated).
 package server
 
 import (

@@ -32,4 +32,18 @@
 // the request, a Meter reads the response's usage as it passes (shared/usage), and Engine.Settle
 // charges the actual cost, or the rule's fallback, through the same stores once the response has
 // ended (algos.Settle).
+//
+// The files, by job: spec.go and rule.go the model and its validation; algorithms.go,
+// registry.go, dimensions.go, bodydim.go, clientkey.go and batch.go the registered kinds; match.go
+// and path.go what a rule matches and the one normal form of a path; input.go and reads.go what a
+// rule sees of a request; engine.go and store.go the decision and the stores' contract; reply.go
+// the answers; usage.go, meter.go and settle.go the costs known late; adaptive.go and peek.go the
+// adaptive rules' feedback and the admin's peek.
+//
+// Why one package: the model, the engine and the settlement share a request's private state (its
+// ops and their keys, the leases it holds, the reservations it settles) and a rule's built parts
+// (its algorithm, its dimensions); split, each would export what only the other reads, and every
+// front end would import three packages to decide one request. What has a job of its own outside
+// the engine lives outside it: the algorithms (shared/algos), a response's usage and a request's
+// model and output cap (shared/usage), JSON (shared/jsontok), the config tree (shared/conf).
 package rules
