@@ -42,7 +42,7 @@ func (h *Handler) Enabled(ctx context.Context, level slog.Level) bool {
 // Handle passes r on with the count of its kind held back since the last one that passed, or
 // holds it back (and counts it) if one of its kind passed less than a second ago.
 func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
-	ok, held := h.kinds.get(r.Message).Allow()
+	ok, held := h.kinds.get(r.Message).allow()
 	if !ok {
 		return nil
 	}
@@ -75,37 +75,36 @@ func Due(l *slog.Logger, level slog.Level, msg string) bool {
 // built from each event's values can neither grow the table nor flood the log.
 const maxKinds = 1000
 
-// kinds holds a Limiter per message.
+// kinds holds a limiter per message.
 type kinds struct {
-	m     sync.Map // message → *Limiter
+	m     sync.Map // message → *limiter
 	n     atomic.Int64
-	other Limiter // the messages beyond maxKinds
+	other limiter // the messages beyond maxKinds
 }
 
-func (k *kinds) get(msg string) *Limiter {
+func (k *kinds) get(msg string) *limiter {
 	if l, ok := k.m.Load(msg); ok {
-		return l.(*Limiter)
+		return l.(*limiter)
 	}
 	if k.n.Load() >= maxKinds {
 		return &k.other
 	}
-	l, loaded := k.m.LoadOrStore(msg, new(Limiter))
+	l, loaded := k.m.LoadOrStore(msg, new(limiter))
 	if !loaded {
 		k.n.Add(1)
 	}
-	return l.(*Limiter)
+	return l.(*limiter)
 }
 
-// Limiter lets at most one event a second through. Its zero value is ready; it is safe for
-// concurrent use.
-type Limiter struct {
+// limiter lets at most one event a second through. Its zero value is ready.
+type limiter struct {
 	next    atomic.Int64 // unix ns from which the next event may pass
 	skipped atomic.Int64
 }
 
-// Allow reports whether an event may be logged now, and how many were held back since the last
+// allow reports whether an event may be logged now, and how many were held back since the last
 // one that was.
-func (l *Limiter) Allow() (ok bool, skipped int64) {
+func (l *limiter) allow() (ok bool, skipped int64) {
 	now := time.Now().UnixNano()
 	next := l.next.Load()
 	if now < next || !l.next.CompareAndSwap(next, now+int64(time.Second)) {
@@ -116,7 +115,7 @@ func (l *Limiter) Allow() (ok bool, skipped int64) {
 }
 
 // due reports whether an event would be allowed now, counting it as held back if not.
-func (l *Limiter) due() bool {
+func (l *limiter) due() bool {
 	if time.Now().UnixNano() < l.next.Load() {
 		l.skipped.Add(1)
 		return false

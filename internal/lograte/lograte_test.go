@@ -16,7 +16,7 @@ import (
 // carries the count of the others.
 func TestLimiter(t *testing.T) {
 	t.Parallel()
-	var l Limiter
+	var l limiter
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	passed := 0
@@ -24,7 +24,7 @@ func TestLimiter(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if ok, _ := l.Allow(); ok {
+			if ok, _ := l.allow(); ok {
 				mu.Lock()
 				passed++
 				mu.Unlock()
@@ -36,7 +36,7 @@ func TestLimiter(t *testing.T) {
 		t.Fatalf("%d of a burst of 100 passed, want 1", passed)
 	}
 	time.Sleep(time.Second)
-	if ok, skipped := l.Allow(); !ok || skipped != 99 {
+	if ok, skipped := l.allow(); !ok || skipped != 99 {
 		t.Fatalf("a second later: %v, %d held back; want true, 99", ok, skipped)
 	}
 }
