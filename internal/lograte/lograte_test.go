@@ -1,7 +1,6 @@
 package lograte
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/diana-gw/diana/internal/logbuf"
 )
 
 // Of a burst from many goroutines one event passes; a second later the next passes and
@@ -41,26 +42,8 @@ func TestLimiter(t *testing.T) {
 	}
 }
 
-// lines is a buffer of text log lines safe for concurrent writes.
-type lines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lines) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lines) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func newLogger() (*slog.Logger, *lines) {
-	var b lines
+func newLogger() (*slog.Logger, *logbuf.Buffer) {
+	var b logbuf.Buffer
 	return slog.New(New(slog.NewTextHandler(&b, nil))), &b
 }
 
