@@ -4,6 +4,7 @@ import (
 	"context"
 	"log"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,19 +27,12 @@ type kongLog struct{ attrs []slog.Attr }
 func (kongLog) Enabled(context.Context, slog.Level) bool { return true }
 
 func (h kongLog) Handle(ctx context.Context, r slog.Record) error {
-	line := r.Message
-	fill := func(a slog.Attr) bool {
-		if key := "{" + a.Key + "}"; strings.Contains(line, key) {
-			line = strings.ReplaceAll(line, key, a.Value.String())
-		} else {
-			line += " " + a.String()
-		}
+	attrs := slices.Clip(h.attrs)
+	r.Attrs(func(a slog.Attr) bool {
+		attrs = append(attrs, a)
 		return true
-	}
-	for _, a := range h.attrs {
-		fill(a)
-	}
-	r.Attrs(fill)
+	})
+	line := fill(r.Message, attrs)
 	c, ok := ctx.(pdkCtx)
 	switch {
 	case !ok:
@@ -51,6 +45,36 @@ func (h kongLog) Handle(ctx context.Context, r slog.Record) error {
 	default:
 		return c.kong.Log.Info(line)
 	}
+}
+
+// fill returns the template t with each {key} replaced by the value of the attribute key (a
+// value is not read as a template again), then the attributes it has no place for as key=value.
+func fill(t string, attrs []slog.Attr) string {
+	var b strings.Builder
+	placed := make([]bool, len(attrs))
+	for {
+		open := strings.IndexByte(t, '{')
+		n := strings.IndexByte(t[open+1:], '}') // the key's length
+		if open < 0 || n < 0 {
+			b.WriteString(t)
+			break
+		}
+		i := slices.IndexFunc(attrs, func(a slog.Attr) bool { return a.Key == t[open+1:open+1+n] })
+		if i < 0 { // no such attribute: the braces are text
+			b.WriteString(t[:open+n+2])
+		} else {
+			b.WriteString(t[:open])
+			b.WriteString(attrs[i].Value.String())
+			placed[i] = true
+		}
+		t = t[open+n+2:]
+	}
+	for i, a := range attrs {
+		if !placed[i] {
+			b.WriteString(" " + a.String())
+		}
+	}
+	return b.String()
 }
 
 func (h kongLog) WithAttrs(attrs []slog.Attr) slog.Handler {

@@ -13,14 +13,15 @@ import (
 	"github.com/diana-gw/diana/shared/rules"
 )
 
-// A line without an event's PDK goes to standard error, its template filled, an attribute with
-// no place in it added as key=value.
+// A line without an event's PDK goes to standard error, its template filled (a value holding
+// braces as written, braces naming no attribute too), an attribute with no place in it added
+// as key=value.
 func TestKongLogStandardError(t *testing.T) {
 	var buf bytes.Buffer
 	log.SetOutput(&buf)
 	defer log.SetOutput(os.Stderr)
-	newLog().Warn("diana: plugin {plugin}: test line ({suppressed} more since the last line)", "plugin", "p1", "extra", 7)
-	if want := "diana: plugin p1: test line (0 more since the last line) extra=7\n"; !strings.HasSuffix(buf.String(), want) {
+	newLog().Warn("diana: plugin {plugin}: {test} line ({suppressed} more since the last line)", "plugin", "p{extra}", "extra", 7)
+	if want := "diana: plugin p{extra}: {test} line (0 more since the last line) extra=7\n"; !strings.HasSuffix(buf.String(), want) {
 		t.Errorf("logged %q, want it to end with %q", buf.String(), want)
 	}
 }
