@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/netip"
@@ -18,7 +19,6 @@ import (
 	"github.com/Kong/go-pdk"
 
 	"github.com/diana-gw/diana/httplimit"
-	"github.com/diana-gw/diana/internal/lograte"
 	"github.com/diana-gw/diana/shared/conf"
 	"github.com/diana-gw/diana/shared/rules"
 	"github.com/diana-gw/diana/shared/usage"
@@ -36,14 +36,13 @@ type Config struct {
 	err        error // the config is invalid: see invalid
 	failClosed bool  // the invalid config says fail_closed: true; its requests are refused
 
-	// Kong's error log through the PDK, for the paths where a request passes unlimited (and an
-	// invalid config), at most a line a second each per instance.
-	invalidLog, shadowLog, failedLog, inputLog lograte.Limiter
-	usageLog                                   lograte.Limiter // responses charged usage_fallback
+	// Kong's error log for the paths where a request passes unlimited (and an invalid config),
+	// at most a line a second of each per instance (logs.go).
+	log *slog.Logger
 }
 
 // New makes an empty instance for go-pdk, which then decodes Kong's config JSON into it.
-func New() any { return &Config{} }
+func New() any { return &Config{log: newLog()} }
 
 // UnmarshalJSON decodes and validates the config. It never fails: a failure makes Kong answer
 // 500 to every request, whereas an invalid config here is reported once in Kong's error log
@@ -128,14 +127,14 @@ func warnOnce(pluginID, msg string) {
 // the plugin process, and with it every Go plugin request of the node.
 func recovered(event string) {
 	if r := recover(); r != nil {
-		if ok, skipped := panicLog.Allow(); ok { // a panic on every request must not flood Kong's log
-			log.Printf("diana: panic in %s (request let through; %d more since the last line): %v\n%s", event, skipped, r, debug.Stack())
-		}
+		panicLog.Error("diana: panic in {event} (request let through; {suppressed} more since the last line): {panic}\n{stack}",
+			"event", event, "panic", r, "stack", string(debug.Stack()))
 	}
 }
 
-// panicLog limits the panic lines to one a second, counting those held back.
-var panicLog lograte.Limiter
+// panicLog writes the panic lines on standard error, one a second at most: a panic on every
+// request must not flood Kong's log.
+var panicLog = newLog()
 
 // Access decides the request. On the allowed path of a per-IP limit it makes two PDK calls:
 // Client.GetForwardedIp and one Response.SetHeaders (none with hide_client_headers). A denial
@@ -149,9 +148,9 @@ func (c *Config) Access(kong *pdk.PDK) {
 	}
 	in, ok := c.input(kong)
 	if !ok { // Kong did not answer: let the request through rather than guess, and say so
-		if ok, skipped := c.inputLog.Allow(); ok {
-			log.Printf("diana: plugin %s: Kong did not give the client address, request let through unlimited (%d more since the last line)", c.s.PluginID, skipped)
-		}
+		c.log.LogAttrs(context.Background(), slog.LevelWarn, // on standard error: the PDK failed
+			"diana: plugin {plugin}: Kong did not give the client address, request let through unlimited ({suppressed} more since the last line)",
+			slog.String("plugin", c.s.PluginID))
 		return
 	}
 	res := c.engine.Check(context.Background(), &in)
@@ -187,10 +186,8 @@ func (c *Config) invalid(kong *pdk.PDK) {
 	if c.failClosed {
 		what = "refused (fail_closed)"
 	}
-	if ok, skipped := c.invalidLog.Allow(); ok {
-		kong.Log.Err("diana: invalid config, requests are " + what + " (" + strconv.FormatInt(skipped, 10) +
-			" more since the last line): " + fmt.Sprint(c.err))
-	}
+	c.log.LogAttrs(pdkCtx{kong}, slog.LevelError, "diana: invalid config, requests are {what} ({suppressed} more since the last line): {err}",
+		slog.String("what", what), slog.Any("err", c.err))
 	if c.failClosed {
 		kong.Response.Exit(http.StatusServiceUnavailable, rules.DenialBody("rate limit configuration invalid", -1),
 			map[string][]string{"Content-Type": {"application/json; charset=utf-8"}})
@@ -202,16 +199,13 @@ func (c *Config) invalid(kong *pdk.PDK) {
 func (c *Config) logUnlimited(kong *pdk.PDK, in *rules.Input, res *rules.Result) {
 	client := in.ClientName()
 	if r := res.Shadow; r != nil {
-		if ok, skipped := c.shadowLog.Allow(); ok {
-			kong.Log.Warn("diana: shadow rule " + r.Name + " would deny client " + client +
-				" (" + strconv.FormatInt(skipped, 10) + " more since the last line)")
-		}
+		c.log.LogAttrs(pdkCtx{kong}, slog.LevelWarn, "diana: shadow rule {rule} would deny client {client} ({suppressed} more since the last line)",
+			slog.String("rule", r.Name), slog.String("client", client))
 	}
 	if r := res.ErrRule; res.Err != nil && r != nil {
-		if ok, skipped := c.failedLog.Allow(); ok {
-			kong.Log.Err("diana: Redis could not decide rule " + r.Name + " for client " + client + ", on_error " +
-				r.OnError.String() + " applied (" + strconv.FormatInt(skipped, 10) + " more since the last line): " + res.Err.Error())
-		}
+		c.log.LogAttrs(pdkCtx{kong}, slog.LevelError,
+			"diana: Redis could not decide rule {rule} for client {client}, on_error {on_error} applied ({suppressed} more since the last line): {err}",
+			slog.String("rule", r.Name), slog.String("client", client), slog.String("on_error", r.OnError.String()), slog.Any("err", res.Err))
 	}
 }
 
@@ -270,10 +264,8 @@ func (c *Config) settle(kong *pdk.PDK, h *held) {
 		return n, err
 	})
 	if why != nil {
-		if ok, skipped := c.usageLog.Allow(); ok {
-			kong.Log.Warn("diana: plugin " + c.s.PluginID + ": response usage unread, charged usage_fallback (" +
-				strconv.FormatInt(skipped, 10) + " more since the last line): " + why.Error())
-		}
+		c.log.LogAttrs(pdkCtx{kong}, slog.LevelWarn, "diana: plugin {plugin}: response usage unread, charged usage_fallback ({suppressed} more since the last line): {err}",
+			slog.String("plugin", c.s.PluginID), slog.Any("err", why))
 	}
 }
 

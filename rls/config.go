@@ -339,6 +339,37 @@ func (p *parser) limit(d *conf.Obj, full string, flags Limit) *Limit {
 	l.FullKey = full
 	l.Unlimited = lo.Bool("unlimited", false)
 	l.Name = lo.String("name", "")
+	l.Replaces = append(l.Replaces, replaces(lo, l.Name)...)
+	rpu := rate(lo, l)
+	lo.Done()
+	l.RequestsPerUnit = uint32(rpu)
+	l.proto = &pb.RateLimitResponse_RateLimit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit, Name: l.Name}
+	if l.Multiplier > 1 {
+		setMultiplier(l.proto, l.Multiplier)
+	}
+	if l.Unlimited {
+		for _, f := range extensions {
+			if d.Has(f) {
+				d.Fail(f, "cannot be set on an unlimited limit")
+			}
+		}
+		return l
+	}
+	if d.Has(batchField) && !p.o.Cluster {
+		d.Fail(batchField, "applies only to rls.mode cluster: in local mode the limits are decided in this process already")
+	}
+	p.count(d, l, rpu)
+	if p.o.Cluster {
+		// Batched mode; the batch object is read (and checked) even when there is nothing to
+		// batch: requests_per_unit 0 refuses every hit.
+		l.Alg = rules.Batch(d, l.Alg, l.Algorithm)
+	}
+	return l
+}
+
+// replaces reads the names of the limits that the limit named own replaces.
+func replaces(lo *conf.Obj, own string) []string {
+	var names []string
 	for i, r := range lo.List("replaces") {
 		name := r.String("name", "")
 		r.Done()
@@ -346,13 +377,19 @@ func (p *parser) limit(d *conf.Obj, full string, flags Limit) *Limit {
 		switch {
 		case name == "":
 			lo.Fail(field, "cannot be empty")
-		case name == l.Name:
+		case name == own:
 			lo.Fail(field, "cannot be the limit's own name "+strconv.Quote(name))
 		}
-		l.Replaces = append(l.Replaces, name)
+		names = append(names, name)
 	}
+	return names
+}
+
+// rate reads the limit's unit and unit_multiplier into l (its window: 0 when they are
+// invalid or the limit is unlimited), and returns its requests_per_unit.
+func rate(lo *conf.Obj, l *Limit) (rpu int64) {
 	unit := strings.ToLower(lo.String("unit", ""))
-	rpu := lo.Int("requests_per_unit", 0, 0, 1<<32-1)
+	rpu = lo.Int("requests_per_unit", 0, 0, 1<<32-1)
 	l.Multiplier = lo.Int("unit_multiplier", 1, 1, MaxMultiplier)
 	var secs int64
 	for _, u := range Units {
@@ -374,76 +411,67 @@ func (p *parser) limit(d *conf.Obj, full string, flags Limit) *Limit {
 		lo.Fail("unit_multiplier", "a window of "+strconv.FormatInt(l.Multiplier, 10)+" "+unit+"s is longer than 10 years")
 		secs = 0
 	}
-	lo.Done()
 	l.Window = secs * l.Multiplier
-	l.RequestsPerUnit = uint32(rpu)
-	l.proto = &pb.RateLimitResponse_RateLimit{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit, Name: l.Name}
-	if l.Multiplier > 1 {
-		setMultiplier(l.proto, l.Multiplier)
-	}
-	if l.Unlimited {
-		for _, f := range extensions {
-			if d.Has(f) {
-				d.Fail(f, "cannot be set on an unlimited limit")
-			}
-		}
-		return l
-	}
-	if d.Has(batchField) && !p.o.Cluster {
-		d.Fail(batchField, "applies only to rls.mode cluster: in local mode the limits are decided in this process already")
-	}
+	return rpu
+}
+
+// count reads the limit's algorithm (Diana's extension of d) and builds what decides it: the
+// algorithm, the fallback of on_error local, or envoyproxy/ratelimit's counter.
+func (p *parser) count(d *conf.Obj, l *Limit, rpu int64) {
 	kind, name, extra, ok := p.algorithm(d)
 	l.Algorithm = name
-	if ok && rpu > 0 && l.Window > 0 {
-		window := l.Window * algos.Second
-		params := rules.Params{}
-		for name, v := range extra {
-			params[name] = v
+	if !ok || rpu <= 0 || l.Window <= 0 {
+		return
+	}
+	window := l.Window * algos.Second
+	params, ok := algorithmParams(d, l.Algorithm, kind, extra, rpu, window)
+	if ok {
+		params = kind.Check(conf.At(d.Path(algorithmField), d.Errors()), params)
+	}
+	build := func(nodes int64) algos.Algorithm {
+		a, err := kind.Build(params, nodes)
+		if err != nil {
+			d.Fail("rate_limit", "cannot be counted by "+l.Algorithm+": "+err.Error())
+			return nil
 		}
-		for _, q := range kind.Params {
-			switch q.Role {
-			case rules.Amount:
-				params[q.Name] = rpu
-				if rpu > q.Max {
-					d.Fail("rate_limit", "cannot be counted by "+l.Algorithm+": requests_per_unit must be at most "+strconv.FormatInt(q.Max, 10)+" for it, got "+strconv.FormatInt(rpu, 10))
-					ok = false
-				}
-			case rules.Window:
-				params[q.Name] = window
+		return a
+	}
+	if ok && !d.FailedWithin("rate_limit") && !d.FailedWithin(algorithmField) {
+		l.Alg = build(1)
+	}
+	counter := !d.Has(algorithmField) && !d.Has(batchField)
+	if l.Alg != nil && (p.o.Nodes > 1 || counter) {
+		// The limit (its share) that decides while Redis cannot (on_error local); a
+		// counter's is the limit itself, which the counter has not.
+		l.Fallback = build(p.o.Nodes)
+	}
+	if l.Alg != nil && counter {
+		// envoyproxy/ratelimit's counting: every hit counts, the service compares.
+		l.Alg, _ = algos.NewCounter(window)
+		l.counter = true
+	}
+}
+
+// algorithmParams are the parameters of the algorithm named alg for a limit of rpu requests a
+// window (µs): extra with the amount and the window; not ok if rpu is more than it counts.
+func algorithmParams(d *conf.Obj, alg string, kind rules.AlgorithmKind, extra rules.Params, rpu, window int64) (params rules.Params, ok bool) {
+	params, ok = rules.Params{}, true
+	for name, v := range extra {
+		params[name] = v
+	}
+	for _, q := range kind.Params {
+		switch q.Role {
+		case rules.Amount:
+			params[q.Name] = rpu
+			if rpu > q.Max {
+				d.Fail("rate_limit", "cannot be counted by "+alg+": requests_per_unit must be at most "+strconv.FormatInt(q.Max, 10)+" for it, got "+strconv.FormatInt(rpu, 10))
+				ok = false
 			}
-		}
-		if ok {
-			params = kind.Check(conf.At(d.Path(algorithmField), d.Errors()), params)
-		}
-		build := func(nodes int64) algos.Algorithm {
-			a, err := kind.Build(params, nodes)
-			if err != nil {
-				d.Fail("rate_limit", "cannot be counted by "+l.Algorithm+": "+err.Error())
-				return nil
-			}
-			return a
-		}
-		if ok && !d.FailedWithin("rate_limit") && !d.FailedWithin(algorithmField) {
-			l.Alg = build(1)
-		}
-		counter := !d.Has(algorithmField) && !d.Has(batchField)
-		if l.Alg != nil && (p.o.Nodes > 1 || counter) {
-			// The limit (its share) that decides while Redis cannot (on_error local); a
-			// counter's is the limit itself, which the counter has not.
-			l.Fallback = build(p.o.Nodes)
-		}
-		if l.Alg != nil && counter {
-			// envoyproxy/ratelimit's counting: every hit counts, the service compares.
-			l.Alg, _ = algos.NewCounter(window)
-			l.counter = true
+		case rules.Window:
+			params[q.Name] = window
 		}
 	}
-	if p.o.Cluster {
-		// Batched mode; the batch object is read (and checked) even when there is nothing to
-		// batch: requests_per_unit 0 refuses every hit.
-		l.Alg = rules.Batch(d, l.Alg, l.Algorithm)
-	}
-	return l
+	return params, ok
 }
 
 // algorithm reads Diana's algorithm field of d (absent: fixed_window): a name, or an object

@@ -48,22 +48,9 @@ func (c *Config) lookup(domain string, entries []*rlv3.RateLimitDescriptor_Entry
 		// The metric key with value_to_metric: the request's value where asked for.
 		valued.WriteString(".")
 		valued.WriteString(e.Key)
-		if next != nil {
-			v := ""
-			switch {
-			case wild != "" && share != "":
-				v = share
-			case wild != "" && next.valueToMetric:
-				v = e.Value
-			case wild != "":
-				v = strings.TrimPrefix(wild, e.Key+"_")
-			case byValue || next.valueToMetric:
-				v = e.Value
-			}
-			if v != "" {
-				valued.WriteString("_")
-				valued.WriteString(v)
-			}
+		if v := metricValue(e, next, wild, share, byValue); v != "" {
+			valued.WriteString("_")
+			valued.WriteString(v)
 		}
 		if next != nil && next.limit != nil && i == len(entries)-1 {
 			m.limit = next.limit
@@ -80,8 +67,33 @@ func (c *Config) lookup(domain string, entries []*rlv3.RateLimitDescriptor_Entry
 		m.metric = valued.String()
 		return m, true
 	}
-	// detailed_metric: every entry's key and value (a share_threshold entry's by its wildcard
-	// value); a limit was found, so the loop went through every entry.
+	// A limit was found, so the loop went through every entry.
+	m.metric = detailedMetric(domain, entries, m.shared, size)
+	return m, true
+}
+
+// metricValue is what the entry e, matched by the node next (nil: none), adds to the metric
+// key after its key, with value_to_metric: the request's value where asked for, else the
+// wildcard's or the share_threshold's own value; "" for nothing.
+func metricValue(e *rlv3.RateLimitDescriptor_Entry, next *node, wild, share string, byValue bool) string {
+	switch {
+	case next == nil:
+		return ""
+	case wild != "" && share != "":
+		return share
+	case wild != "" && next.valueToMetric:
+		return e.Value
+	case wild != "":
+		return strings.TrimPrefix(wild, e.Key+"_")
+	case byValue || next.valueToMetric:
+		return e.Value
+	}
+	return ""
+}
+
+// detailedMetric is the metric key of detailed_metric: every entry's key and value (a
+// share_threshold entry's by its wildcard value, from shared), in one allocation of size.
+func detailedMetric(domain string, entries []*rlv3.RateLimitDescriptor_Entry, shared []string, size int) string {
 	var b strings.Builder
 	b.Grow(size)
 	b.WriteString(domain)
@@ -89,14 +101,13 @@ func (c *Config) lookup(domain string, entries []*rlv3.RateLimitDescriptor_Entry
 		b.WriteString(".")
 		b.WriteString(e.Key)
 		v := e.Value
-		if m.shared != nil && m.shared[i] != "" {
-			v = m.shared[i]
+		if shared != nil && shared[i] != "" {
+			v = shared[i]
 		}
-		if v != "" || m.shared == nil {
+		if v != "" || shared == nil {
 			b.WriteString("_")
 			b.WriteString(v)
 		}
 	}
-	m.metric = b.String()
-	return m, true
+	return b.String()
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/subtle"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -142,16 +143,15 @@ func (s *Server) addressHeader(r *http.Request, problem string) {
 			"set client_ip_header to the one header the proxy sets (nginx setting only X-Real-IP passes the client's own X-Forwarded-For on)"
 	}
 	s.met.addrHeaders.WithLabelValues(kind).Inc()
-	if ok, skipped := s.addrLog.Allow(); ok {
-		s.log.Warn(msg, "problem", problem, "peer", r.RemoteAddr, "suppressed", skipped)
-	}
+	s.limited.LogAttrs(r.Context(), slog.LevelWarn, msg, slog.String("problem", problem), slog.String("peer", r.RemoteAddr))
 }
 
 // authProblem counts a forward-auth request that was refused or not believed, and logs it (at
-// most one line a second): each means a gateway misconfigured or a caller forging headers.
-func (s *Server) authProblem(r *http.Request, problem, msg string) {
+// most one line a second): each means a gateway misconfigured or a caller forging headers. The
+// reason is an attribute, not the message: it may quote the caller's query, and each message is
+// a kind of line of its own (lograte).
+func (s *Server) authProblem(r *http.Request, problem, reason string) {
 	s.met.authProblem(problem)
-	if ok, skipped := s.authLog.Allow(); ok {
-		s.log.Warn("forward auth: "+msg, "problem", problem, "peer", r.RemoteAddr, "suppressed", skipped)
-	}
+	s.limited.LogAttrs(r.Context(), slog.LevelWarn, "forward auth: request refused or not believed",
+		slog.String("problem", problem), slog.String("reason", reason), slog.String("peer", r.RemoteAddr))
 }

@@ -146,20 +146,12 @@ func listen(o *conf.Obj, def string) string {
 	return o.Matching("listen", def, listenAddr, "host:port with a port from 0 to 65535 (the host may be empty: every interface)")
 }
 
+// decodeServer reads what dianad runs around the rules: its listeners, upstreams, stores, remote
+// config source and rate limit service.
 func (c *Config) decodeServer(o *conf.Obj) {
 	c.Listen = listen(o, ":8080")
 	c.Connections = decodeConnections(o.Obj("connections"))
-	a := o.Obj("admin")
-	c.Admin.Listen = listen(a, "127.0.0.1:9090")
-	c.Admin.Token = secret(a, "token", "token_file", "DIANA_ADMIN_TOKEN")
-	c.Admin.AllowUnauthenticated = a.Bool("allow_unauthenticated", false)
-	if c.Admin.Listen != "" && c.Admin.Token == "" && !c.Admin.AllowUnauthenticated && !loopback(c.Admin.Listen) && !a.Failed("listen", "token_file") {
-		a.Fail("token", "must be set (or token_file, or DIANA_ADMIN_TOKEN) when admin.listen ("+quote(c.Admin.Listen)+
-			") is not a loopback address: whoever reaches it could spend any client's quota and start bans through /v1/check; "+
-			"set admin.allow_unauthenticated: true to run it open anyway")
-	}
-	c.Admin.Connections = decodeConnections(a.Obj("connections"))
-	a.Done()
+	c.Admin = decodeAdmin(o.Obj("admin"))
 	ls := o.Obj("local_store")
 	c.LocalStore.MaxKeys = int(ls.Int("max_keys", memstore.DefaultMaxEntries, 64, 1<<30))
 	ls.Done()
@@ -176,6 +168,42 @@ func (c *Config) decodeServer(o *conf.Obj) {
 	c.StripDots = o.Bool("strip_trailing_dots_spaces", false)
 	c.ConsumerHeader = o.String("consumer_header", "")
 	c.AccessLog = o.Bool("access_log", false)
+	c.Upstreams = decodeUpstreams(o)
+	if o.Has("redis") {
+		c.Redis = decodeRedis(o.Obj("redis"))
+	}
+	c.Remote = decodeRemote(o.Obj("remote"), c.Redis != nil)
+	if o.Has("rls") {
+		c.RLS = decodeRLS(o.Obj("rls"), c.Redis != nil)
+	}
+	for i, r := range c.Rules {
+		if r.Mode == rules.Cluster && c.Redis == nil {
+			o.Fail("rules["+strconv.Itoa(i)+"].mode", "cluster mode needs the redis section")
+		}
+	}
+}
+
+// decodeAdmin reads the admin listener; a token is required unless it listens on loopback
+// only, or allow_unauthenticated says to run it open.
+func decodeAdmin(a *conf.Obj) Admin {
+	var ad Admin
+	ad.Listen = listen(a, "127.0.0.1:9090")
+	ad.Token = secret(a, "token", "token_file", "DIANA_ADMIN_TOKEN")
+	ad.AllowUnauthenticated = a.Bool("allow_unauthenticated", false)
+	if ad.Listen != "" && ad.Token == "" && !ad.AllowUnauthenticated && !loopback(ad.Listen) && !a.Failed("listen", "token_file") {
+		a.Fail("token", "must be set (or token_file, or DIANA_ADMIN_TOKEN) when admin.listen ("+quote(ad.Listen)+
+			") is not a loopback address: whoever reaches it could spend any client's quota and start bans through /v1/check; "+
+			"set admin.allow_unauthenticated: true to run it open anyway")
+	}
+	ad.Connections = decodeConnections(a.Obj("connections"))
+	a.Done()
+	return ad
+}
+
+// decodeUpstreams reads the upstreams of o: each named once, with an absolute http, https or
+// demo URL.
+func decodeUpstreams(o *conf.Obj) []Upstream {
+	var ups []Upstream
 	names := map[string]bool{}
 	for _, uo := range o.List("upstreams") {
 		uo.Require("name", "url")
@@ -188,6 +216,7 @@ func (c *Config) decodeServer(o *conf.Obj) {
 		names[u.Name] = true
 		raw := uo.String("url", "")
 		if uo.Has("url") {
+			var err error
 			if u.URL, err = url.Parse(raw); err != nil || u.URL.Scheme == "" || (u.URL.Scheme != "demo" && u.URL.Host == "") {
 				uo.Fail("url", "must be an absolute URL such as http://127.0.0.1:9000 (or demo: for the built-in demo), got "+quote(raw))
 			} else if u.URL.Scheme != "http" && u.URL.Scheme != "https" && u.URL.Scheme != "demo" {
@@ -196,49 +225,45 @@ func (c *Config) decodeServer(o *conf.Obj) {
 		}
 		u.Match = rules.DecodeMatch(uo.Obj("match"))
 		uo.Done()
-		c.Upstreams = append(c.Upstreams, u)
+		ups = append(ups, u)
 	}
-	if o.Has("redis") {
-		c.Redis = decodeRedis(o.Obj("redis"))
-	}
-	rm := o.Obj("remote")
-	c.Remote.URL = rm.String("url", "")
+	return ups
+}
+
+// decodeRemote reads the remote config source: a URL, or a Redis key (with the redis section,
+// redis) and the channel announcing its changes.
+func decodeRemote(rm *conf.Obj, redis bool) Remote {
+	var r Remote
+	r.URL = rm.String("url", "")
 	keys, vals := rm.StringMap("headers")
 	for i, k := range keys {
-		if c.Remote.Headers == nil {
-			c.Remote.Headers = map[string]string{}
+		if r.Headers == nil {
+			r.Headers = map[string]string{}
 		}
-		c.Remote.Headers[k] = vals[i]
+		r.Headers[k] = vals[i]
 	}
-	c.Remote.RedisKey = rm.String("redis_key", "")
-	c.Remote.RedisChannel = rm.String("redis_channel", c.Remote.RedisKey)
-	c.Remote.Interval = duration(rm, "interval", 5*time.Second, 100*time.Millisecond, 24*time.Hour)
-	if c.Remote.URL != "" && c.Remote.RedisKey != "" {
+	r.RedisKey = rm.String("redis_key", "")
+	r.RedisChannel = rm.String("redis_channel", r.RedisKey)
+	r.Interval = duration(rm, "interval", 5*time.Second, 100*time.Millisecond, 24*time.Hour)
+	if r.URL != "" && r.RedisKey != "" {
 		rm.Fail("redis_key", "cannot be combined with url: choose one remote source")
 	}
-	if c.Remote.URL != "" {
-		if u, err := url.Parse(c.Remote.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			rm.Fail("url", "must be an http or https URL, got "+quote(c.Remote.URL))
+	if r.URL != "" {
+		if u, err := url.Parse(r.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			rm.Fail("url", "must be an http or https URL, got "+quote(r.URL))
 		}
 	}
-	if len(keys) > 0 && c.Remote.URL == "" {
+	if len(keys) > 0 && r.URL == "" {
 		rm.Fail("headers", "apply only to a url source, and there is no url")
 	}
-	if rm.Has("redis_channel") && c.Remote.RedisKey == "" {
+	if rm.Has("redis_channel") && r.RedisKey == "" {
 		rm.Fail("redis_channel", "applies only with redis_key, and there is none")
 	}
-	if c.Remote.RedisKey != "" && c.Redis == nil {
+	if r.RedisKey != "" && !redis {
 		rm.Fail("redis_key", "needs the redis section (the connection to read it from)")
 	}
 	rm.Done()
-	if o.Has("rls") {
-		c.RLS = decodeRLS(o.Obj("rls"), c.Redis != nil)
-	}
-	for i, r := range c.Rules {
-		if r.Mode == rules.Cluster && c.Redis == nil {
-			o.Fail("rules["+strconv.Itoa(i)+"].mode", "cluster mode needs the redis section")
-		}
-	}
+	return r
 }
 
 // defaultConnections are nginx's: keepalive_timeout 75s, client_header_timeout,

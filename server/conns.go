@@ -2,17 +2,17 @@ package server
 
 import (
 	"container/list"
+	"context"
 	"errors"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/diana-gw/diana/internal/lograte"
 )
 
 // Connection limits. Each listener (the proxy, the admin listener) has nginx's timeouts and a cap
@@ -339,14 +339,11 @@ func (w *timeoutWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // limitConns caps ln at max connections, counting and logging (a line a second at most) each
 // connection closed to make room.
 func (s *Server) limitConns(ln net.Listener, name string, max int) *connLimiter {
-	var logged lograte.Limiter
 	reclaimed := s.met.connsReclaimed.WithLabelValues(name)
 	l := newConnLimiter(ln, max, func() {
 		reclaimed.Inc()
-		if ok, skipped := logged.Allow(); ok {
-			s.log.Warn("connection limit reached: closed the connection waiting the longest for a request to make room",
-				"listener", name, "max", max, "suppressed", skipped)
-		}
+		s.limited.LogAttrs(context.Background(), slog.LevelWarn, "connection limit reached: closed the connection waiting the longest for a request to make room",
+			slog.String("listener", name), slog.Int("max", max))
 	})
 	s.met.conns(name, max, l.Open)
 	return l

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -177,9 +178,7 @@ func (s *Server) newUpstream(u Upstream) *upstream {
 		Transport:  s.transport,
 		BufferPool: buffers,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if ok, skipped := s.proxyLog.Allow(); ok {
-				s.log.Warn("upstream failed", "upstream", u.Name, "err", err, "suppressed", skipped)
-			}
+			s.limited.LogAttrs(r.Context(), slog.LevelWarn, "upstream failed", slog.String("upstream", u.Name), slog.Any("err", err))
 			writeJSON(w, http.StatusBadGateway, errorBody{"bad gateway: upstream " + u.Name + " did not answer"})
 		},
 	}

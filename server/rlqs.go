@@ -37,23 +37,17 @@ func (s *Server) rlqsSent(a rlqs.Action, why, domain string, bucket *pb.BucketId
 	if a != rlqs.AllowAll {
 		return
 	}
-	if ok, skipped := s.rlqsLog.Allow(); ok {
-		s.log.Info("rlqs: bucket assigned ALLOW_ALL", "reason", why, "domain", domain, "bucket", bucketText(bucket), "suppressed", skipped)
-	}
+	s.limited.Info("rlqs: bucket assigned ALLOW_ALL", "reason", why, "domain", domain, "bucket", bucketText(bucket))
 }
 
 func (s *Server) rlqsRefused(reason string, err error) {
 	s.met.rlqsRefused.WithLabelValues(reason).Inc()
-	if ok, skipped := s.rlqsLog.Allow(); ok {
-		s.log.Warn("rlqs: stream refused", "reason", reason, "err", err, "suppressed", skipped)
-	}
+	s.limited.Warn("rlqs: stream refused", "reason", reason, "err", err)
 }
 
 func (s *Server) rlqsFailed(err error) {
 	s.met.backendError("rlqs")
-	if ok, skipped := s.backendLog.Allow(); ok {
-		s.log.Warn("rate-limit backend failed: rlqs assigned by its on_error policy", "on_error", s.cfg.RLS.OnError.String(), "err", err, "suppressed", skipped)
-	}
+	s.limited.Warn("rate-limit backend failed: rlqs assigned by its on_error policy", "on_error", s.cfg.RLS.OnError.String(), "err", err)
 }
 
 // bucketText is a bucket id for a log line, its keys in order.

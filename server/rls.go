@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"time"
 
@@ -80,10 +81,8 @@ func (s *Server) newRLS() error {
 // silentStream counts and logs a gRPC stream ended for sending no message.
 func (s *Server) silentStream() {
 	s.met.silentStreams.Inc()
-	if ok, skipped := s.rlsConnLog.Allow(); ok {
-		s.log.Warn("rls: stream ended: no message within rls.connections.header_timeout",
-			"header_timeout", s.cfg.RLS.Connections.HeaderTimeout, "suppressed", skipped)
-	}
+	s.limited.Warn("rls: stream ended: no message within rls.connections.header_timeout",
+		"header_timeout", s.cfg.RLS.Connections.HeaderTimeout)
 }
 
 // RLSAddr returns the address the rate limit service listens on, "" without one.
@@ -170,27 +169,20 @@ func (s *Server) observeRLS(key string, o rules.Outcome, err error) {
 	s.met.decision(name, o)
 	if err != nil {
 		s.met.backendError(name)
-		if ok, skipped := s.backendLog.Allow(); ok {
-			s.log.Warn("rate-limit backend failed: rls decided by its on_error policy",
-				"limit", name, "on_error", s.cfg.RLS.OnError.String(), "err", err, "suppressed", skipped)
-		}
+		s.limited.LogAttrs(context.Background(), slog.LevelWarn, "rate-limit backend failed: rls decided by its on_error policy",
+			slog.String("limit", name), slog.String("on_error", s.cfg.RLS.OnError.String()), slog.Any("err", err))
 	}
 	switch o {
 	case rules.ShadowDenied:
-		if ok, skipped := s.shadowLog.Allow(); ok {
-			s.log.Info("rls: shadow_mode limit would deny the request", "limit", name, "suppressed", skipped)
-		}
+		s.limited.LogAttrs(context.Background(), slog.LevelInfo, "rls: shadow_mode limit would deny the request", slog.String("limit", name))
 	case rules.Denied:
-		if ok, skipped := s.denialLog.Allow(); ok {
-			s.log.Info("rls: over the limit", "limit", name, "suppressed", skipped)
-		}
+		s.limited.LogAttrs(context.Background(), slog.LevelInfo, "rls: over the limit", slog.String("limit", name))
 	}
 }
 
 // unknownDomain counts and logs a request whose domain no descriptor config declares.
 func (s *Server) unknownDomain(domain string) {
 	s.met.rlsUnknown.Inc()
-	if ok, skipped := s.unknownLog.Allow(); ok {
-		s.log.Warn("rls: no descriptor config declares the domain: its descriptors pass unlimited", "domain", domain, "suppressed", skipped)
-	}
+	s.limited.LogAttrs(context.Background(), slog.LevelWarn, "rls: no descriptor config declares the domain: its descriptors pass unlimited",
+		slog.String("domain", domain))
 }

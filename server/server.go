@@ -47,6 +47,11 @@ type Server struct {
 	log  *slog.Logger
 	met  *metrics
 
+	// limited is log at most a line a second of each message (lograte), for the events a flood
+	// repeats, all counted in the metrics: denials, shadow denials, backend and upstream
+	// failures, refused requests and streams. log keeps the lines that are never dropped.
+	limited *slog.Logger
+
 	mem     *memstore.Store
 	rdb     redis.UniversalClient // nil without a redis section
 	rstore  *redisstore.Store     // the cluster rules' state, for the admin operations; nil likewise
@@ -64,20 +69,7 @@ type Server struct {
 	proxySrv, adminSrv *http.Server
 	stopping           atomic.Bool
 
-	backendLog lograte.Limiter // backend errors: at most one log line per second
-	shadowLog  lograte.Limiter // shadow denials (all counted in the metrics): likewise
-	denialLog  lograte.Limiter // denials (all counted in the metrics): likewise
-	proxyLog   lograte.Limiter // upstream errors: likewise
-	unknownLog lograte.Limiter // rls requests for an unknown domain: likewise
-	rlsConnLog lograte.Limiter // rls streams ended for sending nothing: likewise
-
-	authLog  lograte.Limiter // forward-auth requests refused or not believed: likewise
-	addrLog  lograte.Limiter // trusted peers' address headers not as client_ip_header expects: likewise
-	rlqsLog  lograte.Limiter // rate limit quota buckets assigned ALLOW_ALL, streams refused: likewise
-	usageLog lograte.Limiter // responses whose usage could not be read (charged the fallback): likewise
-
-	settleLog    lograte.Limiter // settle tickets refused (replays, a full record): likewise
-	settledLocal ticketRecord    // the settle tickets settled, when Redis does not record them (settle.go)
+	settledLocal ticketRecord // the settle tickets settled, when Redis does not record them (settle.go)
 
 	rls *rlsState // nil without an rls section
 }
@@ -105,7 +97,8 @@ func New(cfg *Config, o Options) (s *Server, err error) {
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = 30 * time.Second
 	}
-	s = &Server{cfg: cfg, opts: o, log: o.Logger, met: newMetrics(), settledLocal: ticketRecord{max: maxRecorded}}
+	s = &Server{cfg: cfg, opts: o, log: o.Logger, limited: slog.New(lograte.New(o.Logger.Handler())), met: newMetrics(),
+		settledLocal: ticketRecord{max: maxRecorded}}
 	srv := s // s is nil by the time a failed New returns
 	defer func() {
 		if err != nil {
@@ -343,18 +336,20 @@ func (s *Server) close() {
 // (with the count of those held back), so that a flood cannot flood the log; the metrics count
 // every one. The identity's key is left out: it may hold an API key.
 func (s *Server) logDenial(in *rules.Input, res *rules.Result) {
-	if ok, skipped := s.denialLog.Allow(); ok {
-		rule := ""
-		if res.Rule != nil {
-			rule = res.Rule.Name
-		}
-		retry := "never"
-		if res.Decision.RetryAfter != algos.Never {
-			retry = strconv.FormatInt(rules.Seconds(res.Decision.RetryAfter), 10) + "s"
-		}
-		s.log.Info("request denied", "rule", rule, "client", in.ClientName(), "method", in.Method, "path", in.Path,
-			"limit", res.Decision.Limit, "retry_after", retry, "suppressed", skipped)
+	const msg = "request denied"
+	if !lograte.Due(s.limited, slog.LevelInfo, msg) { // a line held back is not built: a flood of denials allocates nothing for it
+		return
 	}
+	rule := ""
+	if res.Rule != nil {
+		rule = res.Rule.Name
+	}
+	retry := "never"
+	if res.Decision.RetryAfter != algos.Never {
+		retry = strconv.FormatInt(rules.Seconds(res.Decision.RetryAfter), 10) + "s"
+	}
+	s.limited.Info(msg, "rule", rule, "client", in.ClientName(), "method", in.Method, "path", in.Path,
+		"limit", res.Decision.Limit, "retry_after", retry)
 }
 
 // observe is the engine's hook, called once per rule decided for a request.
@@ -370,16 +365,13 @@ func (s *Server) settled(st rules.Settled) {
 	s.met.usageTokens.WithLabelValues(st.Rule.Name).Add(float64(st.Cost))
 	if st.Err != nil {
 		s.met.usageUnread.WithLabelValues(st.Rule.Name, usage.Class(st.Err)).Inc()
-		if ok, skipped := s.usageLog.Allow(); ok {
-			s.log.Warn("response usage unread: charged the rule's fallback", "rule", st.Rule.Name, "cost", st.Cost, "err", st.Err, "suppressed", skipped)
-		}
+		s.limited.LogAttrs(context.Background(), slog.LevelWarn, "response usage unread: charged the rule's fallback",
+			slog.String("rule", st.Rule.Name), slog.Int64("cost", st.Cost), slog.Any("err", st.Err))
 	}
 	if st.StoreErr != nil {
 		s.met.backendError(st.Rule.Name)
-		if ok, skipped := s.backendLog.Allow(); ok {
-			s.log.Warn("rate-limit backend failed to settle a response's cost: settled by the rule's on_error policy",
-				"rule", st.Rule.Name, "on_error", st.Rule.OnError.String(), "err", st.StoreErr, "suppressed", skipped)
-		}
+		s.limited.LogAttrs(context.Background(), slog.LevelWarn, "rate-limit backend failed to settle a response's cost: settled by the rule's on_error policy",
+			slog.String("rule", st.Rule.Name), slog.String("on_error", st.Rule.OnError.String()), slog.Any("err", st.StoreErr))
 	}
 }
 
@@ -387,14 +379,11 @@ func (s *Server) observe(r *rules.Rule, in *rules.Input, o rules.Outcome, err er
 	s.met.decision(r.Name, o)
 	if err != nil {
 		s.met.backendError(r.Name)
-		if ok, skipped := s.backendLog.Allow(); ok {
-			s.log.Warn("rate-limit backend failed: decided by the rule's on_error policy",
-				"rule", r.Name, "on_error", r.OnError.String(), "client", in.ClientName(), "err", err, "suppressed", skipped)
-		}
+		s.limited.LogAttrs(context.Background(), slog.LevelWarn, "rate-limit backend failed: decided by the rule's on_error policy",
+			slog.String("rule", r.Name), slog.String("on_error", r.OnError.String()), slog.String("client", in.ClientName()), slog.Any("err", err))
 	}
 	if o == rules.ShadowDenied {
-		if ok, skipped := s.shadowLog.Allow(); ok {
-			s.log.Info("shadow rule would deny the request", "rule", r.Name, "client", in.ClientName(), "suppressed", skipped)
-		}
+		s.limited.LogAttrs(context.Background(), slog.LevelInfo, "shadow rule would deny the request",
+			slog.String("rule", r.Name), slog.String("client", in.ClientName()))
 	}
 }

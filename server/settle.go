@@ -207,9 +207,7 @@ func (s *Server) serveSettle(w http.ResponseWriter, r *http.Request) {
 		if fresh[i] != nil {
 			out.refuse(i, fresh[i])
 			s.met.settleRefused.WithLabelValues(refusalReason(fresh[i])).Inc()
-			if ok, skipped := s.settleLog.Allow(); ok {
-				s.log.Warn("settle ticket refused: not settled", "rule", tk[i].Rule.Name, "err", fresh[i], "suppressed", skipped)
-			}
+			s.limited.Warn("settle ticket refused: not settled", "rule", tk[i].Rule.Name, "err", fresh[i])
 			continue
 		}
 		res := l.engine.Resume([]rules.Reservation{tk[i].Reservation})
@@ -274,9 +272,7 @@ func (s *Server) record(ctx context.Context, tk []opened, now int64) []error {
 		if err == nil {
 			return out
 		}
-		if ok, skipped := s.settleLog.Allow(); ok {
-			s.log.Warn("settle: Redis did not record the tickets: recorded in this node's memory (a replay on another node is not seen)", "err", err, "suppressed", skipped)
-		}
+		s.limited.Warn("settle: Redis did not record the tickets: recorded in this node's memory (a replay on another node is not seen)", "err", err)
 	}
 	for i, t := range tk {
 		out[i] = s.settledLocal.add(t.id, t.expires, now)

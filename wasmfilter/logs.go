@@ -1,3 +1,12 @@
+// The filter's logs of the events a flood can repeat keep a scheme of their own rather than
+// internal/lograte, the slog.Handler that dianad, the Kong plugin and the store stack share.
+// log/slog builds under TinyGo, but grows diana.wasm by more than a filter that writes a few fixed
+// lines would use of it, and the filter has what those front ends lack: the host's tick, in a VM
+// that runs one callback at a time. So a summary needs no clock or atomics, and logs the count
+// held back, with the last event, at the next tick even when the flood has stopped (lograte tells
+// the count with the next line of its kind only). The limit is the same: at most one line of a
+// kind per period, every event counted in the metrics.
+
 package main
 
 import (

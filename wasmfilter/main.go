@@ -109,23 +109,66 @@ type pluginContext struct {
 // OnPluginStart parses and validates the configuration; a bad one fails the start (Envoy then
 // refuses the listener or the update), with a critical log line naming each invalid field.
 func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
+	cfg, ok := readConfiguration()
+	if !ok {
+		return types.OnPluginStartStatusFailed
+	}
+	p.m = defineMetrics()
+	if err := proxywasm.SetTickPeriodMilliSeconds(tickMS); err != nil {
+		proxywasm.LogWarn("diana.wasm: no ticks, the heap gauge stays 0: " + err.Error())
+	}
+	key, err := slotstore.LoadKey(p.data, readRandom)
+	if err != nil {
+		proxywasm.LogCritical("diana.wasm: " + err.Error())
+		return types.OnPluginStartStatusFailed
+	}
+	store := &slotstore.Store{Data: p.data, Now: p.now, Key: key, Slots: cfg.slots, Entries: cfg.slotEntries, Retries: cfg.casRetries,
+		Contended:  func() { p.m.casExhausted.Increment(1) },
+		Overflowed: func() { p.m.overflow.Increment(1) }}
+	p.store = store
+	p.nameSummaries(cfg)
+	var seed [8]byte
+	if err := readRandom(seed[:]); err != nil {
+		proxywasm.LogCritical("diana.wasm: no randomness for filter_enabled and filter_enforced: " + err.Error())
+		return types.OnPluginStartStatusFailed
+	}
+	p.sample.x = binary.LittleEndian.Uint64(seed[:]) | 1 // xorshift needs a state other than 0
+	if cfg.enabled < million || cfg.enforced < million {
+		proxywasm.LogWarn("diana.wasm: filter_enabled " + percent(cfg.enabled) + ", filter_enforced " + percent(cfg.enforced) +
+			": the other requests pass undecided (diana.not_enabled) or undenied (diana.not_enforced, logged as shadow denials)")
+	}
+	if !p.newEngines(cfg, store) {
+		return types.OnPluginStartStatusFailed
+	}
+	p.cfg = cfg
+	return types.OnPluginStartStatusOK
+}
+
+// readConfiguration reads and parses the plugin configuration; not ok (each reason logged,
+// critical) if there is none or it is invalid.
+func readConfiguration() (cfg *config, ok bool) {
 	data, err := proxywasm.GetPluginConfiguration()
 	if err != nil && !errors.Is(err, types.ErrorStatusNotFound) {
 		proxywasm.LogCritical("diana.wasm: reading the plugin configuration: " + err.Error())
-		return types.OnPluginStartStatusFailed
+		return nil, false
 	}
 	if len(data) == 0 {
 		proxywasm.LogCritical("diana.wasm configuration: is empty: set configuration to a google.protobuf.StringValue holding the JSON config (see docs/envoy.md)")
-		return types.OnPluginStartStatusFailed
+		return nil, false
 	}
-	cfg, err := parseConfig(data)
+	cfg, err = parseConfig(data)
 	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			proxywasm.LogCritical(line)
 		}
-		return types.OnPluginStartStatusFailed
+		return nil, false
 	}
-	p.m = metrics{
+	return cfg, true
+}
+
+// defineMetrics defines the filter's metrics in the host.
+func defineMetrics() metrics {
+	return metrics{
 		allowed:       proxywasm.DefineCounterMetric(metricAllowed),
 		denied:        proxywasm.DefineCounterMetric(metricDenied),
 		shadowDenied:  proxywasm.DefineCounterMetric(metricShadowDenied),
@@ -140,18 +183,10 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		usageUnread:   proxywasm.DefineCounterMetric(metricUsageUnread),
 		settleFailed:  proxywasm.DefineCounterMetric(metricSettleFailed),
 	}
-	if err := proxywasm.SetTickPeriodMilliSeconds(tickMS); err != nil {
-		proxywasm.LogWarn("diana.wasm: no ticks, the heap gauge stays 0: " + err.Error())
-	}
-	key, err := slotstore.LoadKey(p.data, readRandom)
-	if err != nil {
-		proxywasm.LogCritical("diana.wasm: " + err.Error())
-		return types.OnPluginStartStatusFailed
-	}
-	store := &slotstore.Store{Data: p.data, Now: p.now, Key: key, Slots: cfg.slots, Entries: cfg.slotEntries, Retries: cfg.casRetries,
-		Contended:  func() { p.m.casExhausted.Increment(1) },
-		Overflowed: func() { p.m.overflow.Increment(1) }}
-	p.store = store
+}
+
+// nameSummaries names the kind of event each summary logs (logs.go).
+func (p *pluginContext) nameSummaries(cfg *config) {
 	p.callouts.what = "cluster mode: the callout to dianad failed"
 	p.replies.what = "a local reply was refused by the host, the request went on"
 	p.shadows.what = "shadow rule would have denied"
@@ -159,16 +194,12 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 	p.usageLog.what = "a response's usage was unread, the rule's fallback charged"
 	p.settleLog.what = "cluster mode: dianad did not take a usage settlement (the estimate stays charged)"
 	p.notEnabled.what = "filter_enabled is " + percent(cfg.enabled) + ": a request was let through undecided"
-	var seed [8]byte
-	if err := readRandom(seed[:]); err != nil {
-		proxywasm.LogCritical("diana.wasm: no randomness for filter_enabled and filter_enforced: " + err.Error())
-		return types.OnPluginStartStatusFailed
-	}
-	p.sample.x = binary.LittleEndian.Uint64(seed[:]) | 1 // xorshift needs a state other than 0
-	if cfg.enabled < million || cfg.enforced < million {
-		proxywasm.LogWarn("diana.wasm: filter_enabled " + percent(cfg.enabled) + ", filter_enforced " + percent(cfg.enforced) +
-			": the other requests pass undecided (diana.not_enabled) or undenied (diana.not_enforced, logged as shadow denials)")
-	}
+}
+
+// newEngines builds the engines of cfg's rules on store: the local rules', and cluster mode's
+// fallback (on_failure: local); not ok (logged, critical) if the rules refuse the store.
+func (p *pluginContext) newEngines(cfg *config, store *slotstore.Store) (ok bool) {
+	var err error
 	if len(cfg.rules) > 0 {
 		var local rules.Store = store
 		if keepsLists(cfg.rules) {
@@ -177,17 +208,16 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 		if p.local, err = rules.New(cfg.rules, rules.Options{Local: local, EscapedSlashes: cfg.path.Slashes, StripDotsSpaces: cfg.path.StripDotsSpaces,
 			Settled: p.settled, Clock: p.now}); err != nil {
 			proxywasm.LogCritical("diana.wasm configuration: " + err.Error())
-			return types.OnPluginStartStatusFailed
+			return false
 		}
 	}
 	if cfg.cluster != nil && len(cfg.cluster.rules) > 0 {
 		if p.fallback, err = rules.New(cfg.cluster.rules, rules.Options{Local: store, EscapedSlashes: cfg.path.Slashes, StripDotsSpaces: cfg.path.StripDotsSpaces}); err != nil {
 			proxywasm.LogCritical("diana.wasm configuration: cluster: " + err.Error())
-			return types.OnPluginStartStatusFailed
+			return false
 		}
 	}
-	p.cfg = cfg
-	return types.OnPluginStartStatusOK
+	return true
 }
 
 // OnTick records the heap's size (with TinyGo, the linear memory the VM has grown to) and

@@ -55,10 +55,8 @@ type Stack struct {
 	Shares *failover.Shares // each on_error local rule's learned share of the traffic
 	Store  *failover.Store  // the rules.Store of cluster mode
 
-	h         Hooks
-	starveLog lograte.Limiter // Redis timeouts of a starved process: a line a second at most
-	shareLog  lograte.Limiter // failed exchanges of the learned shares: likewise
-	lostLog   lograte.Limiter // units not written back after an outage: likewise
+	h       Hooks
+	limited *slog.Logger // h.Log at most a line a second of each message (lograte); the breaker's states go to h.Log
 }
 
 // New opens the client and builds the store; it fails if the connection's settings are
@@ -75,7 +73,7 @@ func New(r Redis, h Hooks) (*Stack, error) {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	s := &Stack{Client: c, h: h}
+	s := &Stack{Client: c, h: h, limited: slog.New(lograte.New(h.Log.Handler()))}
 	s.Redis = redisstore.New(c, redisstore.Options{Prefix: r.Prefix, WaitReplicas: r.Wait, WaitTimeout: timeout * 3 / 4})
 	s.Batch = batch.New(s.Redis, batch.Options{})
 	s.Shares = failover.NewShares(c, failover.ShareOptions{Prefix: r.Prefix, OnError: s.shareError})
@@ -103,18 +101,14 @@ func (s *Stack) starved(wait time.Duration) {
 	if s.h.OnStarved != nil {
 		s.h.OnStarved(wait)
 	}
-	if ok, skipped := s.starveLog.Allow(); ok {
-		s.h.Log.Warn("Redis timed out while this process was starved of CPU: not counted against Redis (the breaker stays closed); the request got its on_error decision",
-			"scheduling_wait", wait, "suppressed", skipped)
-	}
+	s.limited.LogAttrs(context.Background(), slog.LevelWarn, "Redis timed out while this process was starved of CPU: not counted against Redis (the breaker stays closed); the request got its on_error decision",
+		slog.Duration("scheduling_wait", wait))
 }
 
 // shareError is told of a failed exchange of the learned shares (on_error local).
 func (s *Stack) shareError(err error) {
-	if ok, skipped := s.shareLog.Allow(); ok {
-		s.h.Log.Warn("cannot exchange this node's traffic shares with Redis: on_error local keeps the shares learned before, or the limit divided by nodes",
-			"err", err, "suppressed", skipped)
-	}
+	s.limited.Warn("cannot exchange this node's traffic shares with Redis: on_error local keeps the shares learned before, or the limit divided by nodes",
+		"err", err)
 }
 
 // writeBackLost is told of units admitted during an outage that this node gave up writing back:
@@ -123,10 +117,8 @@ func (s *Stack) writeBackLost(key string, units int64, err error) {
 	if s.h.OnWriteBackLost != nil {
 		s.h.OnWriteBackLost(units)
 	}
-	if ok, skipped := s.lostLog.Allow(); ok {
-		s.h.Log.Warn("could not write back into Redis the units this node admitted alone during the Redis outage (on_error local): the cluster may admit them again",
-			"key", key, "units", units, "err", err, "suppressed", skipped)
-	}
+	s.limited.Warn("could not write back into Redis the units this node admitted alone during the Redis outage (on_error local): the cluster may admit them again",
+		"key", key, "units", units, "err", err)
 }
 
 // Run gives the batched units that expired unspent back to Redis every second until ctx ends,
