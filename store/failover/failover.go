@@ -214,45 +214,62 @@ func (s *Store) decide(ctx context.Context, ops []*rules.Op, together *bool) {
 	}
 	t, ok, retry := s.b.enter()
 	if !ok {
-		for _, op := range ops {
-			op.Err = ErrOpen
-		}
-		s.fallbacks(ops, together, retry)
+		s.fallAll(ops, together, ErrOpen, retry)
 		return
 	}
 	if sh := s.o.Shares; sh != nil && s.b.state.Load() == 0 && sh.due() {
 		go sh.background()
 	}
-
 	// After an outage, what this node admitted alone goes back into Redis first: no decision
 	// is made there before it.
-	if s.tr.owing.Load() > 0 {
-		wctx, cancel := withTimeout(ctx, s.o.Timeout)
-		answered, err := s.tr.writeBack(wctx)
-		cancel()
-		if !answered {
-			err = fmt.Errorf("%w: %w", errWriteBack, err)
-			if cerr := ctx.Err(); cerr != nil {
-				s.b.cancel(t)
-				for _, op := range ops {
-					op.Dec, op.Err = algos.Decision{}, cerr
-				}
-				return
-			}
-			s.tr.failed()
-			retry = s.b.failure(t)
-			for _, op := range ops {
-				op.Err = err
-			}
-			s.fallbacks(ops, together, retry)
-			return
-		}
+	if s.tr.owing.Load() > 0 && !s.writeBack(ctx, ops, together, t) {
+		return
 	}
+	held, took := s.roundTrip(ctx, ops, together)
+	// The ops answered without a round trip have no error: the others are what Redis did.
+	sent, decided, first := tally(ops, held)
+	if s.o.Observe != nil && sent > 0 {
+		s.o.Observe(took, first)
+	}
+	cerr := ctx.Err()
+	s.learn(ops, sent, decided, cerr)
+	if sent > 0 {
+		retry = s.judge(t, decided > 0, first, cerr)
+	} else {
+		s.b.cancel(t) // every call was answered from batched units: nothing learnt about Redis
+	}
+	s.undecided(ops, together, retry, cerr)
+}
 
+// writeBack writes back into Redis what this node admitted alone during an outage, and reports
+// whether Redis answered. If it did not, the ops are decided without it: each gets its fail
+// policy's decision, or the caller's error when the caller went away.
+func (s *Store) writeBack(ctx context.Context, ops []*rules.Op, together *bool, t ticket) bool {
+	wctx, cancel := withTimeout(ctx, s.o.Timeout)
+	answered, err := s.tr.writeBack(wctx)
+	cancel()
+	if answered {
+		return true
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		s.b.cancel(t)
+		for _, op := range ops {
+			op.Dec, op.Err = algos.Decision{}, cerr
+		}
+		return false
+	}
+	s.tr.failed()
+	retry := s.b.failure(t)
+	s.fallAll(ops, together, fmt.Errorf("%w: %w", errWriteBack, err), retry)
+	return false
+}
+
+// roundTrip decides ops in the store behind, bounded by Options.Timeout, and returns how many it
+// answered from what it holds, without a round trip (holder), and how long it took.
+func (s *Store) roundTrip(ctx context.Context, ops []*rules.Op, together *bool) (held int, took time.Duration) {
 	tctx, cancel := withTimeout(ctx, s.o.Timeout)
 	start := time.Now()
 	s.st.tick(start)
-	held := 0
 	switch {
 	case together == nil && s.held != nil:
 		held = s.held.DecideHeld(tctx, ops)
@@ -268,12 +285,15 @@ func (s *Store) decide(ctx context.Context, ops []*rules.Op, together *bool) {
 			op.Dec, op.Err, op.Req.DryRun = algos.Decision{}, err, true
 		}
 	}
-	took := time.Since(start)
+	took = time.Since(start)
 	cancel()
+	return held, took
+}
 
-	// The ops answered without a round trip have no error: the others are what Redis did.
-	sent, decided := len(ops)-held, -held
-	var first error
+// tally counts the ops of a call that went to Redis (all but the held ones) and those Redis
+// decided, and returns the first error.
+func tally(ops []*rules.Op, held int) (sent, decided int, first error) {
+	sent, decided = len(ops)-held, -held
 	for _, op := range ops {
 		if op.Err == nil {
 			decided++
@@ -281,11 +301,12 @@ func (s *Store) decide(ctx context.Context, ops []*rules.Op, together *bool) {
 			first = op.Err
 		}
 	}
-	if s.o.Observe != nil && sent > 0 {
-		s.o.Observe(took, first)
-	}
+	return sent, decided, first
+}
 
-	cerr := ctx.Err()
+// learn tells the transitions what a call said of Redis: it answered, and what it decided for
+// each op, or it failed (unless the call went nowhere or the caller went away, cerr).
+func (s *Store) learn(ops []*rules.Op, sent, decided int, cerr error) {
 	switch {
 	case decided > 0:
 		s.tr.answered()
@@ -297,31 +318,53 @@ func (s *Store) decide(ctx context.Context, ops []*rules.Op, together *bool) {
 	case sent > 0 && cerr == nil:
 		s.tr.failed()
 	}
+}
+
+// judge tells the breaker what a round trip said of Redis (answered, or failed with first; cerr
+// if the caller went away) and returns the time until the next probe: unknownRetry once closed,
+// 0 when the round trip did not count.
+func (s *Store) judge(t ticket, answered bool, first, cerr error) time.Duration {
 	switch {
-	case sent == 0:
-		s.b.cancel(t) // every call was answered from batched units: nothing learnt about Redis
-	case decided > 0:
+	case answered:
 		s.b.success()
-		retry = unknownRetry // closed: no probe is scheduled
+		return unknownRetry // closed: no probe is scheduled
 	case cerr != nil:
 		s.b.cancel(t)
 	case isTimeout(first) && s.starved():
 		s.b.cancel(t) // our scheduler's timeout, not Redis's
 	default:
-		retry = s.b.failure(t)
+		return s.b.failure(t)
+	}
+	return 0
+}
+
+// fallAll gives every op its fail policy's decision, with err as its Err.
+func (s *Store) fallAll(ops []*rules.Op, together *bool, err error, retry time.Duration) {
+	for _, op := range ops {
+		op.Err = err
+	}
+	s.fallbacks(ops, together, retry)
+}
+
+// undecided gives the ops Redis did not decide their fail policies' decisions, or the caller's
+// error cerr when the caller went away.
+func (s *Store) undecided(ops []*rules.Op, together *bool, retry time.Duration, cerr error) {
+	if cerr != nil {
+		for _, op := range ops {
+			if op.Err != nil {
+				op.Dec, op.Err = algos.Decision{}, cerr
+			}
+		}
+		return
 	}
 	failed := false
 	for _, op := range ops {
-		switch {
-		case op.Err == nil:
-		case cerr != nil:
-			op.Dec, op.Err = algos.Decision{}, cerr
-		default:
+		if op.Err != nil {
 			op.Err = fmt.Errorf("failover: %w", op.Err)
 			failed = true
 		}
 	}
-	if failed && cerr == nil {
+	if failed {
 		s.fallbacks(ops, together, retry)
 	}
 }
@@ -456,15 +499,6 @@ func (s *Store) Call(ctx context.Context, call func(ctx context.Context) error) 
 	if s.o.Observe != nil {
 		s.o.Observe(took, err)
 	}
-	switch {
-	case err == nil:
-		s.b.success()
-	case ctx.Err() != nil:
-		s.b.cancel(t)
-	case isTimeout(err) && s.starved():
-		s.b.cancel(t)
-	default:
-		s.b.failure(t)
-	}
+	s.judge(t, err == nil, err, ctx.Err())
 	return err
 }

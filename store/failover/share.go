@@ -223,14 +223,8 @@ func (sh *Shares) background() {
 func (sh *Shares) Sync(ctx context.Context) error {
 	sh.syncing.Lock()
 	defer sh.syncing.Unlock()
-	// The counts are per interval: those of a longer period (traffic too sparse to start a sync
-	// each interval) are scaled down to one. A node's first period starts at its first count.
 	now := sh.o.Now().UnixNano()
-	elapsed := int64(sh.o.Every)
-	if start := sh.start.Swap(now); start != 0 {
-		elapsed = max(elapsed, now-start)
-	}
-	perInterval := float64(sh.o.Every) / float64(elapsed)
+	perInterval := sh.perInterval(now)
 	m := *sh.rules.Load()
 	names := make([]string, 0, len(m))
 	list := make([]*ruleShare, 0, len(m))
@@ -250,37 +244,65 @@ func (sh *Shares) Sync(ctx context.Context) error {
 		args[1] = now / int64(time.Millisecond)
 	}
 	for i, rs := range list {
-		c := float64(rs.count.Swap(0)) * perInterval
-		if rs.avg < 0 {
-			rs.avg = c // a node's first interval stands for its past: no ramp from 0
-		} else {
-			rs.avg += (c - rs.avg) / horizon
-		}
-		if c == 0 {
-			rs.idle++
-		} else {
-			rs.idle = 0
-		}
-		if rs.idle >= dropAfter {
+		if rs.fold(float64(rs.count.Swap(0)) * perInterval) {
 			drop = append(drop, names[i])
 		}
 		keys[i] = sh.prefix + names[i]
 		args = append(args, strconv.FormatFloat(rs.avg, 'g', 10, 64))
 	}
-	if len(drop) > 0 {
-		sh.mu.Lock()
-		m := maps.Clone(*sh.rules.Load())
-		for _, name := range drop {
-			delete(m, name)
-		}
-		sh.rules.Store(&m)
-		sh.mu.Unlock()
-	}
+	sh.forget(drop)
 
 	res, err := shareScript.Run(ctx, sh.c, keys, args...).StringSlice()
 	if err != nil {
 		return fmt.Errorf("failover: shares: %w", err)
 	}
+	return sh.learn(names, list, res)
+}
+
+// perInterval is what scales the counts made until now to one interval: those of a longer
+// period (traffic too sparse to start a sync each interval) are scaled down. A node's first
+// period starts at its first count.
+func (sh *Shares) perInterval(now int64) float64 {
+	elapsed := int64(sh.o.Every)
+	if start := sh.start.Swap(now); start != 0 {
+		elapsed = max(elapsed, now-start)
+	}
+	return float64(sh.o.Every) / float64(elapsed)
+}
+
+// fold folds c, the units of the last interval, into rs's moving average, and reports whether
+// rs has had no traffic for dropAfter syncs.
+func (rs *ruleShare) fold(c float64) (drop bool) {
+	if rs.avg < 0 {
+		rs.avg = c // a node's first interval stands for its past: no ramp from 0
+	} else {
+		rs.avg += (c - rs.avg) / horizon
+	}
+	if c == 0 {
+		rs.idle++
+	} else {
+		rs.idle = 0
+	}
+	return rs.idle >= dropAfter
+}
+
+// forget drops the rules named.
+func (sh *Shares) forget(names []string) {
+	if len(names) == 0 {
+		return
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	m := maps.Clone(*sh.rules.Load())
+	for _, name := range names {
+		delete(m, name)
+	}
+	sh.rules.Store(&m)
+}
+
+// learn updates the shares of the rules list (named names) from the script's answers res, one
+// "sum:nodes" each.
+func (sh *Shares) learn(names []string, list []*ruleShare, res []string) error {
 	if len(res) != len(list) {
 		return fmt.Errorf("failover: shares: the script answered %d totals for %d rules", len(res), len(list))
 	}

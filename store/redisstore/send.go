@@ -112,29 +112,68 @@ type part struct {
 // share a slot, in one call per hash tag. A call of one independent op is its algorithm's own
 // script.
 func (s *Store) send(ctx context.Context, gs []group) {
-	if len(gs) == 1 && !gs[0].together && len(gs[0].ops) == 1 && s.o.WaitReplicas <= 0 { // no pipeline to fill and parse
-		op := gs[0].ops[0]
-		op.Dec, op.Err = algos.Decision{}, nil
-		e, err := s.eval(op.Key, op.Alg, op.Req)
-		if err != nil {
-			op.Err = err
-			return
-		}
-		keys, args := e.single()
-		d, at, err := s.decision(&e, op.Key, e.lua.single.Run(ctx, s.c, keys, args...), nil)
-		answer(op, d, at, err)
+	if len(gs) == 1 && !gs[0].together && len(gs[0].ops) == 1 && s.o.WaitReplicas <= 0 {
+		s.sendOne(ctx, gs[0].ops[0])
 		return
 	}
 	buf := sendBufs.Get().(*sendBuf)
 	defer buf.put()
+	writes := s.prepare(buf, gs)
+	buf.commands(gs, s.cluster)
+	if len(buf.cmds) == 0 {
+		return
+	}
+	p := s.c.Pipeline()
+	for i := range buf.cmds {
+		c := &buf.cmds[i]
+		if c.single(buf) {
+			c.keys, c.args = buf.evals[buf.cops[c.first]].single()
+		} else {
+			c.keys, c.args = buf.mixedArgs(c, gs)
+		}
+		c.cmd = s.script(c, buf).EvalSha(ctx, p, c.keys, c.args...)
+	}
+	var wait *redis.Cmd
+	if writes {
+		wait = s.wait(ctx, p)
+	}
+	// Each command carries its own error, except when the pipeline could not be sent at all (no
+	// connection, or one whose AUTH failed: WRONGPASS, NOAUTH): then only Exec returns it.
+	_, execErr := p.Exec(ctx)
+	rewait, reexecErr := s.resend(ctx, buf, writes)
+	for i := range buf.cmds {
+		c := &buf.cmds[i]
+		if c.retried {
+			s.answerCall(c, buf, gs, reexecErr, rewait)
+		} else {
+			s.answerCall(c, buf, gs, execErr, wait)
+		}
+	}
+}
+
+// sendOne decides op alone, by its algorithm's script: there is no pipeline to fill and parse.
+func (s *Store) sendOne(ctx context.Context, op *rules.Op) {
+	op.Dec, op.Err = algos.Decision{}, nil
+	e, err := s.eval(op.Key, op.Alg, op.Req)
+	if err != nil {
+		op.Err = err
+		return
+	}
+	keys, args := e.single()
+	d, at, err := s.decision(&e, op.Key, e.lua.single.Run(ctx, s.c, keys, args...), nil)
+	answer(op, d, at, err)
+}
+
+// prepare builds the evals of gs's ops into buf, in order, each op's answer cleared or its error
+// set when it cannot be sent (in a group decided together, every op's then), and reports whether
+// any of them writes.
+func (s *Store) prepare(buf *sendBuf, gs []group) (writes bool) {
 	total := 0
 	for _, g := range gs {
 		total += len(g.ops)
 	}
 	buf.evals = slices.Grow(buf.evals[:0], total)[:total]
 	buf.at = slices.Grow(buf.at[:0], total)[:total]
-	evals := buf.evals
-	writes := false
 	i := 0
 	for gi := range gs {
 		g := &gs[gi]
@@ -142,7 +181,7 @@ func (s *Store) send(ctx context.Context, gs []group) {
 		for j, op := range g.ops {
 			op.Dec, op.Err = algos.Decision{}, nil
 			buf.at[i] = [2]int{gi, j}
-			if evals[i], op.Err = s.evalInto(&buf.packed, op.Key, op.Alg, op.Req, g.together); op.Err != nil && failed == nil {
+			if buf.evals[i], op.Err = s.evalInto(&buf.packed, op.Key, op.Alg, op.Req, g.together); op.Err != nil && failed == nil {
 				failed = op
 			}
 			writes = writes || op.Err == nil && (g.together || !op.Req.DryRun)
@@ -157,32 +196,16 @@ func (s *Store) send(ctx context.Context, gs []group) {
 			}
 		}
 	}
-	buf.commands(gs, s.cluster)
-	cmds := buf.cmds
-	if len(cmds) == 0 {
-		return
-	}
-	p := s.c.Pipeline()
-	for i := range cmds {
-		c := &cmds[i]
-		if c.single(buf) {
-			c.keys, c.args = evals[buf.cops[c.first]].single()
-		} else {
-			c.keys, c.args = buf.mixedArgs(c, gs)
-		}
-		c.cmd = s.script(c, buf).EvalSha(ctx, p, c.keys, c.args...)
-	}
-	var wait *redis.Cmd
-	if writes {
-		wait = s.wait(ctx, p)
-	}
-	// Each command carries its own error, except when the pipeline could not be sent at all (no
-	// connection, or one whose AUTH failed: WRONGPASS, NOAUTH): then only Exec returns it.
-	_, execErr := p.Exec(ctx)
-	// A NOSCRIPT command did not run: sending it again with the script's source applies it once.
+	return writes
+}
+
+// resend sends the commands that met NOSCRIPT again, with EVAL, in a pipeline of their own: they
+// did not run, and EVAL runs them once with the script's source. It returns that pipeline's WAIT
+// and the error of its Exec.
+func (s *Store) resend(ctx context.Context, buf *sendBuf, writes bool) (wait *redis.Cmd, execErr error) {
 	var retry redis.Pipeliner
-	for i := range cmds {
-		c := &cmds[i]
+	for i := range buf.cmds {
+		c := &buf.cmds[i]
 		if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
 			if retry == nil {
 				retry = s.c.Pipeline()
@@ -190,33 +213,34 @@ func (s *Store) send(ctx context.Context, gs []group) {
 			c.cmd, c.retried = s.script(c, buf).Eval(ctx, retry, c.keys, c.args...), true
 		}
 	}
-	var rewait *redis.Cmd
-	var reexecErr error
-	if retry != nil {
-		if writes {
-			rewait = s.wait(ctx, retry)
-		}
-		_, reexecErr = retry.Exec(ctx)
+	if retry == nil {
+		return nil, nil
 	}
-	for i := range cmds {
-		c := &cmds[i]
-		unsent, w := execErr, wait
-		if c.retried {
-			unsent, w = reexecErr, rewait
-		}
-		cops := buf.cops[c.first : c.first+c.n]
-		if c.single(buf) {
-			op := buf.op(gs, cops[0])
-			d, at, err := s.decision(&evals[cops[0]], op.Key, c.cmd, unsent)
-			answer(op, d, at, err)
-		} else {
-			s.answerMixed(c, buf, gs, unsent)
-		}
-		for _, j := range cops {
-			if op := buf.op(gs, j); w != nil && op.Err == nil && !op.Req.DryRun {
-				if n, err := w.Int64(); err != nil || n < int64(s.o.WaitReplicas) {
-					op.Dec, op.Err = algos.Decision{}, fmt.Errorf("%w (%d of %d replicas, %v)", ErrNotReplicated, n, s.o.WaitReplicas, err)
-				}
+	if writes {
+		wait = s.wait(ctx, retry)
+	}
+	_, execErr = retry.Exec(ctx)
+	return wait, execErr
+}
+
+// answerCall answers c's decisions from its reply, or its pipeline's error unsent, and, when the
+// pipeline waited for replicas (wait), fails the writes that did not reach enough of them.
+func (s *Store) answerCall(c *command, buf *sendBuf, gs []group, unsent error, wait *redis.Cmd) {
+	cops := buf.cops[c.first : c.first+c.n]
+	if c.single(buf) {
+		op := buf.op(gs, cops[0])
+		d, at, err := s.decision(&buf.evals[cops[0]], op.Key, c.cmd, unsent)
+		answer(op, d, at, err)
+	} else {
+		s.answerMixed(c, buf, gs, unsent)
+	}
+	if wait == nil {
+		return
+	}
+	for _, j := range cops {
+		if op := buf.op(gs, j); op.Err == nil && !op.Req.DryRun {
+			if n, err := wait.Int64(); err != nil || n < int64(s.o.WaitReplicas) {
+				op.Dec, op.Err = algos.Decision{}, fmt.Errorf("%w (%d of %d replicas, %v)", ErrNotReplicated, n, s.o.WaitReplicas, err)
 			}
 		}
 	}

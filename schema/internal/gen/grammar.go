@@ -221,6 +221,8 @@ func (m *merge) node(path string) (n, parent *conf.Object, key string) {
 	return n, parent, key
 }
 
+// field merges f, a field its decoder reads, into the source: its place in its parent's
+// required list, its description's presence, its default and the facts of its type.
 func (m *merge) field(f conf.Field) {
 	n, parent, key := m.node(f.Path)
 	if n == nil {
@@ -256,6 +258,13 @@ func (m *merge) field(f conf.Field) {
 			m.fail("%s states %s, which its decoder states", f.Path, k)
 		}
 	}
+	m.mergeDefault(f, n)
+	m.typeFacts(f, target)
+}
+
+// mergeDefault states f's default on its node n, unless the source's x-default says why it has
+// none.
+func (m *merge) mergeDefault(f conf.Field, n *conf.Object) {
 	if c, ok := n.Get("x-default"); ok {
 		// computed: from another field's value, as its description says; absent: the field
 		// is not given, which no value of its type says
@@ -263,46 +272,23 @@ func (m *merge) field(f conf.Field) {
 			m.fail("%s: x-default must be computed or absent, got %v", f.Path, c)
 		}
 		del(n, "x-default")
-	} else if f.Default != nil && !f.Required {
+		return
+	}
+	if f.Default != nil && !f.Required {
 		if has(n, "default") {
 			m.fail("%s states default, which its decoder states", f.Path)
 		}
 		n.Set("default", jsonValue(f.Default))
 	}
+}
+
+// typeFacts states on target what f's type says of its values.
+func (m *merge) typeFacts(f conf.Field, target *conf.Object) {
 	switch f.Type {
 	case "string", "boolean", "integer":
-		facts := target
-		if alt := untyped(target); alt != nil { // the decoder also takes another form
-			facts = alt
-		}
-		facts.Set("type", f.Type)
-		if f.Enum != nil {
-			l := make([]conf.Value, len(f.Enum))
-			for i, e := range f.Enum {
-				l[i] = e
-			}
-			facts.Set("enum", l)
-		}
-		if f.Pattern != "" { // a source may state the pattern of a string its decoder checks in code
-			if has(facts, "pattern") {
-				m.fail("%s states pattern, which its decoder states", f.Path)
-			}
-			facts.Set("pattern", f.Pattern)
-		}
-		if f.Type == "integer" {
-			facts.Set("minimum", conf.Number(strconv.FormatInt(f.Min, 10)))
-			facts.Set("maximum", conf.Number(strconv.FormatInt(f.Max, 10)))
-		}
+		m.scalarFacts(f, target)
 	case "duration":
-		def := "duration"
-		if f.Min > 0 {
-			def = "positive_duration"
-		}
-		if _, local := m.def(def); local {
-			target.Set("$ref", "#/$defs/"+def)
-		} else {
-			target.Set("$ref", schema.RuleFile+"#/$defs/"+def)
-		}
+		m.durationRef(f, target)
 	case "object", "object_map":
 		target.Set("type", "object")
 	case "number":
@@ -322,21 +308,67 @@ func (m *merge) field(f conf.Field) {
 		target.Set("type", "array")
 	case "strings", "objects":
 		if f.Pattern != "" { // each string's form: the item's
-			it, _ := target.Get("items")
-			item, _ := it.(*conf.Object)
-			if item == nil {
-				item = &conf.Object{}
-				target.Set("items", item)
-			}
-			if has(item, "pattern") {
-				m.fail("%s states its items' pattern, which its decoder states", f.Path)
-			}
-			item.Set("pattern", f.Pattern)
+			m.itemPattern(f, target)
 		}
 		m.either = append(m.either, either{target, f.Type == "strings"})
 	default:
 		m.fail("%s: unknown type %s", f.Path, f.Type)
 	}
+}
+
+// scalarFacts states the type, enum, pattern and bounds of a string, boolean or integer field
+// on target, or on the alternative of its oneOf that states no type.
+func (m *merge) scalarFacts(f conf.Field, target *conf.Object) {
+	facts := target
+	if alt := untyped(target); alt != nil { // the decoder also takes another form
+		facts = alt
+	}
+	facts.Set("type", f.Type)
+	if f.Enum != nil {
+		l := make([]conf.Value, len(f.Enum))
+		for i, e := range f.Enum {
+			l[i] = e
+		}
+		facts.Set("enum", l)
+	}
+	if f.Pattern != "" { // a source may state the pattern of a string its decoder checks in code
+		if has(facts, "pattern") {
+			m.fail("%s states pattern, which its decoder states", f.Path)
+		}
+		facts.Set("pattern", f.Pattern)
+	}
+	if f.Type == "integer" {
+		facts.Set("minimum", conf.Number(strconv.FormatInt(f.Min, 10)))
+		facts.Set("maximum", conf.Number(strconv.FormatInt(f.Max, 10)))
+	}
+}
+
+// durationRef points target at the definition of a duration, or of a positive one when f's
+// minimum is above 0: this file's, else the rule schema's.
+func (m *merge) durationRef(f conf.Field, target *conf.Object) {
+	def := "duration"
+	if f.Min > 0 {
+		def = "positive_duration"
+	}
+	if _, local := m.def(def); local {
+		target.Set("$ref", "#/$defs/"+def)
+	} else {
+		target.Set("$ref", schema.RuleFile+"#/$defs/"+def)
+	}
+}
+
+// itemPattern states f's pattern on the items of target, a list of strings.
+func (m *merge) itemPattern(f conf.Field, target *conf.Object) {
+	it, _ := target.Get("items")
+	item, _ := it.(*conf.Object)
+	if item == nil {
+		item = &conf.Object{}
+		target.Set("items", item)
+	}
+	if has(item, "pattern") {
+		m.fail("%s states its items' pattern, which its decoder states", f.Path)
+	}
+	item.Set("pattern", f.Pattern)
 }
 
 // unreached reports the properties of the source that no field of the decoder reached.
