@@ -21,12 +21,11 @@ type GRPC struct {
 	health *health.Server
 }
 
-// ServerOptions are the gRPC server's options: requests up to 4 MiB, codec (the rate limit
-// messages read and written without reflection), and stream workers, so that a call runs on a
-// goroutine whose stack has grown already instead of a new goroutine per call that grows its
-// stack through the call (BenchmarkRLS's CPU profile showed the growth).
+// ServerOptions are the gRPC server's options: requests up to 4 MiB, and stream workers, so
+// that a call runs on a goroutine whose stack has grown already instead of a new goroutine per
+// call that grows its stack through the call (BenchmarkRLS's CPU profile showed the growth).
 func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(4 << 20), grpc.ForceServerCodecV2(newCodec()),
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(4 << 20),
 		grpc.NumStreamWorkers(uint32(workersPerCPU * runtime.GOMAXPROCS(0)))}
 }
 

@@ -70,6 +70,32 @@ func parseConfig(data []byte) (*config, error) {
 	}
 	errs := &conf.Errors{Source: "diana.wasm configuration"}
 	o := conf.Read(doc, errs)
+	c := readConfig(o)
+	switch {
+	case !o.Has("rules") && !o.Has("cluster"):
+		o.Fail("rules", "is required unless cluster is set (the filter would limit nothing)")
+	case o.Has("rules") && !limits(c.rules) && !o.Has("cluster") && !failed(errs):
+		o.Fail("rules", "holds no rule that limits (none, or only unlimited ones) and cluster is not set: the filter would limit nothing")
+	}
+	o.Done()
+	if err := errs.Err(); err != nil {
+		return nil, err
+	}
+	c.reads = rules.ReadsOf(c.rules)
+	for _, r := range c.rules {
+		if rules.ReadsOf([]*rules.Rule{r}).Body {
+			c.bodyRules = append(c.bodyRules, r)
+		}
+	}
+	if c.cluster != nil { // dianad's rules may read anything
+		c.reads = rules.All
+	}
+	return c, nil
+}
+
+// readConfig reads the configuration's fields from o: the grammar that docs/envoy.md's field
+// tables are checked against (TestDocsFieldTables).
+func readConfig(o *conf.Obj) *config {
 	c := &config{}
 	c.consumer = strings.ToLower(o.String("consumer_header", ""))
 	c.rules = decodeRules(o, c.consumer, false)
@@ -91,26 +117,7 @@ func parseConfig(data []byte) (*config, error) {
 			}
 		}
 	}
-	switch {
-	case !o.Has("rules") && !o.Has("cluster"):
-		o.Fail("rules", "is required unless cluster is set (the filter would limit nothing)")
-	case o.Has("rules") && !limits(c.rules) && !o.Has("cluster") && !failed(errs):
-		o.Fail("rules", "holds no rule that limits (none, or only unlimited ones) and cluster is not set: the filter would limit nothing")
-	}
-	o.Done()
-	if err := errs.Err(); err != nil {
-		return nil, err
-	}
-	c.reads = rules.ReadsOf(c.rules)
-	for _, r := range c.rules {
-		if rules.ReadsOf([]*rules.Rule{r}).Body {
-			c.bodyRules = append(c.bodyRules, r)
-		}
-	}
-	if c.cluster != nil { // dianad's rules may read anything
-		c.reads = rules.All
-	}
-	return c, nil
+	return c
 }
 
 // limits reports whether one of rs limits (is not an unlimited rule).
