@@ -40,11 +40,16 @@ func ReadBody(r *http.Request, in *rules.Input) {
 	var b bytes.Buffer
 	_, err := io.CopyN(&b, r.Body, rules.MaxPeek)
 	p := &peeked{peek: b.Bytes(), rest: r.Body, Closer: r.Body}
-	if err != nil && err != io.EOF {
-		p.rest = errReader{err} // the read error the handler would have met
-	}
-	if err == nil { // MaxPeek bytes read: the body may go on
+	switch err {
+	case nil: // MaxPeek bytes read: the body may go on
 		in.BodyState = rules.BodyPart
+	case io.EOF:
+		// The whole body is read: r.Body is never read again. net/http closes it as the response's
+		// header is written, and a transport that reads it once more to find its end (a reverse
+		// proxy's) would fail then and close the upstream connection, cutting the response.
+		p.rest = http.NoBody
+	default:
+		p.rest = errReader{err} // the read error the handler would have met
 	}
 	p.Reader = io.MultiReader(bytes.NewReader(p.peek), p.rest)
 	r.Body = p
