@@ -3,9 +3,8 @@
 // lookup, its answers, with the decisions made by Diana's stores.
 //
 // The design, in the order a request meets it:
-//   - Wire: gRPC's proto codec. A codec of its own (protowire, no reflection) was measured alone
-//     at 1.02× the requests per second at 16 and at 64 clients, and removed
-//     (docs/performance.md).
+//   - Wire: gRPC's proto codec. A codec of its own (protowire, no reflection), measured alone,
+//     gained too little to keep, and was removed (docs/performance.md).
 //   - Config (Parse) is envoyproxy/ratelimit's descriptor format as of its main: every field
 //     its loader accepts (quota_mode, metadata, shadow_mode, detailed_metric, value_to_metric,
 //     share_threshold, replaces, unlimited, wildcards anywhere in a value, its seven units) and
