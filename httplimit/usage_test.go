@@ -319,23 +319,25 @@ func TestUsagePeekKeepsBody(t *testing.T) {
 func TestUsagePeekedBodyAfterHeader(t *testing.T) {
 	e := engine(t, strings.Replace(budgetRule, "%s", "", 1), nil)
 	sent := `{"max_tokens":5,` + prompt + `}`
-	var body string
-	var err error
+	type read struct {
+		body string
+		err  error
+	}
+	got := make(chan read, 1)
 	srv := httptest.NewServer(httplimit.New(e, httplimit.Options{}).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		http.NewResponseController(w).Flush()
-		var b []byte
-		b, err = io.ReadAll(r.Body)
-		body = string(b)
+		b, err := io.ReadAll(r.Body)
+		got <- read{string(b), err}
 	})))
 	defer srv.Close()
-	res, perr := srv.Client().Post(srv.URL, "application/json", strings.NewReader(sent))
-	if perr != nil {
-		t.Fatal(perr)
+	res, err := srv.Client().Post(srv.URL, "application/json", strings.NewReader(sent))
+	if err != nil {
+		t.Fatal(err)
 	}
 	res.Body.Close()
-	if body != sent || err != nil {
-		t.Fatalf("the handler read %q, %v; want %q", body, err, sent)
+	if r := <-got; r.body != sent || r.err != nil {
+		t.Fatalf("the handler read %q, %v; want %q", r.body, r.err, sent)
 	}
 }
 

@@ -93,6 +93,25 @@ func TestSplitLocal(t *testing.T) {
 	}
 }
 
+// reload sets c on services and waits until each of envoys has taken the push of what it
+// changes. The push comes at once on its stream, but the simulation's clock does not wait for
+// it: taking it before the next step keeps the instances from reporting across it, which would
+// make the figures depend on the machine's load.
+func reload(envoys []*envoy, c *rls.Config, services ...*Service) {
+	want := make([]int, len(envoys))
+	for i, e := range envoys {
+		e.mu.Lock()
+		want[i] = e.answers + 1
+		e.mu.Unlock()
+	}
+	for _, s := range services {
+		s.SetConfig(c)
+	}
+	for i, e := range envoys {
+		e.await(want[i])
+	}
+}
+
 // A limit lowered on reload takes effect within one report interval; a limit removed makes the
 // service abandon the bucket.
 func TestReload(t *testing.T) {
@@ -105,20 +124,13 @@ func TestReload(t *testing.T) {
 	}
 	sm := &sim{clock: clock, envoys: envoys, bucket: acme, rate: uneven}
 	sm.run(10*time.Second + interval/2)
-	s.SetConfig(config(t, apiLimit(40)))
+	reload(envoys, config(t, apiLimit(40)), s)
 	sm.run(interval) // within one report interval, the new limit applies
 	admitted := sm.run(20 * time.Second)
 	checkSplit(t, admitted, 40, 20*time.Second)
 
-	want := make([]int, len(envoys))
-	for i, e := range envoys {
-		e.mu.Lock()
-		want[i] = e.answers + 1
-		e.mu.Unlock()
-	}
-	s.SetConfig(config(t, "domain: edge\n"))
-	for i, e := range envoys {
-		e.await(want[i]) // the abandon_action, pushed
+	reload(envoys, config(t, "domain: edge\n"), s) // the abandon_action, pushed
+	for _, e := range envoys {
 		e.mu.Lock()
 		n := len(e.buckets)
 		e.mu.Unlock()
@@ -151,9 +163,7 @@ func TestSplitCluster(t *testing.T) {
 	sm := &sim{clock: clock, envoys: envoys, bucket: acme, rate: uneven}
 	checkSplit(t, sm.run(time.Minute), 100, time.Minute)
 
-	for _, s := range servers {
-		s.SetConfig(config(t, apiLimit(40)))
-	}
+	reload(envoys, config(t, apiLimit(40)), servers...)
 	sm.run(interval)
 	checkSplit(t, sm.run(20*time.Second), 40, 20*time.Second)
 }
