@@ -256,8 +256,9 @@ type httpContext struct {
 	paused  bool        // the request waits for the callout to dianad
 	enforce bool        // a denial is answered (filter_enforced drew this request)
 
-	path string       // the request's path, normalised, for dianad's usage rules
-	body *rules.Input // the request, while its body's first bytes are read (body.go)
+	headers reqHeaders   // what the rules read of the request's headers
+	path    string       // the request's path, normalised, for dianad's usage rules
+	body    *rules.Input // the request, while its body's first bytes are read (body.go)
 
 	// askUsage: a rule reads the response in OpenAI's format (or, in cluster mode, dianad's may):
 	// a streamed request that does not ask for its usage is made to, and strip takes the usage
@@ -270,11 +271,24 @@ type httpContext struct {
 	remote  *remote   // likewise for dianad's usage rules (cluster mode)
 }
 
-// reqHeaders reads request headers from the host, only those the rules ask for. It is
-// rules.MultiHeaders: a header the rules count by, given twice, is refused.
-type reqHeaders struct{}
+// reqHeaders reads request headers from the host, only those the rules ask for, one host call
+// each. It is rules.MultiHeaders: a header the rules count by, given twice, is refused. Envoy's
+// host call for one header gives its first value only, so Values asks for every header at once
+// (one call per request, which Get then reads from too).
+type reqHeaders struct {
+	all     [][2]string // every header, once Values asked the host
+	fetched bool
+}
 
-func (reqHeaders) Get(name string) string {
+func (r *reqHeaders) Get(name string) string {
+	if r.fetched {
+		for _, kv := range r.all {
+			if strings.EqualFold(kv[0], name) {
+				return kv[1]
+			}
+		}
+		return ""
+	}
 	v, err := proxywasm.GetHttpRequestHeader(strings.ToLower(name))
 	if err != nil {
 		return ""
@@ -282,15 +296,14 @@ func (reqHeaders) Get(name string) string {
 	return v
 }
 
-// Values returns every value of a header. Envoy's host call for one header gives its first
-// value only, so this reads them all.
-func (reqHeaders) Values(name string) []string {
-	all, err := proxywasm.GetHttpRequestHeaders()
-	if err != nil {
-		return nil
+// Values returns every value of a header.
+func (r *reqHeaders) Values(name string) []string {
+	if !r.fetched {
+		r.all, _ = proxywasm.GetHttpRequestHeaders()
+		r.fetched = true
 	}
 	var vs []string
-	for _, kv := range all {
+	for _, kv := range r.all {
 		if strings.EqualFold(kv[0], name) {
 			vs = append(vs, kv[1])
 		}
@@ -315,7 +328,7 @@ func (h *httpContext) input() rules.Input {
 	// Each part is a host call: only what the rules read (all of it in cluster mode).
 	in := rules.Input{
 		Path:    header(":path"), // as sent; the rules cut the query and normalise it
-		Headers: reqHeaders{},
+		Headers: &h.headers,
 	}
 	if cfg.reads.Method {
 		in.Method = header(":method")
@@ -328,7 +341,7 @@ func (h *httpContext) input() rules.Input {
 		h.addr = in.Addr.String()
 	}
 	if c := cfg.consumer; c != "" && cfg.reads.Consumer {
-		vs := reqHeaders{}.Values(c)
+		vs := h.headers.Values(c)
 		if len(vs) > 0 {
 			in.Consumer = vs[0]
 		}
