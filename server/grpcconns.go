@@ -32,8 +32,8 @@ type GRPCConnections struct {
 // defaultGRPCConnections: nginx's keepalive_timeout, as the HTTP listeners'; at most 100
 // streams per connection, the least RFC 9113 recommends (nginx allows 128), of 64 KiB of header
 // each (Envoy's own bound on a request's headers is 60 KiB); a stream's first message within
-// 10s (Envoy sends it with the header; its rate limit calls time out after 20 ms). What a silent
-// stream and an idle connection hold is measured in docs/performance.md.
+// 10s (Envoy sends it with the header, and its rate limit calls time out long before). What a
+// silent stream and an idle connection hold: docs/configuration.md, connections of rls.
 var defaultGRPCConnections = GRPCConnections{
 	KeepaliveTimeout: 75 * time.Second,
 	HeaderTimeout:    10 * time.Second,
